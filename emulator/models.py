@@ -1,0 +1,88 @@
+"""CPU models: one declarative table (SDM 18.15.5.7 / seed 002, Table 18-63, Table 35-41).
+
+Each row is a CPUID family 0Fh DisplayModel with a default stepping.  The PMU differences
+between models (which ESCRs exist, extended cascading, instr_completed, the cascade-PMI
+erratum) and what the guest sees in CPUID (brand string, long mode, SSE3) are all here; the
+QEMU command line, the register model, `p4pmu info` and the tests read this table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class CpuModel:
+    key: str  # "0F_04"
+    model: int  # CPUID DisplayModel
+    stepping: int  # default stepping
+    codename: str
+    brand: str  # CPUID brand string (QEMU model-id)
+    has_iq_escr: bool  # IQ_ESCR0/1 present (models 0-2 only; SDM Table 18-63 footnote)
+    extended_cascade: bool  # CCCR bit 11 CASCNTxINTOy (0F_02/03/04/06; SDM 18.15.5.7)
+    instr_completed: bool  # event instr_completed (0F_03/04/06; SDM Table 19-30)
+    long_mode: bool  # EM64T (Prescott/Nocona and later parts)
+    sse3: bool
+    # Every model reports PEBS unavailable (IA32_MISC_ENABLE bit 12 = 1): p4pmu models no PEBS
+    # record writer yet, so advertising PEBS would promise what the emulator cannot deliver.
+    pebs_unavailable: bool = True
+    bts_unavailable: bool = True  # no branch-trace store either (MISC_ENABLE bit 11)
+    # Real 0F_00-0F_02 report CPUID max leaf 2, but a glibc user space hangs under QEMU with
+    # level=2 (shared/notes/qemu-plugin-api-v7.md), so the minimum used is 3.
+    cpuid_level: int = 5
+
+    @property
+    def signature(self) -> int:
+        """CPUID.1:EAX (family 0Fh, no extended family/model)."""
+        return (0xF << 8) | (self.model << 4) | self.stepping
+
+    @property
+    def cascade_pmi_erratum(self) -> bool:
+        """No PMI in cascade or extended-cascade mode: 0F_02, and 0F_00/0F_01 with stepping
+        above 09h (SDM 18.15.5.7, seed 002)."""
+        if self.model == 2:
+            return True
+        return self.model in (0, 1) and self.stepping > 9
+
+    def with_stepping(self, stepping: int) -> "CpuModel":
+        if not 0 <= stepping <= 15:
+            raise ValueError(f"stepping must be 0-15, got {stepping}")
+        return replace(self, stepping=stepping)
+
+
+MODELS: dict[str, CpuModel] = {m.key: m for m in (
+    CpuModel("0F_00", 0, 7, "Willamette", "Intel(R) Pentium(R) 4 CPU 1500MHz",
+             has_iq_escr=True, extended_cascade=False, instr_completed=False,
+             long_mode=False, sse3=False, cpuid_level=3),
+    CpuModel("0F_01", 1, 2, "Willamette", "Intel(R) Pentium(R) 4 CPU 2.00GHz",
+             has_iq_escr=True, extended_cascade=False, instr_completed=False,
+             long_mode=False, sse3=False, cpuid_level=3),
+    CpuModel("0F_02", 2, 9, "Northwood", "Intel(R) Pentium(R) 4 CPU 3.06GHz",
+             has_iq_escr=True, extended_cascade=True, instr_completed=False,
+             long_mode=False, sse3=False, cpuid_level=3),
+    CpuModel("0F_03", 3, 4, "Prescott", "Intel(R) Pentium(R) 4 CPU 3.00GHz",
+             has_iq_escr=False, extended_cascade=True, instr_completed=True,
+             long_mode=False, sse3=True),
+    CpuModel("0F_04", 4, 3, "Prescott 2M", "Intel(R) Pentium(R) 4 CPU 3.40GHz",
+             has_iq_escr=False, extended_cascade=True, instr_completed=True,
+             long_mode=True, sse3=True),
+    CpuModel("0F_06", 6, 5, "Cedar Mill", "Intel(R) Pentium(R) 4 CPU 3.60GHz",
+             has_iq_escr=False, extended_cascade=True, instr_completed=True,
+             long_mode=True, sse3=True),
+)}
+
+DEFAULT_MODEL = "0F_04"  # has extended cascading and long mode
+
+
+def get_model(key: str | None = None, stepping: int | None = None) -> CpuModel:
+    """Look a model up by key ("0F_04", also "0f_04", "0F04", "4"); optional stepping."""
+    key = key or DEFAULT_MODEL
+    k = key.strip().upper().replace("-", "_")
+    if k not in MODELS:
+        if k.startswith("0F") and "_" not in k:
+            k = "0F_" + k[2:]
+        elif k.isdigit():
+            k = f"0F_{int(k):02d}"
+    if k not in MODELS:
+        raise KeyError(f"unknown CPU model {key!r}; known: {', '.join(MODELS)}")
+    m = MODELS[k]
+    return m.with_stepping(stepping) if stepping is not None else m

@@ -1,0 +1,3 @@
+def main(argv=None):
+    print("p4pmu")
+    return 0
