@@ -29,6 +29,9 @@ class CpuModel:
     # Real 0F_00-0F_02 report CPUID max leaf 2, but a glibc user space hangs under QEMU with
     # level=2 (shared/notes/qemu-plugin-api-v7.md), so the minimum used is 3.
     cpuid_level: int = 5
+    # Emulate this model's PMU errata (today: the cascade-PMI erratum below).  On by default
+    # for the models that have them; `without_errata()` switches them off.
+    emulate_errata: bool = True
 
     @property
     def signature(self) -> int:
@@ -42,6 +45,14 @@ class CpuModel:
         if self.model == 2:
             return True
         return self.model in (0, 1) and self.stepping > 9
+
+    @property
+    def cascade_pmi_suppressed(self) -> bool:
+        """The cascade-PMI erratum is in effect: the model has it and errata are emulated."""
+        return self.cascade_pmi_erratum and self.emulate_errata
+
+    def without_errata(self) -> "CpuModel":
+        return replace(self, emulate_errata=False)
 
     def with_stepping(self, stepping: int) -> "CpuModel":
         if not 0 <= stepping <= 15:

@@ -127,11 +127,12 @@ ESCR_BY_NAME = {e.name: e for e in ESCRS}
 def escr_for(counter: int, select: int) -> Escr | None:
     """The ESCR that CCCR[counter].ESCR_SELECT == select picks, or None ("no ESCR documented
     for that select value": the counter's input is then 0, reference behaviour.md 10)."""
-    c = COUNTERS[counter]
-    for e in ESCRS:
-        if e.block == c.block and e.side == c.side and e.number == select:
-            return e
-    return None
+    return _ESCR_FOR.get((counter, select))
+
+
+# (counter, ESCR_SELECT) -> ESCR, derived once from COUNTERS and ESCRS (Table 18-63)
+_ESCR_FOR = {(c.index, e.number): e for c in COUNTERS for e in ESCRS
+             if e.block == c.block and e.side == c.side}
 
 
 # --------------------------------------------------------------------------------------------

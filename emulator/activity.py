@@ -1,0 +1,157 @@
+"""Activity: what happened in the processor during one batch of clocks, in the form the
+counting engine consumes (docs/emulator.md, "Activity" -- the one place the format and its
+exactness are defined).
+
+A batch of C clocks is a *joint histogram over clock kinds*.  A clock kind says, for one clock:
+
+* for each logical processor (LP 0, LP 1): active or not (halted / waiting for SIPI are
+  inactive, SDM 18.16 ACTIVE_THREAD) and whether it is at CPL 0 ("OS") or CPL 1-3 ("USR");
+* for each event class (event, mask bit; events.CLASSES) and LP: the value 0-15 that the
+  class's input line presents in that clock (SDM 18.15.5.2: four input lines of weight
+  1, 2, 4, 8).
+
+The batch gives how many clocks of each kind occurred (`count`), which kind followed which
+(`trans[a, b]` = number of adjacent clock pairs (a, b) inside the batch) and the kinds of its
+first and last clock.  From that every counter's total increment, including rising-edge
+counts, is exact for any CCCR/ESCR programming: a counter's per-clock input is a function of
+the clock's kind, and an edge is a property of a pair of adjacent clocks.  Only *where inside
+the batch* an overflow happens is not recorded; see engine.py for what that implies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import events as EV
+
+MAX_CLOCKS = 1 << 48
+
+
+@dataclass(frozen=True)
+class ClockKind:
+    """One kind of clock.  `lines` maps (event name, mask bit name or number, lp) -> 0..15."""
+    active: tuple[bool, bool] = (True, False)
+    os: tuple[bool, bool] = (False, False)  # LP at CPL 0 (else CPL 1-3)
+    lines: Mapping = field(default_factory=dict, hash=False, compare=False)
+
+    def key(self):
+        norm = tuple(sorted((EV.class_id(e, b), lp, v) for (e, b, lp), v in self.lines.items()
+                            if v))
+        return (tuple(bool(a) for a in self.active), tuple(bool(o) for o in self.os), norm)
+
+
+def _line_items(kind: ClockKind):
+    for (event, bit, lp), v in kind.lines.items():
+        if not 0 <= v <= 15:
+            raise ValueError(f"line value must be 0-15, got {v} for {event}.{bit} LP{lp}")
+        if lp not in (0, 1):
+            raise ValueError(f"lp must be 0 or 1, got {lp}")
+        if v:
+            yield EV.class_id(event, bit), lp, v
+
+
+class Activity:
+    """A batch in canonical (compiled) form; build it with `from_kinds` or `from_clocks`.
+
+    Arrays (K kinds, L lines used in the batch):
+      count[K]    clocks of each kind (sums to `clocks`)
+      active[K,2] LP active; os[K,2] LP at CPL 0
+      cols[L]     line ids (events.line_id(class, lp, priv)); the priv of a line is the CPL
+                  of its LP in that kind, so a column holds zeros in kinds of the other CPL
+      vals[K,L]   line values
+      trans[K,K]  adjacent-pair counts inside the batch (sums to clocks - 1)
+      first, last kind index of the batch's first and last clock
+    """
+
+    __slots__ = ("clocks", "count", "active", "os", "cols", "vals", "trans", "first", "last",
+                 "kinds", "gidx_ht", "gidx_1", "tidx_ht", "tidx_1", "nonzero")
+
+    def __init__(self, kinds: Sequence[ClockKind], count, trans, first: int, last: int):
+        self.kinds = tuple(kinds)
+        K = len(self.kinds)
+        self.count = np.asarray(count, dtype=np.float64).reshape(K)
+        if (self.count < 0).any():
+            raise ValueError("negative clock count")
+        self.clocks = int(self.count.sum())
+        if self.clocks >= MAX_CLOCKS:  # float64 totals stay exact below 2^53 (15 per clock)
+            raise ValueError(f"a batch must have fewer than 2^48 clocks, got {self.clocks}")
+        self.active = np.array([k.active for k in self.kinds], dtype=bool).reshape(K, 2)
+        self.os = np.array([k.os for k in self.kinds], dtype=bool).reshape(K, 2)
+        cells = {}
+        for i, k in enumerate(self.kinds):
+            for cls, lp, v in _line_items(k):
+                col = EV.line_id(cls, lp, EV.OS if k.os[lp] else EV.USR)
+                cells[(i, col)] = cells.get((i, col), 0) + v
+        cols = sorted({c for _, c in cells})
+        where = {c: j for j, c in enumerate(cols)}
+        self.cols = np.array(cols, dtype=np.int64)
+        self.vals = np.zeros((K, len(cols)), dtype=np.float64)
+        for (i, c), v in cells.items():
+            self.vals[i, where[c]] = v
+        self.trans = np.asarray(trans, dtype=np.float64).reshape(K, K)
+        if self.clocks and int(self.trans.sum()) != self.clocks - 1:
+            raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
+                             f"pairs, got {int(self.trans.sum())}")
+        self.first, self.last = int(first), int(last)
+        # Precomputed per-kind selectors for the engine (with and without Hyper-Threading):
+        # gate index = number of active LPs (ACTIVE_THREAD, SDM 18.16.1); without HT only LP 0
+        # exists.  TI qualification looks at the CPL of every existing LP (Table 18-67).
+        self.gidx_ht = self.active.sum(axis=1).astype(np.int64)
+        self.gidx_1 = self.active[:, 0].astype(np.int64)
+        # TI qualification index = 2 * (some LP at CPL 0) + (some LP at CPL 1-3)
+        any_os = self.os.any(axis=1)
+        any_usr = (~self.os).any(axis=1)
+        self.tidx_ht = (2 * any_os + any_usr).astype(np.int64)
+        self.tidx_1 = (2 * self.os[:, 0] + ~self.os[:, 0]).astype(np.int64)
+        self.nonzero = self.count > 0
+
+    # -- constructors ------------------------------------------------------------------------
+
+    @classmethod
+    def from_kinds(cls, kinds: Sequence[ClockKind], counts: Sequence[int], trans=None,
+                   first: int | None = None, last: int | None = None) -> "Activity":
+        """Batch from kinds and their clock counts.  Without `trans` the kinds are taken to
+        occur as consecutive runs in the order given (so the edge detector sees one rising
+        edge at most per run)."""
+        K = len(kinds)
+        counts = [int(c) for c in counts]
+        used = [i for i in range(K) if counts[i] > 0]
+        if trans is None:
+            trans = np.zeros((K, K))
+            for i in used:
+                trans[i, i] = counts[i] - 1
+            for a, b in zip(used, used[1:]):
+                trans[a, b] += 1
+        if first is None:
+            first = used[0] if used else 0
+        if last is None:
+            last = used[-1] if used else 0
+        return cls(kinds, counts, trans, first, last)
+
+    @classmethod
+    def from_clocks(cls, clocks: Iterable[ClockKind]) -> "Activity":
+        """Exact batch from an explicit clock-by-clock sequence (tests, small producers)."""
+        index, kinds, seq = {}, [], []
+        for k in clocks:
+            key = k.key()
+            if key not in index:
+                index[key] = len(kinds)
+                kinds.append(k)
+            seq.append(index[key])
+        K = len(kinds)
+        counts = np.bincount(np.array(seq, dtype=np.int64), minlength=K) if seq else []
+        trans = np.zeros((K, K))
+        if len(seq) > 1:
+            s = np.array(seq)
+            np.add.at(trans, (s[:-1], s[1:]), 1)
+        return cls(kinds, counts, trans, seq[0] if seq else 0, seq[-1] if seq else 0)
+
+    @classmethod
+    def idle(cls, clocks: int, kind: ClockKind | None = None) -> "Activity":
+        """`clocks` clocks of one kind (default: LP 0 active at CPL 3, no events)."""
+        return cls.from_kinds([kind or ClockKind()], [clocks])
+
+    def __repr__(self):
+        return f"Activity(clocks={self.clocks}, kinds={len(self.kinds)}, lines={len(self.cols)})"
