@@ -1,0 +1,243 @@
+"""The Python entry point inside QEMU: serves the plugin's PMU accesses from the emulator.
+
+The C plugin (p4pmu_plugin.c) calls the cffi-embedded functions defined in build.INIT_CODE,
+which delegate to one `Bridge`.  Python runs only when the guest touches the PMU (RDMSR/WRMSR
+of 300h-3FFh, RDMSR of IA32_MISC_ENABLE, RDPMC), never per block or instruction.
+
+Plugin options (``-plugin libp4pmu_plugin.so,opt=val,...``; Contract 2 of docs/architecture.md):
+
+  model=0F_04     CPU model key (p4pmu.emulator.models)        default: the models' default
+  stepping=N      CPUID stepping 0-15                            default: the model's
+  strict=on|off   reserved-bit policy of the PMU model           default: off
+  log=PATH        log every PMU access and every fault (with its reason) to PATH
+  threads=1|2     logical processors per core: with 2, vCPUs 2k and 2k+1 share one PMU
+                  as LP 0 and LP 1                                default: 1
+  pypath=DIR[:DIR] site directories to add to sys.path (set by `p4pmu qemu`)
+  verbose=on|off  C side: print each intercepted instruction at translation (-d plugin)
+
+Every method returns a status the C side understands (OK = 1, FAULT = 2); an exception is
+reported by the embedding's error handler and the C side then leaves the access to QEMU.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+OK = 1
+FAULT = 2
+U64 = (1 << 64) - 1
+MSR_MISC_ENABLE = 0x1A0
+
+_TRUE = {"on", "yes", "true", "1"}
+_FALSE = {"off", "no", "false", "0"}
+
+
+class OptionError(ValueError):
+    """A bad plugin option: the message is printed and QEMU does not load the plugin."""
+
+
+@dataclass
+class Options:
+    model: str | None = None
+    stepping: int | None = None
+    strict: bool = False
+    log: str | None = None
+    threads: int = 1
+    pypath: str | None = None
+    verbose: bool = False
+
+
+OPTION_NAMES = ("model", "stepping", "strict", "log", "threads", "pypath", "verbose")
+
+
+def _bool(name: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise OptionError(f"option {name}={value!r}: expected on or off")
+
+
+def parse_options(args: list[str]) -> Options:
+    """Parse QEMU's plugin arguments ("key=value" strings)."""
+    o = Options()
+    for a in args:
+        if "=" not in a:
+            raise OptionError(f"plugin option {a!r} is not key=value; known options: "
+                              f"{', '.join(OPTION_NAMES)}")
+        k, v = a.split("=", 1)
+        k = k.strip()
+        if k == "model":
+            o.model = v
+        elif k == "stepping":
+            try:
+                o.stepping = int(v, 0)
+            except ValueError:
+                raise OptionError(f"option stepping={v!r}: expected a number 0-15") from None
+            if not 0 <= o.stepping <= 15:
+                raise OptionError(f"option stepping={v!r}: expected a number 0-15")
+        elif k == "strict":
+            o.strict = _bool(k, v)
+        elif k == "log":
+            if not v:
+                raise OptionError("option log= needs a file name")
+            o.log = v
+        elif k == "threads":
+            if v not in ("1", "2"):
+                raise OptionError(f"option threads={v!r}: expected 1 or 2 (logical processors "
+                                  "per core)")
+            o.threads = int(v)
+        elif k == "pypath":
+            o.pypath = v
+        elif k == "verbose":
+            o.verbose = _bool(k, v)
+        else:
+            raise OptionError(f"unknown plugin option {k!r}; known options: "
+                              f"{', '.join(OPTION_NAMES)}")
+    return o
+
+
+class Bridge:
+    """One PMU per physical core; vCPU v is core v // threads, logical processor v % threads."""
+
+    def __init__(self, options: Options, smp_vcpus: int = 1, max_vcpus: int = 1,
+                 pmu_factory: Callable | None = None):
+        from p4pmu.emulator.models import get_model
+        from p4pmu.emulator.pmu import PMU, PMUFault
+        self.options = options
+        self.PMUFault = PMUFault
+        try:
+            self.model = get_model(options.model, options.stepping)
+        except (KeyError, ValueError) as e:
+            msg = e.args[0] if e.args else str(e)
+            raise OptionError(f"option model={options.model!r}: {msg}") from None
+        self.threads = options.threads
+        self.smp_vcpus = smp_vcpus
+        self.max_vcpus = max(max_vcpus, smp_vcpus, 1)
+        ht = self.threads == 2
+        if pmu_factory is None:
+            def pmu_factory():
+                return PMU(self.model, ht=ht, strict=options.strict)
+        self._factory = pmu_factory
+        self.pmus: dict[int, object] = {}
+        self._lock = threading.Lock()
+        self._log = None
+        self.n_rdmsr = self.n_wrmsr = self.n_rdpmc = self.n_misc = 0
+        self.n_faults = self.n_errors = 0
+        if options.log:
+            try:
+                self._log = open(options.log, "w", buffering=1, encoding="utf-8")
+            except OSError as e:
+                raise OptionError(f"option log={options.log!r}: {e.strerror}") from None
+            self._write(f"# p4pmu bridge: model {self.model.key} stepping {self.model.stepping}"
+                        f", threads={self.threads}, strict={'on' if options.strict else 'off'}"
+                        f", vCPUs {smp_vcpus} (max {self.max_vcpus})")
+
+    @classmethod
+    def from_args(cls, args: list[str], smp_vcpus: int, max_vcpus: int) -> "Bridge":
+        return cls(parse_options(args), smp_vcpus, max_vcpus)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def core_lp(self, vcpu: int) -> tuple[int, int]:
+        return vcpu // self.threads, vcpu % self.threads
+
+    def pmu_of(self, vcpu: int):
+        core = vcpu // self.threads
+        pmu = self.pmus.get(core)
+        if pmu is None:
+            with self._lock:
+                pmu = self.pmus.get(core)
+                if pmu is None:
+                    pmu = self.pmus[core] = self._factory()
+        return pmu
+
+    def _write(self, line: str) -> None:
+        if self._log is not None:
+            self._log.write(line + "\n")
+
+    def _who(self, vcpu: int) -> str:
+        core, lp = self.core_lp(vcpu)
+        return f"vcpu {vcpu} core {core} lp {lp}"
+
+    def _name(self, pmu, msr: int) -> str:
+        try:
+            n = pmu.name_of(msr)
+        except Exception:
+            n = None
+        return f" {n}" if n else ""
+
+    def _fault(self, vcpu: int, what: str, fault: Exception) -> int:
+        self.n_faults += 1
+        line = f"{self._who(vcpu)}: {what}: #GP(0): {fault}"
+        self._write(line)
+        if self._log is None:
+            print(f"p4pmu: {line}", file=sys.stderr, flush=True)
+        return FAULT
+
+    # -- the accesses (hot path: no formatting unless a log is open) ------------------------
+
+    def rdmsr(self, vcpu: int, msr: int) -> tuple[int, int]:
+        pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
+        self.n_rdmsr += 1
+        try:
+            value = int(pmu.rdmsr(vcpu % self.threads, msr)) & U64
+        except self.PMUFault as f:
+            return self._fault(vcpu, f"RDMSR 0x{msr:X}{self._name(pmu, msr)}", f), 0
+        if self._log is not None:
+            self._write(f"{self._who(vcpu)}: RDMSR 0x{msr:X}{self._name(pmu, msr)} -> "
+                        f"0x{value:X}")
+        return OK, value
+
+    def wrmsr(self, vcpu: int, msr: int, value: int) -> int:
+        pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
+        self.n_wrmsr += 1
+        try:
+            pmu.wrmsr(vcpu % self.threads, msr, value)
+        except self.PMUFault as f:
+            return self._fault(vcpu, f"WRMSR 0x{msr:X}{self._name(pmu, msr)} <- 0x{value:X}", f)
+        if self._log is not None:
+            self._write(f"{self._who(vcpu)}: WRMSR 0x{msr:X}{self._name(pmu, msr)} <- "
+                        f"0x{value:X}")
+        return OK
+
+    def rdpmc(self, vcpu: int, ecx: int) -> tuple[int, int]:
+        pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
+        self.n_rdpmc += 1
+        try:
+            value = int(pmu.rdpmc(vcpu % self.threads, ecx)) & U64
+        except self.PMUFault as f:
+            return self._fault(vcpu, f"RDPMC ECX=0x{ecx:X}", f), 0
+        if self._log is not None:
+            self._write(f"{self._who(vcpu)}: RDPMC ECX=0x{ecx:X} -> 0x{value:X}")
+        return OK, value
+
+    def misc_enable(self, vcpu: int, qemu_value: int) -> tuple[int, int]:
+        pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
+        self.n_misc += 1
+        value = int(pmu.misc_enable(qemu_value)) & U64
+        if self._log is not None:
+            self._write(f"{self._who(vcpu)}: RDMSR 0x1A0 IA32_MISC_ENABLE: QEMU 0x{qemu_value:X}"
+                        f" -> 0x{value:X}")
+        return OK, value
+
+    def note(self, vcpu: int, message: str) -> None:
+        self._write(f"{self._who(vcpu)}: note: {message}")
+
+    def log_error(self, where: str, text: str) -> None:
+        self.n_errors += 1
+        if self._log is not None:
+            self._write(f"# Python error in {where} (left to QEMU):")
+            for line in text.rstrip().splitlines():
+                self._write(f"#   {line}")
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._write(f"# end: {self.n_rdmsr} RDMSR, {self.n_wrmsr} WRMSR, {self.n_rdpmc} "
+                        f"RDPMC, {self.n_misc} MISC_ENABLE reads, {self.n_faults} faults, "
+                        f"{self.n_errors} Python errors")
+            self._log.close()
+            self._log = None

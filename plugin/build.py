@@ -1,0 +1,328 @@
+"""Build the p4pmu QEMU plugin: one shared library made with cffi's embedding mode.
+
+    from p4pmu.plugin.build import plugin_path, ensure_built
+    path = ensure_built()          # builds if missing or stale, returns the .so
+    qemu ... -plugin {path},model=0F_04,log=/tmp/pmu.log
+
+Where the library goes (`plugin_path()`):
+
+* running from a source tree (this file sits next to ``../pyproject.toml`` and
+  ``../emulator/``, as with ``pip install -e .``): ``<repo>/build/plugin/libp4pmu_plugin.so``;
+* installed as a normal package: a per-user cache,
+  ``$XDG_CACHE_HOME/p4pmu/plugin/<python-tag>-<interpreter hash>/libp4pmu_plugin.so``
+  (``~/.cache`` when XDG_CACHE_HOME is unset), because site-packages may not be writable.
+
+`ensure_built()` rebuilds when any plugin source, the Python interpreter (path, version,
+libpython) or cffi changed; a stamp file next to the library records what it was built from.
+
+The library links against the shared libpython of the interpreter that builds it and keeps
+a RUNPATH to that libpython's directory (QEMU starts the plugin through its own loader, which
+ignores LD_LIBRARY_PATH).  The Python side that runs inside QEMU is INIT_CODE below (cffi
+embedding init code) plus `p4pmu.plugin.bridge`.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+PLUGIN_DIR = Path(__file__).resolve().parent
+LIB_NAME = "libp4pmu_plugin.so"
+MODULE_NAME = "_p4pmu_bridge"
+C_SOURCES = ("p4pmu_plugin.c", "p4pmu_plugin.h", "qemu_plugin_api.h")
+STAMP_SUFFIX = ".stamp"
+
+
+class BuildError(RuntimeError):
+    """The plugin cannot be built here; the message says what to install or change."""
+
+
+# --------------------------------------------------------------------------------------------
+# Where
+# --------------------------------------------------------------------------------------------
+
+
+def _source_tree() -> Path | None:
+    root = PLUGIN_DIR.parent
+    if (root / "pyproject.toml").is_file() and (root / "emulator").is_dir():
+        return root
+    return None
+
+
+def _interpreter_tag() -> str:
+    exe = os.path.realpath(sys.executable)
+    h = hashlib.sha256(f"{exe}|{sys.prefix}|{sys.version}".encode()).hexdigest()[:10]
+    return f"py{sys.version_info[0]}{sys.version_info[1]}-{h}"
+
+
+def plugin_path() -> Path:
+    """Path of the plugin library (it may not be built yet: see `ensure_built`)."""
+    root = _source_tree()
+    if root is not None:
+        return root / "build" / "plugin" / LIB_NAME
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "p4pmu" / "plugin" / _interpreter_tag() / LIB_NAME
+
+
+# --------------------------------------------------------------------------------------------
+# What Python we embed
+# --------------------------------------------------------------------------------------------
+
+
+def _debian_dev_package() -> str:
+    v = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return f"libpython{v}-dev (or python3-dev)"
+
+
+def python_build_info() -> dict:
+    """The libpython and headers of the running interpreter, or BuildError saying why not."""
+    cv = sysconfig.get_config_var
+    if not cv("Py_ENABLE_SHARED"):
+        raise BuildError(
+            f"{sys.executable} is not a shared-libpython build (Py_ENABLE_SHARED=0): the "
+            "plugin embeds Python inside QEMU and needs libpython as a shared library. Use a "
+            "Python configured with --enable-shared (Debian's /usr/bin/python3 with "
+            f"{_debian_dev_package()} installed, or pyenv with "
+            "PYTHON_CONFIGURE_OPTS=--enable-shared).")
+    libdir = cv("LIBDIR") or ""
+    candidates = [cv("INSTSONAME"), cv("LDLIBRARY")]
+    multiarch = cv("MULTIARCH")
+    dirs = [libdir] + ([os.path.join(libdir, multiarch)] if multiarch else [])
+    libpython = None
+    for d in dirs:
+        for name in candidates:
+            if name and os.path.isfile(os.path.join(d, name)):
+                libpython = os.path.realpath(os.path.join(d, name))
+                break
+        if libpython:
+            break
+    if not libpython:
+        raise BuildError(
+            f"cannot find the shared libpython of {sys.executable} (looked for "
+            f"{', '.join(c for c in candidates if c)} in {', '.join(dirs)}); on Debian "
+            f"install {_debian_dev_package()}.")
+    include = sysconfig.get_paths()["include"]
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        raise BuildError(
+            f"Python headers missing ({include}/Python.h): on Debian install "
+            f"{_debian_dev_package()}.")
+    link_name = f"python{sys.version_info[0]}.{sys.version_info[1]}{sys.abiflags}"
+    link_ok = any(os.path.exists(os.path.join(d, f"lib{link_name}.so")) for d in dirs)
+    if not link_ok:
+        raise BuildError(
+            f"lib{link_name}.so (the link-time name of libpython) is missing in "
+            f"{', '.join(dirs)}: on Debian install {_debian_dev_package()}.")
+    return {"libpython": libpython, "libdir": os.path.dirname(libpython),
+            "include": include, "purelib": sysconfig.get_paths()["purelib"]}
+
+
+# --------------------------------------------------------------------------------------------
+# The Python half that cffi runs inside QEMU
+# --------------------------------------------------------------------------------------------
+
+INIT_CODE = r'''
+import os
+import sys
+
+from _p4pmu_bridge import ffi, lib
+
+DEFAULT_PYPATH = @DEFAULT_PYPATH@   # site-packages of the interpreter that built the plugin
+_bridge = None
+
+
+def _report(where, exc, value, tb):
+    """cffi's onerror: the call returns 0 ("not handled") and QEMU carries on; say so."""
+    try:
+        import traceback
+        text = "".join(traceback.format_exception(exc, value, tb))
+        msg = "p4pmu: Python error in %s (left to QEMU):\n%s" % (where, text)
+        sys.stderr.write(msg)
+        sys.stderr.flush()
+        if _bridge is not None:
+            _bridge.log_error(where, text)
+    except BaseException:
+        pass
+    return None
+
+
+def _onerror(where):
+    return lambda exc, value, tb: _report(where, exc, value, tb)
+
+
+@ffi.def_extern(onerror=_onerror("plugin initialisation"))
+def p4pmu_py_init(argc, argv, smp_vcpus, max_vcpus):
+    global _bridge
+    args = [ffi.string(argv[i]).decode("utf-8", "replace") for i in range(argc)]
+    import site
+    extra = [a.split("=", 1)[1] for a in args if a.startswith("pypath=")]
+    paths = []
+    for item in extra or [DEFAULT_PYPATH]:
+        paths += [p for p in item.split(os.pathsep) if p]
+    for p in paths:
+        site.addsitedir(p)
+    try:
+        from p4pmu.plugin import bridge
+    except ImportError as e:
+        sys.stderr.write(
+            "p4pmu: cannot import the p4pmu package inside QEMU (%s).\n"
+            "p4pmu: site directories tried: %s\n"
+            "p4pmu: pass pypath=DIR (the site-packages where p4pmu and numpy are installed)\n"
+            % (e, ", ".join(paths) or "none"))
+        return 0
+    try:
+        _bridge = bridge.Bridge.from_args(args, smp_vcpus, max_vcpus)
+    except bridge.OptionError as e:
+        sys.stderr.write("p4pmu: %s\n" % e)
+        return 0
+    return 1
+
+
+@ffi.def_extern(onerror=_onerror("RDMSR"))
+def p4pmu_py_rdmsr(vcpu, msr, out):
+    status, value = _bridge.rdmsr(vcpu, msr)
+    out[0] = value
+    return status
+
+
+@ffi.def_extern(onerror=_onerror("WRMSR"))
+def p4pmu_py_wrmsr(vcpu, msr, value):
+    return _bridge.wrmsr(vcpu, msr, value)
+
+
+@ffi.def_extern(onerror=_onerror("RDPMC"))
+def p4pmu_py_rdpmc(vcpu, ecx, out):
+    status, value = _bridge.rdpmc(vcpu, ecx)
+    out[0] = value
+    return status
+
+
+@ffi.def_extern(onerror=_onerror("RDMSR IA32_MISC_ENABLE"))
+def p4pmu_py_misc_enable(vcpu, qemu_value, out):
+    status, value = _bridge.misc_enable(vcpu, qemu_value)
+    out[0] = value
+    return status
+
+
+@ffi.def_extern(onerror=_onerror("note"))
+def p4pmu_py_note(vcpu, message):
+    _bridge.note(vcpu, ffi.string(message).decode("utf-8", "replace"))
+    return 1
+
+
+@ffi.def_extern(onerror=_onerror("exit"))
+def p4pmu_py_exit():
+    if _bridge is not None:
+        _bridge.close()
+'''
+
+
+def _embedding_api() -> str:
+    text = (PLUGIN_DIR / "p4pmu_plugin.h").read_text()
+    m = re.search(r"/\* BEGIN EMBEDDING API \*/(.*?)/\* END EMBEDDING API \*/", text, re.S)
+    if not m:
+        raise BuildError("p4pmu_plugin.h lacks the EMBEDDING API block")
+    return m.group(1)
+
+
+def _init_code(info: dict) -> str:
+    return INIT_CODE.replace("@DEFAULT_PYPATH@", repr(info["purelib"]))
+
+
+def _stamp(info: dict) -> str:
+    import cffi
+    h = hashlib.sha256()
+    for name in C_SOURCES:
+        h.update(name.encode())
+        h.update((PLUGIN_DIR / name).read_bytes())
+    h.update(_init_code(info).encode())
+    for part in (os.path.realpath(sys.executable), sys.prefix, sys.version, info["libpython"],
+                 cffi.__version__):
+        h.update(part.encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Build
+# --------------------------------------------------------------------------------------------
+
+
+def is_stale(path: Path | None = None) -> bool:
+    path = Path(path) if path else plugin_path()
+    stamp = path.with_name(path.name + STAMP_SUFFIX)
+    if not path.is_file() or not stamp.is_file():
+        return True
+    return stamp.read_text().strip() != _stamp(python_build_info())
+
+
+def _compile(info: dict, workdir: Path, progress: bool) -> Path:
+    import cffi
+    ffi = cffi.FFI()
+    ffi.embedding_api(_embedding_api())
+    ffi.set_source(
+        MODULE_NAME,
+        '#include "p4pmu_plugin.c"\n',
+        include_dirs=[str(PLUGIN_DIR)],
+        define_macros=[("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
+        extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
+        extra_link_args=[f"-Wl,-rpath,{info['libdir']}", "-Wl,--enable-new-dtags",
+                         "-ldl", "-lpthread"],
+    )
+    ffi.embedding_init_code(_init_code(info))
+    out = ffi.compile(tmpdir=str(workdir), target=LIB_NAME[:-3] + ".*", verbose=progress)
+    return Path(out)
+
+
+def ensure_built(progress: bool = True) -> Path:
+    """Build the plugin if it is missing or stale; return its path.
+
+    Raises BuildError with an actionable message when this Python cannot be embedded
+    (not a shared-libpython build, headers or the libpython link name missing)."""
+    info = python_build_info()
+    path = plugin_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp_path = path.with_name(path.name + STAMP_SUFFIX)
+    want = _stamp(info)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file() and stamp_path.is_file() and stamp_path.read_text().strip() == want:
+            return path
+        if progress:
+            print(f"p4pmu: building the QEMU plugin {path} (Python {sys.version.split()[0]}, "
+                  f"{info['libpython']})", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="p4pmu-plugin-") as tmp:
+            try:
+                built = _compile(info, Path(tmp), progress)
+            except Exception as e:  # distutils/setuptools CompileError, LinkError, ...
+                raise BuildError(f"building the plugin failed: {e}") from e
+            partial = path.with_name(path.name + ".new")
+            shutil.copyfile(built, partial)
+            os.chmod(partial, 0o755)
+            os.replace(partial, path)
+        stamp_path.write_text(want + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m p4pmu.plugin.build [--force] [--quiet]: build and print the path."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--force" in argv:
+        p = plugin_path()
+        for f in (p, p.with_name(p.name + STAMP_SUFFIX)):
+            if f.exists():
+                f.unlink()
+    try:
+        print(ensure_built(progress="--quiet" not in argv))
+    except BuildError as e:
+        print(f"p4pmu: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

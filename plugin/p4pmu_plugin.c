@@ -1,0 +1,931 @@
+/*
+ * p4pmu bridge: a QEMU 11.1 TCG plugin (API v7) that hands the guest's accesses to the
+ * NetBurst PMU (RDMSR/WRMSR of 300h-3FFh, RDMSR of IA32_MISC_ENABLE, RDPMC) to the Python
+ * emulator running inside QEMU (cffi embedding; plugin/bridge.py).
+ *
+ * How it works (details and the reasons in docs/bridge.md):
+ *
+ * - Translation time: every instruction of a new block is decoded from its bytes; only
+ *   0F 30 (WRMSR), 0F 32 (RDMSR) and 0F 33 (RDPMC) with legal prefixes get execution
+ *   callbacks.  Blocks without them get nothing, so they run at full speed.
+ * - RDMSR: a callback before the instruction (ECX in 300h-3FFh, CPL 0) asks Python; QEMU then
+ *   executes the RDMSR itself (it reads 0 for these MSRs) and a callback on the next
+ *   instruction, or an "entry hook" on the next block when the RDMSR ends its block, writes
+ *   EDX:EAX.  QEMU's own flag state is never disturbed.  ECX = 1A0h: QEMU's value is patched
+ *   with pmu.misc_enable().
+ * - WRMSR: Python validates and applies the write before the instruction; QEMU then executes
+ *   it (and drops it).
+ * - #GP from the model: ECX is pointed at an x2APIC MSR (800h), which QEMU rejects with #GP
+ *   after restoring the exact guest state; the exception (discontinuity) callback, which QEMU
+ *   calls before it delivers the exception, puts the guest's ECX back.
+ * - RDPMC (QEMU always raises #UD): first instruction of its block -> EDX:EAX written and the
+ *   instruction skipped with qemu_plugin_set_pc() (EFLAGS are in sync at a block start).
+ *   Anywhere else -> QEMU raises #UD, which synchronises the lazy flags; the exception
+ *   callback writes EDX:EAX and changes IOPL/AC so that the #UD handler's first block is
+ *   translated afresh; that block gets an entry hook which undoes the exception frame
+ *   (stack pointer, segments, EFLAGS, stack bytes) and resumes after the RDPMC.
+ * - RDPMC #GP (bad index): CPL > 0 -> CR4.PCE is cleared for the instruction so that QEMU
+ *   raises #GP itself; CPL 0 -> the instruction bytes are briefly replaced by WRMSR with ECX =
+ *   800h (see fault_by_patch()).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qemu_plugin_api.h"
+#include "p4pmu_plugin.h"
+
+#ifndef P4PMU_LIBPYTHON
+#error "P4PMU_LIBPYTHON (path of the libpython the plugin is linked with) must be defined"
+#endif
+
+P4PMU_EXPORT int qemu_plugin_version = P4PMU_QEMU_PLUGIN_VERSION;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Constants                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+#define PMU_MSR_FIRST 0x300u
+#define PMU_MSR_LAST 0x3FFu
+#define MSR_MISC_ENABLE 0x1A0u
+#define MSR_GP_REDIRECT 0x800u /* x2APIC range: #GP in QEMU while x2APIC is off */
+
+#define CR0_PE (1ull << 0)
+#define CR4_PCE (1ull << 8)
+#define EFER_LMA (1ull << 10)
+#define EFL_IOPL (3ull << 12)
+#define EFL_VM (1ull << 17)
+#define EFL_AC (1ull << 18)
+/* flags QEMU keeps lazily (CC_*) or in env->df during execution; never written raw */
+#define EFL_LAZY 0xCD5ull
+
+enum kind { K_NONE = 0, K_WRMSR = 1, K_RDMSR = 2, K_RDPMC = 3 };
+
+/* ---------------------------------------------------------------------------------------- */
+/* Per-vCPU state                                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+enum rec_kind { REC_RDMSR = 1, REC_RDMSR_MISC, REC_RDPMC_UD };
+
+/* Work left for the entry hook of a later block. */
+struct rec {
+    int kind;
+    uint64_t linear; /* RDMSR: linear address of the block to patch in; RDPMC: the RDPMC */
+    uint64_t rsp;    /* stack pointer when the record was made */
+    uint64_t value;  /* EDX:EAX for RDMSR */
+    /* REC_RDPMC_UD: the state before QEMU delivered #UD */
+    uint64_t eip, len, eflags, cs, ss, seg[4];
+    int frame64, frame16, seg_saved;
+    int fault; /* RDPMC with #GP at CPL 0: restart it at a block start (fault_by_patch) */
+    uint64_t rax, rdx; /* as they were before the exception callback wrote EDX:EAX */
+    uint8_t stack[64];
+    int stack_ok;
+};
+
+#define MAX_REC 8
+
+enum redirect_kind { RD_NONE = 0, RD_RCX, RD_CR4, RD_PATCH };
+
+struct vcpu {
+    int ready;
+    p4_GByteArray *buf;
+    /* RDMSR result to write on the next instruction */
+    int post; /* 0 none, 1 value, 2 misc_enable */
+    uint64_t post_value;
+    /* #GP on the way: what to put back in the exception callback */
+    int redirect;
+    uint64_t redirect_linear, orig_rcx, orig_cr4, patch_op;
+    uint8_t orig_bytes[2];
+    /* RDPMC known to fault, restarted at a block start by the entry hook */
+    uint64_t refault_linear;
+    /* RDPMC not at a block start, Python already asked; QEMU's #UD comes next */
+    int ud_armed, ud_fault;
+    uint64_t ud_linear, ud_value, ud_len;
+    struct rec rec[MAX_REC];
+    int nrec;
+};
+
+static struct vcpu *vcpus;
+static int n_vcpus_max;
+static struct qemu_plugin_scoreboard *sb_pending; /* per vCPU: uint64_t number of records */
+static p4_plugin_u64 pending_entry;
+
+static struct {
+    struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs,
+        *gs, *cr0, *cr4, *efer;
+} R;
+
+/* the vCPU whose thread this is (set in every callback; used at translation time) */
+static __thread int tl_vcpu = -1;
+/* RDPMC #UD round trips under way on this thread's vCPU: while there are any, every block
+ * translated gets the entry hook (the #UD handler, and whatever an interrupt runs first) */
+static __thread int tl_ud_pending;
+
+static int verbose;
+static int debug; /* P4PMU_DEBUG=1 in the environment: trace the bridge's decisions */
+#define DBG(...) do { if (debug) fprintf(stderr, "p4pmu-debug: " __VA_ARGS__); } while (0)
+
+/*
+ * cffi takes the GIL with PyGILState_Ensure/Release around every call.  On a thread Python
+ * does not know (a vCPU thread), that creates and destroys a thread state each time, which
+ * costs more than the PMU model itself.  Before the first call on a thread we take a thread
+ * state once and keep it (releasing only the GIL), so later calls just switch the GIL.
+ * Python.h is included by the cffi-generated file this source is compiled into.
+ */
+static __thread int tl_py_ready;
+
+static void py_thread_ready(void)
+{
+    if (!tl_py_ready) {
+        tl_py_ready = 1;
+        PyGILState_Ensure(); /* never released: keeps this thread's state alive */
+        PyEval_SaveThread(); /* ...but not the GIL */
+    }
+}
+
+static int py_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
+{
+    py_thread_ready();
+    return p4pmu_py_rdmsr(vi, msr, out);
+}
+static int py_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
+{
+    py_thread_ready();
+    return p4pmu_py_wrmsr(vi, msr, value);
+}
+static int py_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
+{
+    py_thread_ready();
+    return p4pmu_py_rdpmc(vi, ecx, out);
+}
+static int py_misc_enable(unsigned vi, uint64_t q, uint64_t *out)
+{
+    py_thread_ready();
+    return p4pmu_py_misc_enable(vi, q, out);
+}
+static void py_note(unsigned vi, const char *msg)
+{
+    py_thread_ready();
+    p4pmu_py_note(vi, msg);
+}
+
+static struct vcpu *V(unsigned int vi)
+{
+    if ((int)vi >= n_vcpus_max) {
+        fprintf(stderr, "p4pmu: vCPU %u beyond max_vcpus %d\n", vi, n_vcpus_max);
+        abort();
+    }
+    tl_vcpu = (int)vi;
+    return &vcpus[vi];
+}
+
+static void set_npending(unsigned int vi, struct vcpu *v)
+{
+    uint64_t *p = qemu_plugin_scoreboard_find(sb_pending, vi);
+    *p = (uint64_t)v->nrec;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Register and memory access                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+static uint64_t rd(struct vcpu *v, struct qemu_plugin_register *r)
+{
+    uint64_t x = 0;
+    g_byte_array_set_size(v->buf, 0);
+    if (!qemu_plugin_read_register(r, v->buf)) {
+        fprintf(stderr, "p4pmu: register read failed\n");
+        abort();
+    }
+    memcpy(&x, v->buf->data, v->buf->len < 8 ? v->buf->len : 8);
+    return x;
+}
+
+static void wr(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x)
+{
+    g_byte_array_set_size(v->buf, 0);
+    g_byte_array_append(v->buf, (const uint8_t *)&x, 8);
+    if (!qemu_plugin_write_register(r, v->buf)) {
+        fprintf(stderr, "p4pmu: register write failed\n");
+        abort();
+    }
+}
+
+static int rdmem(struct vcpu *v, uint64_t addr, void *dst, size_t n)
+{
+    g_byte_array_set_size(v->buf, 0);
+    if (!qemu_plugin_read_memory_vaddr(addr, v->buf, n) || v->buf->len < n) {
+        return 0;
+    }
+    memcpy(dst, v->buf->data, n);
+    return 1;
+}
+
+static int wrmem(struct vcpu *v, uint64_t addr, const void *src, size_t n)
+{
+    g_byte_array_set_size(v->buf, 0);
+    g_byte_array_append(v->buf, src, (unsigned)n);
+    return qemu_plugin_write_memory_vaddr(addr, v->buf);
+}
+
+/* EDX:EAX <- value; 8-byte writes also clear the upper halves of RAX/RDX (long mode). */
+static void write_edx_eax(struct vcpu *v, uint64_t value)
+{
+    wr(v, R.rax, value & 0xFFFFFFFFull);
+    wr(v, R.rdx, value >> 32);
+}
+
+/* CPL as the hardware defines it: real mode 0, virtual-8086 mode 3, else CS.RPL. */
+static int current_cpl(struct vcpu *v)
+{
+    if (!(rd(v, R.cr0) & CR0_PE)) {
+        return 0;
+    }
+    if (rd(v, R.eflags) & EFL_VM) {
+        return 3;
+    }
+    return (int)(rd(v, R.cs) & 3);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Call-site descriptor packed into the callback's userdata (no allocation per block)        */
+/*   bits 0-47 linear address (sign-extended), 48-51 length, 52-53 kind, 54 first, 55 last   */
+/* ---------------------------------------------------------------------------------------- */
+
+static void *pack_site(uint64_t linear, unsigned len, int kind, int first, int last)
+{
+    uint64_t x = (linear & 0xFFFFFFFFFFFFull) | ((uint64_t)(len & 15) << 48) |
+                 ((uint64_t)kind << 52) | ((uint64_t)(first != 0) << 54) |
+                 ((uint64_t)(last != 0) << 55);
+    return (void *)(uintptr_t)x;
+}
+
+struct site {
+    uint64_t linear;
+    unsigned len;
+    int kind, first, last;
+};
+
+static struct site unpack_site(void *ud)
+{
+    uint64_t x = (uint64_t)(uintptr_t)ud;
+    struct site s;
+    s.linear = x & 0xFFFFFFFFFFFFull;
+    if (s.linear & (1ull << 47)) {
+        s.linear |= 0xFFFF000000000000ull;
+    }
+    s.len = (unsigned)((x >> 48) & 15);
+    s.kind = (int)((x >> 52) & 3);
+    s.first = (int)((x >> 54) & 1);
+    s.last = (int)((x >> 55) & 1);
+    return s;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Entry hooks: linear addresses whose blocks get a conditional entry callback               */
+/* ---------------------------------------------------------------------------------------- */
+
+#define HOOK_SLOTS 8192
+static uint64_t hook_key[HOOK_SLOTS]; /* stored as address + 1; 0 = empty */
+static int hook_count;
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int hook_has_locked(uint64_t a)
+{
+    uint64_t k = a + 1;
+    for (unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51), n = 0; n < HOOK_SLOTS;
+         i = (i + 1) & (HOOK_SLOTS - 1), n++) {
+        if (hook_key[i] == k) {
+            return 1;
+        }
+        if (!hook_key[i]) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static int hook_has(uint64_t a)
+{
+    pthread_mutex_lock(&hook_lock);
+    int r = hook_count ? hook_has_locked(a) : 0;
+    pthread_mutex_unlock(&hook_lock);
+    return r;
+}
+
+/* Returns 1 if the address was new. */
+static int hook_add(uint64_t a)
+{
+    int added = 0;
+    uint64_t k = a + 1;
+    pthread_mutex_lock(&hook_lock);
+    if (!hook_has_locked(a) && hook_count < HOOK_SLOTS * 3 / 4) {
+        unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51);
+        while (hook_key[i]) {
+            i = (i + 1) & (HOOK_SLOTS - 1);
+        }
+        hook_key[i] = k;
+        hook_count++;
+        added = 1;
+    }
+    pthread_mutex_unlock(&hook_lock);
+    return added;
+}
+
+/*
+ * Make sure the block starting at `a` carries the entry hook: new addresses are added to the
+ * set and any block already translated there is invalidated by writing one byte of guest
+ * memory back unchanged (QEMU drops translated code on writes).
+ */
+static void ensure_hook(struct vcpu *v, uint64_t a)
+{
+    if (hook_add(a)) {
+        uint8_t b;
+        if (rdmem(v, a, &b, 1)) {
+            wrmem(v, a, &b, 1);
+        }
+    }
+}
+
+static void push_rec(unsigned vi, struct vcpu *v, const struct rec *r)
+{
+    if (v->nrec == MAX_REC) { /* drop the oldest: its block never ran */
+        py_note(vi, "bridge: dropped a stale pending EDX:EAX patch record");
+        if (v->rec[0].kind == REC_RDPMC_UD && tl_ud_pending > 0) {
+            tl_ud_pending--;
+        }
+        memmove(&v->rec[0], &v->rec[1], sizeof(struct rec) * (MAX_REC - 1));
+        v->nrec--;
+    }
+    v->rec[v->nrec++] = *r;
+    set_npending(vi, v);
+}
+
+static void drop_rec(unsigned vi, struct vcpu *v, int i)
+{
+    memmove(&v->rec[i], &v->rec[i + 1], sizeof(struct rec) * (size_t)(v->nrec - i - 1));
+    v->nrec--;
+    set_npending(vi, v);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* #GP delivery                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+/* RDMSR/WRMSR: make QEMU raise #GP(0) at this instruction (see on_exception). */
+static void fault_by_redirect(struct vcpu *v, const struct site *s, uint64_t rcx)
+{
+    v->redirect = RD_RCX;
+    v->redirect_linear = s->linear;
+    v->orig_rcx = rcx;
+    wr(v, R.rcx, MSR_GP_REDIRECT);
+}
+
+/*
+ * RDPMC at CPL 0 (only reached at a block start, where the guest state is exact): replace
+ * the two opcode bytes 0F 33 by 0F 30 (WRMSR), point ECX at 800h and restart the instruction;
+ * QEMU translates the WRMSR (the translation callback ignores the patched address) and raises
+ * #GP with the state restored; on_exception puts back ECX and the original bytes before the
+ * guest sees anything.  The bytes are in guest memory for the time of one instruction.
+ */
+static uint64_t patch_linear; /* address being patched, or 0; ignored by translate() */
+
+static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, uint64_t rcx)
+{
+    uint64_t op = s->linear + s->len - 2;
+    uint8_t newb[2] = {0x0F, 0x30};
+    if (!rdmem(v, op, v->orig_bytes, 2)) {
+        return; /* cannot happen: the instruction was just fetched */
+    }
+    v->redirect = RD_PATCH;
+    v->redirect_linear = s->linear;
+    v->orig_rcx = rcx;
+    v->patch_op = op;
+    __atomic_store_n(&patch_linear, s->linear, __ATOMIC_SEQ_CST);
+    wrmem(v, op, newb, 2);
+    wr(v, R.rcx, MSR_GP_REDIRECT);
+    qemu_plugin_set_pc(rip);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Execution callbacks                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+static void cb_wrmsr(unsigned int vi, void *ud)
+{
+    struct vcpu *v = V(vi);
+    uint64_t rcx = rd(v, R.rcx);
+    uint32_t msr = (uint32_t)rcx;
+    if (msr < PMU_MSR_FIRST || msr > PMU_MSR_LAST) {
+        return;
+    }
+    if (current_cpl(v) != 0) {
+        return; /* QEMU raises #GP */
+    }
+    struct site s = unpack_site(ud);
+    uint64_t value = (rd(v, R.rdx) << 32) | (rd(v, R.rax) & 0xFFFFFFFFull);
+    int r = py_wrmsr(vi, msr, value);
+    if (r == P4_PY_FAULT) {
+        fault_by_redirect(v, &s, rcx);
+    }
+    /* OK or not handled: QEMU executes the WRMSR, which it ignores for 300h-3FFh */
+}
+
+static void cb_rdmsr(unsigned int vi, void *ud)
+{
+    struct vcpu *v = V(vi);
+    uint64_t rcx = rd(v, R.rcx);
+    uint32_t msr = (uint32_t)rcx;
+    int post = 0;
+    uint64_t value = 0;
+
+    v->post = 0;
+    if (msr == MSR_MISC_ENABLE) {
+        if (current_cpl(v) != 0) {
+            return; /* QEMU raises #GP */
+        }
+        post = 2; /* QEMU reads its value; patched afterwards */
+    } else if (msr >= PMU_MSR_FIRST && msr <= PMU_MSR_LAST) {
+        if (current_cpl(v) != 0) {
+            return;
+        }
+        int r = py_rdmsr(vi, msr, &value);
+        if (r == P4_PY_FAULT) {
+            struct site s = unpack_site(ud);
+            fault_by_redirect(v, &s, rcx);
+            return;
+        }
+        if (r != P4_PY_OK) {
+            return; /* not handled: the guest gets QEMU's 0 */
+        }
+        post = 1;
+    } else {
+        return;
+    }
+
+    struct site s = unpack_site(ud);
+    if (!s.last) {
+        v->post = post;
+        v->post_value = value;
+        return; /* cb_rdmsr_post on the next instruction of this block */
+    }
+    /* the RDMSR ends its block: patch at the entry of the next one */
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    r.kind = post == 2 ? REC_RDMSR_MISC : REC_RDMSR;
+    r.linear = s.linear + s.len;
+    r.rsp = rd(v, R.rsp);
+    r.value = value;
+    ensure_hook(v, r.linear);
+    push_rec(vi, v, &r);
+}
+
+static void cb_rdmsr_post(unsigned int vi, void *ud)
+{
+    struct vcpu *v = V(vi);
+    (void)ud;
+    if (!v->post) {
+        return;
+    }
+    uint64_t value = v->post_value;
+    if (v->post == 2) {
+        uint64_t q = (rd(v, R.rdx) << 32) | (rd(v, R.rax) & 0xFFFFFFFFull);
+        v->post = 0;
+        if (py_misc_enable(vi, q, &value) != P4_PY_OK) {
+            return;
+        }
+    }
+    v->post = 0;
+    write_edx_eax(v, value);
+}
+
+static int rdpmc_allowed(struct vcpu *v, int *cpl)
+{
+    *cpl = current_cpl(v);
+    return *cpl == 0 || (rd(v, R.cr4) & CR4_PCE);
+}
+
+static void cb_rdpmc(unsigned int vi, void *ud)
+{
+    struct vcpu *v = V(vi);
+    struct site s = unpack_site(ud);
+    int cpl;
+    uint64_t value = 0;
+
+    if (!rdpmc_allowed(v, &cpl)) {
+        return; /* QEMU raises #GP */
+    }
+    uint64_t rcx = rd(v, R.rcx);
+    int r;
+    if (v->refault_linear && v->refault_linear == s.linear && s.first) {
+        r = P4_PY_FAULT; /* asked already, before the #UD round trip (cb_entry) */
+    } else {
+        r = py_rdpmc(vi, (uint32_t)rcx, &value);
+    }
+    v->refault_linear = 0;
+    if (r == P4_PY_FAULT) {
+        if (cpl > 0) {
+            /* QEMU's own check then raises #GP with the exact state */
+            v->redirect = RD_CR4;
+            v->redirect_linear = s.linear;
+            v->orig_cr4 = rd(v, R.cr4);
+            wr(v, R.cr4, v->orig_cr4 & ~CR4_PCE);
+            return;
+        }
+        if (s.first) {
+            fault_by_patch(v, &s, rd(v, R.rip), rcx);
+            return;
+        }
+        /* CPL 0, not at a block start: go through #UD and the entry hook first */
+        v->ud_armed = 1;
+        v->ud_fault = 1;
+        v->ud_linear = s.linear;
+        v->ud_len = s.len;
+        return;
+    }
+    if (r != P4_PY_OK) {
+        return; /* not handled: QEMU raises #UD */
+    }
+    if (s.first) {
+        /* block start: QEMU's flags are in env, skipping is exact; rip is exact here */
+        uint64_t rip = rd(v, R.rip);
+        write_edx_eax(v, value);
+        qemu_plugin_set_pc(rip + s.len);
+    }
+    v->ud_armed = 1;
+    v->ud_fault = 0;
+    v->ud_linear = s.linear;
+    v->ud_value = value;
+    v->ud_len = s.len;
+}
+
+/*
+ * Entry hook of a block (conditional: runs only while this vCPU has records).  The guest
+ * state is exact here: nothing of the block has run yet.
+ */
+static void cb_entry(unsigned int vi, void *ud)
+{
+    struct vcpu *v = V(vi);
+    uint64_t tbv = (uint64_t)(uintptr_t)ud;
+    if (!v->nrec) {
+        return;
+    }
+    uint64_t rsp = rd(v, R.rsp);
+    for (int i = v->nrec - 1; i >= 0; i--) {
+        struct rec *r = &v->rec[i];
+        if (r->kind == REC_RDMSR || r->kind == REC_RDMSR_MISC) {
+            if (r->linear != tbv || r->rsp != rsp) {
+                continue;
+            }
+            uint64_t value = r->value;
+            int kind = r->kind;
+            drop_rec(vi, v, i);
+            if (kind == REC_RDMSR_MISC) {
+                uint64_t q = (rd(v, R.rdx) << 32) | (rd(v, R.rax) & 0xFFFFFFFFull);
+                if (py_misc_enable(vi, q, &value) != P4_PY_OK) {
+                    return;
+                }
+            }
+            write_edx_eax(v, value);
+            return;
+        }
+        /* REC_RDPMC_UD: is the #UD frame of that RDPMC on top of the stack? */
+        uint64_t slot[2] = {0, 0};
+        if (r->frame64) {
+            if (!rdmem(v, rsp, slot, 16)) {
+                continue;
+            }
+        } else if (r->frame16) {
+            uint16_t s16[2];
+            if (!rdmem(v, rsp, s16, 4)) {
+                continue;
+            }
+            slot[0] = s16[0];
+            slot[1] = s16[1];
+        } else {
+            uint32_t s32[2];
+            if (!rdmem(v, rsp, s32, 8)) {
+                continue;
+            }
+            slot[0] = s32[0];
+            slot[1] = s32[1];
+        }
+        DBG("entry hook %#llx: frame %#llx:%#llx, want %#llx:%#llx\n", (unsigned long long)tbv,
+            (unsigned long long)slot[1], (unsigned long long)slot[0], (unsigned long long)r->cs,
+            (unsigned long long)r->eip);
+        if (slot[0] != r->eip || (slot[1] & 0xFFFF) != (r->cs & 0xFFFF)) {
+            continue;
+        }
+        struct rec c = *r;
+        drop_rec(vi, v, i);
+        if (tl_ud_pending > 0) {
+            tl_ud_pending--;
+        }
+        hook_add(tbv); /* the #UD handler: hook its blocks whatever their TB flags */
+        /* undo the delivery: segments (CPL follows SS), stack, EFLAGS (IOPL/AC/IF/TF...) */
+        if (rd(v, R.ss) != c.ss) {
+            wr(v, R.ss, c.ss);
+        }
+        if (rd(v, R.cs) != c.cs) {
+            wr(v, R.cs, c.cs);
+        }
+        if (c.seg_saved) {
+            struct qemu_plugin_register *sr[4] = {R.ds, R.es, R.fs, R.gs};
+            for (int k = 0; k < 4; k++) {
+                wr(v, sr[k], c.seg[k]);
+            }
+        }
+        if (c.stack_ok && rsp >= c.rsp - sizeof(c.stack) && rsp < c.rsp) {
+            wrmem(v, c.rsp - sizeof(c.stack), c.stack, sizeof(c.stack));
+        }
+        wr(v, R.rsp, c.rsp);
+        /* raw write: only non-lazy bits; the arithmetic flags are still in QEMU's CC state */
+        wr(v, R.eflags, c.eflags & ~EFL_LAZY);
+        if (c.fault) {
+            /* RDPMC #GP at CPL 0: back to the RDPMC, now at a block start -> patch path */
+            v->refault_linear = c.linear;
+            qemu_plugin_set_pc(c.eip);
+        }
+        qemu_plugin_set_pc(c.eip + c.len);
+    }
+}
+
+/*
+ * Exception callback.  In QEMU 11.1 (x86) it runs when the exception is raised, before the
+ * frame is pushed: for #GP from a helper QEMU then restores EIP/flags from the instruction's
+ * unwind data; for RDPMC's #UD they were synchronised before the helper ran.  Registers
+ * written here are what the exception frame and the handler see.
+ */
+static void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
+                         void *ud)
+{
+    struct vcpu *v = V(vi);
+    (void)type;
+    (void)to;
+    (void)ud;
+
+    /*
+     * A redirect or an armed RDPMC is always followed by the exception of that very
+     * instruction (nothing else can run in between), so the next exception is ours; `from`
+     * is checked only to report surprises.
+     */
+    if (v->redirect) {
+        int k = v->redirect;
+        v->redirect = RD_NONE;
+        if (from != v->redirect_linear && verbose) {
+            fprintf(stderr, "p4pmu: note: #GP reported at %#llx, expected %#llx\n",
+                    (unsigned long long)from, (unsigned long long)v->redirect_linear);
+        }
+        if (k == RD_RCX || k == RD_PATCH) {
+            wr(v, R.rcx, v->orig_rcx);
+        }
+        if (k == RD_CR4) {
+            wr(v, R.cr4, v->orig_cr4);
+        }
+        if (k == RD_PATCH) {
+            wrmem(v, v->patch_op, v->orig_bytes, 2); /* also drops the WRMSR's block */
+            __atomic_store_n(&patch_linear, 0, __ATOMIC_SEQ_CST);
+        }
+        return;
+    }
+
+    /*
+     * Delivering the #UD itself faulted (no usable gate 6, stack fault...): the exception is
+     * raised at the RDPMC again.  Put back what the previous call changed and let it go: the
+     * guest sees that fault at the RDPMC with its own registers and flags.
+     */
+    if (tl_ud_pending && v->nrec && v->rec[v->nrec - 1].kind == REC_RDPMC_UD &&
+        v->rec[v->nrec - 1].linear == from && !v->ud_armed) {
+        struct rec c = v->rec[v->nrec - 1];
+        drop_rec(vi, v, v->nrec - 1);
+        tl_ud_pending--;
+        wr(v, R.eflags, c.eflags & ~EFL_LAZY);
+        wr(v, R.rax, c.rax);
+        wr(v, R.rdx, c.rdx);
+        py_note(vi, "bridge: delivering QEMU's #UD for an RDPMC faulted; the guest gets "
+                          "that fault at the RDPMC (RDPMC not at a block start needs a working "
+                          "#UD gate)");
+        return;
+    }
+
+    if (v->ud_armed) {
+        /* QEMU's #UD for an RDPMC we served: the state is exact now (see cb_rdpmc) */
+        struct rec r;
+        memset(&r, 0, sizeof(r));
+        v->ud_armed = 0;
+        r.kind = REC_RDPMC_UD;
+        r.linear = from;
+        r.rsp = rd(v, R.rsp);
+        r.eip = rd(v, R.rip);
+        r.len = v->ud_len;
+        r.eflags = rd(v, R.eflags);
+        r.cs = rd(v, R.cs);
+        r.ss = rd(v, R.ss);
+        uint64_t cr0 = rd(v, R.cr0);
+        if (!(cr0 & CR0_PE)) {
+            r.frame16 = 1;
+        } else if (rd(v, R.efer) & EFER_LMA) {
+            r.frame64 = 1;
+        }
+        if (r.eflags & EFL_VM) {
+            struct qemu_plugin_register *sr[4] = {R.ds, R.es, R.fs, R.gs};
+            for (int k = 0; k < 4; k++) {
+                r.seg[k] = rd(v, sr[k]);
+            }
+            r.seg_saved = 1;
+        }
+        r.stack_ok = rdmem(v, r.rsp - sizeof(r.stack), r.stack, sizeof(r.stack));
+        r.rax = rd(v, R.rax);
+        r.rdx = rd(v, R.rdx);
+        if (v->ud_fault) {
+            r.fault = 1;
+        } else {
+            r.value = v->ud_value;
+            write_edx_eax(v, v->ud_value);
+        }
+        push_rec(vi, v, &r);
+        /* a TB key QEMU has not cached for the handler: IOPL and AC have no effect at CPL 0 */
+        wr(v, R.eflags, (r.eflags & ~EFL_LAZY) ^ (EFL_IOPL | EFL_AC));
+        tl_ud_pending++;
+        DBG("#UD of RDPMC at %#llx: eflags %#llx rsp %#llx frame64 %d\n", (unsigned long long)from,
+            (unsigned long long)r.eflags, (unsigned long long)r.rsp, r.frame64);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Translation                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+static int legal_prefix(uint8_t b)
+{
+    switch (b) {
+    case 0x66: case 0x67: case 0xF2: case 0xF3:
+    case 0x2E: case 0x36: case 0x3E: case 0x26: case 0x64: case 0x65:
+        return 1;
+    default:
+        return b >= 0x40 && b <= 0x4F; /* REX: only inside an instruction in 64-bit mode */
+    }
+}
+
+/* Kind of the instruction, from its bytes (QEMU gives the exact length). */
+static int decode(const uint8_t *b, size_t n)
+{
+    if (n < 2 || n > 15 || b[n - 2] != 0x0F) {
+        return K_NONE;
+    }
+    int k = b[n - 1] == 0x30 ? K_WRMSR : b[n - 1] == 0x32 ? K_RDMSR : b[n - 1] == 0x33 ? K_RDPMC
+                                                                                       : K_NONE;
+    if (k == K_NONE) {
+        return K_NONE;
+    }
+    for (size_t i = 0; i + 2 < n; i++) {
+        if (!legal_prefix(b[i])) {
+            return K_NONE; /* includes LOCK (F0): QEMU raises #UD, as the hardware does */
+        }
+    }
+    return k;
+}
+
+static void translate(struct qemu_plugin_tb *tb, void *ud)
+{
+    (void)ud;
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    uint64_t tbv = qemu_plugin_tb_vaddr(tb);
+    int hooked = 0;
+
+    if (tl_ud_pending) {
+        hooked = 1;
+    } else if (hook_has(tbv)) {
+        hooked = 1;
+    }
+    if (hooked) {
+        DBG("entry hook on block %#llx (%s)\n", (unsigned long long)tbv,
+            tl_ud_pending ? "RDPMC #UD pending" : "address");
+        qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_entry, P4_CB_RW_REGS_PC, P4_COND_NE,
+                                                  pending_entry, 0,
+                                                  (void *)(uintptr_t)tbv);
+    }
+
+    uint64_t patched = __atomic_load_n(&patch_linear, __ATOMIC_SEQ_CST);
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        uint8_t b[16];
+        size_t len = qemu_plugin_insn_data(insn, b, sizeof(b));
+        int k = decode(b, len);
+        if (k == K_NONE) {
+            continue;
+        }
+        uint64_t lin = qemu_plugin_insn_vaddr(insn);
+        if (patched && lin == patched) {
+            continue; /* our temporary WRMSR (fault_by_patch) */
+        }
+        int last = i + 1 == n;
+        void *site = pack_site(lin, (unsigned)len, k, i == 0, last);
+        switch (k) {
+        case K_WRMSR:
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_wrmsr, P4_CB_RW_REGS, site);
+            break;
+        case K_RDMSR:
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_rdmsr, P4_CB_RW_REGS, site);
+            if (!last) {
+                qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, i + 1),
+                                                       cb_rdmsr_post, P4_CB_RW_REGS, NULL);
+            }
+            break;
+        case K_RDPMC:
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_rdpmc, P4_CB_RW_REGS_PC, site);
+            break;
+        }
+        if (verbose) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "p4pmu: %s at %#llx (insn %zu of %zu)\n",
+                     k == K_WRMSR ? "WRMSR" : k == K_RDMSR ? "RDMSR" : "RDPMC",
+                     (unsigned long long)lin, i, n);
+            qemu_plugin_outs(msg);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Set-up                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+static void vcpu_init(unsigned int vi, void *ud)
+{
+    (void)ud;
+    struct vcpu *v = V(vi);
+    v->buf = g_byte_array_new();
+    if (!R.rax) {
+        p4_GArray *a = qemu_plugin_get_registers();
+        p4_reg_descriptor *d = (p4_reg_descriptor *)a->data;
+        for (unsigned i = 0; i < a->len; i++) {
+            const char *nm = d[i].name;
+#define GRAB(field) if (!strcmp(nm, #field)) R.field = d[i].handle;
+            GRAB(rax) GRAB(rcx) GRAB(rdx) GRAB(rsp) GRAB(rip) GRAB(eflags) GRAB(cs) GRAB(ss)
+            GRAB(ds) GRAB(es) GRAB(fs) GRAB(gs) GRAB(cr0) GRAB(cr4) GRAB(efer)
+#undef GRAB
+        }
+        g_array_free(a, 1);
+        if (!R.rax || !R.rcx || !R.rdx || !R.rsp || !R.rip || !R.eflags || !R.cs || !R.ss ||
+            !R.ds || !R.es || !R.fs || !R.gs || !R.cr0 || !R.cr4 || !R.efer) {
+            fprintf(stderr, "p4pmu: this QEMU does not expose the x86 registers the bridge "
+                            "needs (rax..efer)\n");
+            exit(1);
+        }
+    }
+    set_npending(vi, v);
+    v->ready = 1;
+}
+
+static void at_exit(void *ud)
+{
+    (void)ud;
+    p4pmu_py_exit();
+}
+
+P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *info, int argc,
+                                     char **argv)
+{
+    if (strcmp(info->target_name, "x86_64") && strcmp(info->target_name, "i386")) {
+        fprintf(stderr, "p4pmu: the plugin is for x86 guests, not %s\n", info->target_name);
+        return -1;
+    }
+    if (!info->system_emulation) {
+        fprintf(stderr, "p4pmu: the plugin needs system emulation (qemu-system-*)\n");
+        return -1;
+    }
+    debug = getenv("P4PMU_DEBUG") && strcmp(getenv("P4PMU_DEBUG"), "0");
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "verbose=on")) {
+            verbose = 1;
+        }
+    }
+    /* QEMU opened us with RTLD_LOCAL: make libpython's symbols global before Python starts,
+     * or extension modules (numpy, _cffi_backend) cannot resolve them. */
+    if (!dlopen(P4PMU_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
+        fprintf(stderr, "p4pmu: cannot re-open %s globally: %s\n", P4PMU_LIBPYTHON, dlerror());
+        return -1;
+    }
+    n_vcpus_max = info->system.max_vcpus > 0 ? info->system.max_vcpus : 1;
+    vcpus = calloc((size_t)n_vcpus_max, sizeof(struct vcpu));
+    if (!vcpus) {
+        return -1;
+    }
+    if (p4pmu_py_init(argc, argv, info->system.smp_vcpus, n_vcpus_max) != 1) {
+        fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
+        return -1;
+    }
+    sb_pending = qemu_plugin_scoreboard_new(sizeof(uint64_t));
+    pending_entry.score = sb_pending;
+    pending_entry.offset = 0;
+    qemu_plugin_register_vcpu_init_cb(id, vcpu_init, NULL);
+    qemu_plugin_register_vcpu_tb_trans_cb(id, translate, NULL);
+    qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_EXCEPTION, on_exception, NULL);
+    qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+    return 0;
+}

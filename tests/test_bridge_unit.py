@@ -1,0 +1,251 @@
+"""Unit tests of the bridge's Python side and of the plugin build (no QEMU needed).
+
+The guest-level behaviour of the plugin (EFLAGS, faults, long mode) is covered by the guest
+suite under tests/guests and by the experiments described in docs/bridge.md.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from p4pmu.plugin import bridge, build
+from p4pmu.plugin.bridge import FAULT, OK, Bridge, OptionError, parse_options
+
+# --------------------------------------------------------------------------------------------
+# Options
+# --------------------------------------------------------------------------------------------
+
+
+def test_options_defaults():
+    o = parse_options([])
+    assert (o.model, o.stepping, o.strict, o.log, o.threads, o.pypath) == \
+        (None, None, False, None, 1, None)
+
+
+def test_options_all():
+    o = parse_options(["model=0F_03", "stepping=0x5", "strict=on", "log=/tmp/x.log",
+                       "threads=2", "pypath=/a:/b", "verbose=off"])
+    assert o.model == "0F_03" and o.stepping == 5 and o.strict is True
+    assert o.log == "/tmp/x.log" and o.threads == 2 and o.pypath == "/a:/b"
+
+
+@pytest.mark.parametrize("arg, words", [
+    ("bogus=1", "unknown plugin option 'bogus'"),
+    ("model", "not key=value"),
+    ("threads=3", "expected 1 or 2"),
+    ("stepping=16", "0-15"),
+    ("stepping=x", "0-15"),
+    ("strict=maybe", "expected on or off"),
+    ("log=", "needs a file name"),
+])
+def test_options_errors(arg, words):
+    with pytest.raises(OptionError, match=words):
+        parse_options([arg])
+
+
+def test_bad_model_is_an_option_error():
+    with pytest.raises(OptionError, match="model='0F_99'.*known"):
+        Bridge(parse_options(["model=0F_99"]))
+
+
+def test_unwritable_log_is_an_option_error(tmp_path):
+    with pytest.raises(OptionError, match="log="):
+        Bridge(parse_options([f"log={tmp_path}/no/such/dir/x.log"]))
+
+
+# --------------------------------------------------------------------------------------------
+# Bridge with a stand-in PMU: mapping of vCPUs to cores and logical processors, statuses
+# --------------------------------------------------------------------------------------------
+
+
+class FakeFault(Exception):
+    pass
+
+
+class FakePMU:
+    instances: list = []
+
+    def __init__(self):
+        self.calls = []
+        FakePMU.instances.append(self)
+
+    def name_of(self, msr):
+        return "MSR_FAKE" if msr == 0x300 else None
+
+    def rdmsr(self, lp, msr):
+        self.calls.append(("rdmsr", lp, msr))
+        if msr == 0x3BA:
+            raise self.fault("absent")
+        return 0x1234
+
+    def wrmsr(self, lp, msr, value):
+        self.calls.append(("wrmsr", lp, msr, value))
+        if value >> 32:
+            raise self.fault("bits 63:32 reserved")
+
+    def rdpmc(self, lp, ecx):
+        self.calls.append(("rdpmc", lp, ecx))
+        if ecx == 18:
+            raise self.fault("bad index")
+        return 0x55_4433_2211
+
+    def misc_enable(self, q):
+        return q | 0x80
+
+    fault = None  # set per test to the bridge's PMUFault class
+
+
+def make_bridge(threads=1, log=None, n=4):
+    FakePMU.instances = []
+    opts = parse_options([f"threads={threads}"] + ([f"log={log}"] if log else []))
+    b = Bridge(opts, n, n, pmu_factory=FakePMU)
+    FakePMU.fault = b.PMUFault
+    return b
+
+
+@pytest.mark.parametrize("threads, expect", [
+    (1, {0: (0, 0), 1: (1, 0), 2: (2, 0), 3: (3, 0)}),
+    (2, {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}),
+])
+def test_vcpu_to_core_and_lp(threads, expect):
+    b = make_bridge(threads)
+    for vcpu, (core, lp) in expect.items():
+        assert b.core_lp(vcpu) == (core, lp)
+        assert b.rdmsr(vcpu, 0x300) == (OK, 0x1234)
+        assert b.pmus[core].calls[-1] == ("rdmsr", lp, 0x300)
+    assert len(FakePMU.instances) == 4 // threads
+
+
+def test_statuses():
+    b = make_bridge()
+    assert b.wrmsr(0, 0x300, 5) == OK
+    assert b.wrmsr(0, 0x300, 1 << 32) == FAULT
+    assert b.rdmsr(0, 0x3BA) == (FAULT, 0)
+    assert b.rdpmc(0, 4) == (OK, 0x55_4433_2211)
+    assert b.rdpmc(0, 18) == (FAULT, 0)
+    assert b.misc_enable(0, 1) == (OK, 0x81)
+
+
+def test_log_has_accesses_faults_and_summary(tmp_path):
+    log = tmp_path / "pmu.log"
+    b = make_bridge(threads=2, log=str(log))
+    b.wrmsr(1, 0x300, 0xAB)
+    b.rdmsr(1, 0x300)
+    b.wrmsr(3, 0x360, 1 << 32)
+    b.rdpmc(2, 18)
+    b.note(0, "hello")
+    b.log_error("RDMSR", "Traceback...\nRuntimeError: x")
+    b.close()
+    text = log.read_text()
+    assert "vcpu 1 core 0 lp 1: WRMSR 0x300 MSR_FAKE <- 0xAB" in text
+    assert "vcpu 1 core 0 lp 1: RDMSR 0x300 MSR_FAKE -> 0x1234" in text
+    assert "vcpu 3 core 1 lp 1: WRMSR 0x360 <- 0x100000000: #GP(0): bits 63:32 reserved" in text
+    assert "vcpu 2 core 1 lp 0: RDPMC ECX=0x12: #GP(0): bad index" in text
+    assert "note: hello" in text and "#   RuntimeError: x" in text
+    assert "# end: 1 RDMSR, 2 WRMSR, 1 RDPMC, 0 MISC_ENABLE reads, 2 faults, 1 Python errors" \
+        in text
+
+
+def test_faults_go_to_stderr_without_log(capsys):
+    b = make_bridge()
+    b.rdpmc(0, 18)
+    assert "RDPMC ECX=0x12: #GP(0): bad index" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# Bridge with the real register file (Contract 1)
+# --------------------------------------------------------------------------------------------
+
+
+def test_real_pmu_round_trip_and_fault(tmp_path):
+    log = tmp_path / "pmu.log"
+    b = Bridge(parse_options(["model=0F_04", f"log={log}"]))
+    assert b.wrmsr(0, 0x300, 0x12_3456_789A) == OK
+    assert b.rdmsr(0, 0x300) == (OK, 0x12_3456_789A)
+    assert b.rdpmc(0, 0) == (OK, 0x12_3456_789A)
+    assert b.rdpmc(0, 0x8000_0000) == (OK, 0x3456_789A)
+    assert b.wrmsr(0, 0x360, 1 << 32) == FAULT
+    assert b.rdmsr(0, 0x360) == (OK, 0)  # a fault leaves the state unchanged
+    assert b.rdpmc(0, 18)[0] == FAULT
+    status, misc = b.misc_enable(0, 0)
+    assert status == OK and misc & 0x80
+    b.close()
+    text = log.read_text()
+    assert "MSR_BPU_CCCR0" in text and "reserved" in text
+
+
+# --------------------------------------------------------------------------------------------
+# Build
+# --------------------------------------------------------------------------------------------
+
+
+def test_plugin_path_in_source_tree():
+    root = build._source_tree()
+    assert root is not None
+    assert build.plugin_path() == root / "build" / "plugin" / "libp4pmu_plugin.so"
+
+
+def test_plugin_path_outside_source_tree(monkeypatch, tmp_path):
+    monkeypatch.setattr(build, "_source_tree", lambda: None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    p = build.plugin_path()
+    assert p.name == "libp4pmu_plugin.so"
+    assert str(p).startswith(str(tmp_path / "p4pmu" / "plugin"))
+
+
+def test_not_shared_libpython_is_explained(monkeypatch):
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(sysconfig, "get_config_var",
+                        lambda k: 0 if k == "Py_ENABLE_SHARED" else real(k))
+    with pytest.raises(build.BuildError, match="shared-libpython.*libpython3"):
+        build.python_build_info()
+
+
+def test_missing_headers_are_explained(monkeypatch, tmp_path):
+    real = sysconfig.get_paths
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(), "include": str(tmp_path)})
+    with pytest.raises(build.BuildError, match=r"Python\.h.*libpython3\.\d+-dev"):
+        build.python_build_info()
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    try:
+        return build.ensure_built(progress=False)
+    except build.BuildError as e:
+        pytest.skip(str(e))
+
+
+def test_built_plugin_exports_the_qemu_entry_points(plugin):
+    lib = ctypes.CDLL(str(plugin), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    assert ctypes.c_int.in_dll(lib, "qemu_plugin_version").value == 7
+    assert hasattr(lib, "qemu_plugin_install")
+
+
+def test_built_plugin_keeps_runpath_to_its_libpython(plugin):
+    if not shutil.which("readelf"):
+        pytest.skip("readelf not installed")
+    out = subprocess.run(["readelf", "-d", str(plugin)], capture_output=True, text=True).stdout
+    info = build.python_build_info()
+    assert f"RUNPATH" in out and info["libdir"] in out
+    assert "libpython" in out
+
+
+def test_stamp_tracks_interpreter(plugin, monkeypatch):
+    assert not build.is_stale(plugin)
+    monkeypatch.setattr(sys, "executable", "/some/other/python3")
+    assert build.is_stale(plugin)
+
+
+def test_embedding_api_matches_header():
+    api = build._embedding_api()
+    for name in ("p4pmu_py_init", "p4pmu_py_rdmsr", "p4pmu_py_wrmsr", "p4pmu_py_rdpmc",
+                 "p4pmu_py_misc_enable", "p4pmu_py_note", "p4pmu_py_exit"):
+        assert name in api
+        assert f"def {name}(" in build.INIT_CODE
