@@ -13,8 +13,8 @@
   test script (guests/suite.py) run once per (bits, model, strict) and shared by every test
   that looks at a part of it, with the oracle's expectations.
 
-Tests that need the plugin are skipped while `p4pmu.plugin.build` does not exist (set
-P4PMU_REQUIRE_PLUGIN=1 to make that a failure instead).
+Tests that need the plugin fail when it is not built (`p4pmu setup` builds it); set
+P4PMU_ALLOW_NO_PLUGIN=1 to skip them instead, e.g. while working on the emulator alone.
 """
 from __future__ import annotations
 
@@ -101,9 +101,10 @@ def plugin_missing_reason() -> str | None:
 def need_plugin():
     why = plugin_missing_reason()
     if why:
-        if os.environ.get("P4PMU_REQUIRE_PLUGIN") == "1":
-            pytest.fail(f"plugin required but unavailable: {why}", pytrace=False)
-        pytest.skip(why)
+        if os.environ.get("P4PMU_ALLOW_NO_PLUGIN") == "1":
+            pytest.skip(why)
+        pytest.fail(f"the plugin is required but unavailable: {why} (run `p4pmu setup`)",
+                    pytrace=False)
 
 
 def _plain_qemu_prefix(model: str) -> list[str]:

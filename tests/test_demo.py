@@ -1,0 +1,39 @@
+"""`p4pmu demo` (the README's main command until the Linux guest lands) on the real QEMU."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from p4pmu.emulator.models import get_model
+from p4pmu.emulator.pmu import PMU, PMUFault
+
+P4PMU = Path(sys.executable).with_name("p4pmu")
+
+
+@pytest.mark.guest
+@pytest.mark.parametrize("model", ["0F_04", "0F_02"])
+def test_demo_replays_linux_and_reports_each_fault(model):
+    r = subprocess.run([str(P4PMU), "demo", "--model", model], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "PERFMON_AVAILABLE" in out
+    assert "-> 0xfffffe7960" in out  # RDPMC of the perf preset, 40 bits
+    assert "-> 0xfffe7960" in out  # fast read
+    # The faults the emulator reports are the ones the model raises for the same accesses.
+    pmu = PMU(get_model(model))
+    expected = []
+    for what in (lambda: pmu.wrmsr(0, 0x36D, 0x1_0403_9000), lambda: pmu.rdmsr(0, 0x3BA),
+                 lambda: pmu.rdpmc(0, 18)):
+        try:
+            what()
+            expected.append(None)
+        except PMUFault as f:
+            expected.append(str(f))
+    reasons = re.findall(r"^ +emulator: (.*)", out, re.M)
+    assert reasons == [e for e in expected if e is not None]
+    if model == "0F_02":  # IQ_ESCR0 exists on 0F_02: read back, no fault
+        assert "RDMSR 0x3ba (MSR_IQ_ESCR0)" in out
+    assert re.search(r"PMU accesses served by the emulator: .* 0 Python errors", out)
