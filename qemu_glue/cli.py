@@ -637,6 +637,19 @@ def build_parser() -> argparse.ArgumentParser:
     if mod is not None and hasattr(mod, "add_arguments"):
         mod.add_arguments(d)
     d.set_defaults(func=cmd_demo)
+
+    from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
+    lx = sub.add_parser(
+        "linux", formatter_class=fmt,
+        help="run a command in a Linux guest (Debian 6.1 kernel, perf) on the emulated PMU",
+        usage="p4pmu linux [OPTIONS] -- COMMAND...",
+        description="Boot a Linux guest (Debian 12's 6.1 kernel, busybox, perf) on an emulated "
+                    "Pentium 4, run COMMAND in it with /bin/sh -c, print its stdout and stderr "
+                    "here and exit with its status. The image is built from Debian's archive "
+                    "into ~/.cache/p4pmu on first use.",
+        epilog=linux_mod.usage_epilog())
+    linux_mod.add_arguments(lx)
+    lx.set_defaults(func=None)
     return ap
 
 
@@ -658,15 +671,22 @@ def main(argv: list[str] | None = None) -> int:
     a, extra = ap.parse_known_args(argv)
     sp = ap._subparsers._group_actions[0].choices[a.command]  # type: ignore[union-attr]
     if extra:
-        hint = "; QEMU's own arguments go after `--`" if a.command == "qemu" else ""
+        hint = {"qemu": "; QEMU's own arguments go after `--`",
+                "linux": "; the guest's COMMAND goes after `--`"}.get(a.command, "")
         sp.error("unrecognized arguments: " + " ".join(extra) + hint)
     if a.command == "demo":
         a.qemu_args = qargs
-    elif a.command != "qemu" and qargs:
+    elif a.command not in ("qemu", "linux") and qargs:
         sp.error("unrecognized arguments after `--`: " + " ".join(qargs))
     try:
         if a.command == "qemu":
             return cmd_qemu(a, qargs)
+        if a.command == "linux":
+            from p4pmu.qemu_glue import linux as linux_mod
+            try:
+                return linux_mod.main(a, qargs)
+            except linux_mod.UsageError as e:
+                sp.error(str(e))  # exits 2
         return a.func(a)
     except CliError as e:
         sp.error(str(e))  # exits 2

@@ -1,0 +1,352 @@
+"""`p4pmu linux`: the Linux guest image builder and the command (docs/linux-guest.md).
+
+The first group needs nothing but Python: the cpio writer, the stub libraries, the vmlinux
+extraction, --add parsing, the status line.  The `guest` group boots the real image (Debian's
+6.1 kernel, busybox, perf) under the real QEMU and the real plugin through
+``python -m p4pmu.qemu_glue.cli linux``; each boot takes 3-6 s.  The images are built once per
+user (the first build downloads about 80 MB for amd64 and 60 MB for i386 from Debian).
+
+P4PMU_LINUX_TEST_ARGS adds options to every `p4pmu linux` run, e.g. ``--plugin PATH
+--plugin-opt pypath=...`` to test a given plugin build.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import io
+import lzma
+import os
+import platform
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from p4pmu.qemu_glue import linux as lx
+from p4pmu.qemu_glue import linux_image as li
+
+P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux",
+               *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]
+
+
+# --------------------------------------------------------------------------------------------
+# Without a guest
+
+
+def parse_newc(data: bytes) -> list[dict]:
+    """Entries of (possibly concatenated) newc archives, the way the kernel reads them."""
+    out, pos = [], 0
+    while pos < len(data):
+        if data[pos] == 0:
+            pos += 1
+            continue
+        assert data[pos:pos + 6] == b"070701", f"bad magic at {pos}"
+        f = [int(data[pos + 6 + 8 * i:pos + 14 + 8 * i], 16) for i in range(13)]
+        namesize, filesize, mode = f[11], f[6], f[1]
+        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        pos = (pos + 110 + namesize + 3) & ~3
+        body = data[pos:pos + filesize]
+        pos = (pos + filesize + 3) & ~3
+        out.append({"name": name, "mode": mode, "data": body, "rdev": (f[9], f[10]),
+                    "mtime": f[5]})
+    return out
+
+
+def test_cpio_writer_entries_and_concatenation():
+    buf = io.BytesIO()
+    w = li.CpioWriter(buf)
+    w.file("usr/bin/tool", b"#!/bin/sh\necho hi\n", 0o4755)
+    w.symlink("bin/sh", "/bin/busybox")
+    w.chardev("dev/console", 5, 1)
+    w.dir("tmp", 0o1777)
+    w.finish()
+    first = buf.getvalue()
+    assert len(first) % 512 == 0
+    buf2 = io.BytesIO()
+    w2 = li.CpioWriter(buf2, mtime=1234)
+    w2.file("/p4pmu/cmd", b"exit 7", 0o600)
+    w2.finish()
+    entries = parse_newc(first + buf2.getvalue())
+    by = {e["name"]: e for e in entries}
+    # parents come before their children, and only once
+    names = [e["name"] for e in entries]
+    assert names.index("usr") < names.index("usr/bin") < names.index("usr/bin/tool")
+    assert names.count("usr") == 1
+    assert by["usr/bin/tool"]["mode"] == stat.S_IFREG | 0o4755
+    assert by["usr/bin/tool"]["data"] == b"#!/bin/sh\necho hi\n"
+    assert by["bin/sh"]["mode"] == stat.S_IFLNK | 0o777 and by["bin/sh"]["data"] == b"/bin/busybox"
+    assert by["dev/console"]["mode"] == stat.S_IFCHR | 0o600 and by["dev/console"]["rdev"] == (5, 1)
+    assert by["tmp"]["mode"] == stat.S_IFDIR | 0o1777
+    assert by["p4pmu/cmd"]["data"] == b"exit 7" and by["p4pmu/cmd"]["mtime"] == 1234
+    assert names.count("TRAILER!!!") == 2
+
+
+def test_cpio_tool_reads_the_archive(tmp_path):
+    if not shutil.which("cpio"):
+        pytest.skip("no cpio tool")
+    p = tmp_path / "a.cpio"
+    with open(p, "wb") as f:
+        w = li.CpioWriter(f)
+        w.file("a/b/c.txt", b"x" * 1001, 0o640)
+        w.finish()
+    r = subprocess.run(["cpio", "-t", "--quiet"], stdin=open(p, "rb"), capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stdout.split() == ["a", "a/b", "a/b/c.txt"]
+
+
+def test_extract_vmlinux_skips_false_magic():
+    elf = b"\x7fELF" + bytes(range(256)) * 64
+    blob = (b"MZ header " + li.XZ_MAGIC + b"not really xz" + b"\0" * 100
+            + lzma.compress(elf, format=lzma.FORMAT_XZ) + b"trailing signature")
+    assert li.extract_vmlinux(blob) == elf
+    with pytest.raises(li.ImageError):
+        li.extract_vmlinux(b"MZ no payload")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="loads an x86-64 library")
+def test_stub_library_loads_and_defines_the_symbols(tmp_path):
+    syms = [li.StubSymbol("stub_func", "func", 0),
+            li.StubSymbol("stub_obj", "object", 4, "STUB_1.0"),
+            li.StubSymbol("stub_tls", "tls", 8),
+            li.StubSymbol("stub_vfunc", "func", 0, "STUB_2.0")]
+    data = li.make_stub_library("libstubtest.so.3", 2, 62, syms)
+    path = tmp_path / "libstubtest.so.3"
+    path.write_bytes(data)
+    elf = li.Elf(data)
+    assert elf.soname() == "libstubtest.so.3"
+    assert elf.exported() == {"stub_func", "stub_obj", "stub_tls", "stub_vfunc"}
+    info = {s[0]: s for s in elf.dynsym()[1:]}
+    assert info["stub_obj"][2] == 4 and info["stub_obj"][7] == "STUB_1.0"
+    assert info["stub_vfunc"][7] == "STUB_2.0" and info["stub_func"][7] is None
+    assert info["stub_tls"][4] == 6  # STT_TLS
+    lib = ctypes.CDLL(str(path))
+    assert lib.stub_func() == 0 and lib.stub_vfunc() == 0
+    assert ctypes.c_int.in_dll(lib, "stub_obj").value == 0
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="runs the host's loader")
+def test_stub_library_satisfies_versioned_imports(tmp_path):
+    """A program linked against a versioned library runs with the stub in its place."""
+    if not shutil.which("gcc"):
+        pytest.skip("no gcc")
+    (tmp_path / "real.c").write_text("int real_f(void) { return 5; }\nint real_v = 3;\n")
+    (tmp_path / "real.map").write_text("REAL_1 { global: real_f; real_v; local: *; };\n")
+    (tmp_path / "main.c").write_text(
+        "extern int real_f(void); extern int real_v;\n"
+        "int main(void) { return real_f() + real_v; }\n")
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    cc = ["gcc", "-O1", "-fPIC"]
+    subprocess.run([*cc, "-shared", "-o", str(libdir / "libreal.so.1"), "-Wl,-soname,libreal.so.1",
+                    f"-Wl,--version-script={tmp_path / 'real.map'}", str(tmp_path / "real.c")],
+                   check=True)
+    (libdir / "libreal.so").symlink_to("libreal.so.1")
+    exe = tmp_path / "main"
+    subprocess.run([*cc, "-o", str(exe), str(tmp_path / "main.c"), f"-L{libdir}", "-lreal",
+                    "-Wl,-z,lazy"], check=True)
+    env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin"}
+    assert subprocess.run([str(exe)], env=env).returncode == 8
+    # replace the library by a stub built from what the program imports
+    imports = li.Elf(exe.read_bytes()).imports()
+    wanted = [li.StubSymbol(s[0], {1: "object", 6: "tls"}.get(s[4], "func"), s[2], s[7])
+              for s in imports if s[6] == "libreal.so.1"]
+    assert {s.name for s in wanted} == {"real_f", "real_v"}
+    (libdir / "libreal.so.1").write_bytes(li.make_stub_library("libreal.so.1", 2, 62, wanted))
+    r = subprocess.run([str(exe)], env={**env, "LD_BIND_NOW": "1"}, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stderr == ""  # the stub's function returns 0, data is 0
+
+
+def test_parse_add(tmp_path):
+    f = tmp_path / "tool.sh"
+    f.write_text("#!/bin/sh\n")
+    d = tmp_path / "data"
+    d.mkdir()
+    assert lx.parse_add(str(f)).guest == "/root/tool.sh"
+    assert lx.parse_add(f"{f}:/usr/local/bin/tool").guest == "/usr/local/bin/tool"
+    assert lx.parse_add(f"{f}:bin/").guest == "/root/bin/tool.sh"
+    assert lx.parse_add(f"{f}:/opt/../srv/x").guest == "/srv/x"
+    assert lx.parse_add(f"{d}").guest == "/root/data"
+    assert lx.parse_add(f"{f}:/").guest == "/tool.sh"
+    for bad in (f"{f}:/init", f"{f}:/p4pmu/cmd", f"{d}:/..", str(tmp_path / "missing")):
+        with pytest.raises(lx.UsageError):
+            lx.parse_add(bad)
+
+
+def test_find_status_needs_the_nonce():
+    lines = ["[ 1.0] x", "P4PMU-EXIT 0123abcd 0", "junk P4PMU-EXIT feed 9", "P4PMU-EXIT feed 42"]
+    assert lx.find_status(lines, "feed") == 42
+    assert lx.find_status(lines, "0123abcd") == 0
+    assert lx.find_status(lines, "other") is None
+
+
+def test_recipe_names_the_pins():
+    for arch in li.ARCHES:
+        r = li.recipe(arch)
+        pin = li.PINS[arch]
+        assert r["kernel"] == f"{pin.kernel_package}={pin.version}"
+        assert r["perf"] == f"linux-perf={pin.version}"
+        assert li.image_dir(arch).name == f"linux-{pin.version}-{arch}"
+        assert len(li.recipe_hash(arch)) == 20
+
+
+def test_usage_errors():
+    for args, msg in ((["--model", "0F_02", "--", "true"], "no EM64T"),
+                      (["--smp", "3", "--threads", "2", "--", "true"], "must be even"),
+                      ([], "no COMMAND")):
+        r = subprocess.run([*P4PMU_LINUX, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert msg in r.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Real guests
+
+
+@pytest.fixture(scope="session")
+def linux_ready():
+    """Images, QEMU and the plugin ready before the first timed run (so that no build
+    progress lands in a test's stderr)."""
+    from p4pmu.qemu_glue.cli import plugin_file
+    from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
+    built = {}
+
+    def need(arch: str = "amd64") -> None:
+        if arch in built:
+            return
+        try:
+            ensure_qemu(progress=True)
+            if "--plugin" not in P4PMU_LINUX and "--no-plugin" not in P4PMU_LINUX:
+                plugin_file(build=True)
+            li.ensure_image(arch, progress=True)
+        except ProvisionError as e:
+            pytest.fail(f"cannot prepare the {arch} Linux guest: {e}", pytrace=False)
+        built[arch] = True
+
+    return need
+
+
+def run_linux(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*P4PMU_LINUX, *args], capture_output=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def show(r: subprocess.CompletedProcess) -> str:
+    return (f"exit {r.returncode}\n--- stdout\n{r.stdout.decode(errors='replace')[-3000:]}\n"
+            f"--- stderr\n{r.stderr.decode(errors='replace')[-3000:]}")
+
+
+
+@pytest.mark.guest
+def test_echo_hello(linux_ready):
+    linux_ready()
+    r = run_linux("--", "echo", "hello")
+    assert r.returncode == 0, show(r)
+    assert r.stdout == b"hello\n", show(r)
+    assert r.stderr == b"", show(r)  # kernel messages stay out of the terminal
+
+
+@pytest.mark.guest
+def test_exit_status_and_separate_streams(linux_ready):
+    linux_ready()
+    # bytes a terminal would mangle: CR, NUL, 0xFF, no final newline; plus 200 KB of random
+    # data whose checksum the guest reports on stderr
+    cmd = (r"printf 'out\r\n\000\377end'; printf 'err line\n' >&2; "
+           r"head -c 200000 /dev/urandom > /tmp/r; md5sum /tmp/r >&2; cat /tmp/r; exit 7")
+    r = run_linux("--", cmd)
+    assert r.returncode == 7, show(r)
+    assert r.stdout[:10] == b"out\r\n\x00\xffend", show(r)
+    body = r.stdout[10:]
+    assert len(body) == 200000
+    err = r.stderr.decode().splitlines()
+    assert err[0] == "err line", show(r)
+    assert err[1].split()[0] == hashlib.md5(body).hexdigest(), show(r)
+    assert len(err) == 2, show(r)
+
+
+@pytest.mark.guest
+def test_add_keeps_the_exec_bit(linux_ready, tmp_path):
+    linux_ready()
+    script = tmp_path / "hello.sh"
+    script.write_text('#!/bin/sh\necho "hello from $0 with $#: $*"\nexit 3\n')
+    script.chmod(0o750)
+    data = tmp_path / "tree"
+    (data / "sub").mkdir(parents=True)
+    (data / "sub" / "f.txt").write_text("payload\n")
+    (data / "sub" / "f.txt").chmod(0o604)
+    r = run_linux("--add", str(script), "--add", f"{data}:/opt/tree", "--",
+                  "./hello.sh a b; echo status=$?; stat -c '%a %n' hello.sh /opt/tree/sub/f.txt;"
+                  " cat /opt/tree/sub/f.txt")
+    assert r.returncode == 0, show(r)
+    assert r.stdout.decode().splitlines() == [
+        "hello from ./hello.sh with 2: a b", "status=3", "750 hello.sh",
+        "604 /opt/tree/sub/f.txt", "payload"], show(r)
+
+
+@pytest.mark.guest
+def test_netburst_driver_and_perf_stat(linux_ready, tmp_path):
+    """Linux takes its P4 PMU driver (MISC_ENABLE bit 7, the register file and RDPMC served by
+    the plugin) and `perf stat` runs.  The counts are not checked here."""
+    linux_ready()
+    log = tmp_path / "kernel.log"
+    r = run_linux("--kernel-log", str(log), "--", "perf stat -e instructions true")
+    assert r.returncode == 0, show(r)
+    err = r.stderr.decode()
+    assert "Performance counter stats for 'true'" in err and "instructions" in err, show(r)
+    assert "<not supported>" not in err, show(r)
+    text = log.read_text(errors="replace")
+    assert "Netburst P4/Xeon PMU driver" in text, text[-3000:]
+    assert "Linux version" not in err  # the kernel log went to the file only
+
+
+@pytest.mark.guest
+def test_i386_guest(linux_ready):
+    linux_ready("i386")
+    r = run_linux("--arch", "i386", "--", "uname -m; perf stat -e instructions true")
+    assert r.returncode == 0, show(r)
+    assert r.stdout == b"i686\n", show(r)
+    assert b"Performance counter stats" in r.stderr, show(r)
+
+
+@pytest.mark.guest
+def test_smp_2_with_kernel_messages_shown(linux_ready):
+    linux_ready()
+    r = run_linux("--smp", "2", "--show-kernel", "--", "nproc")
+    assert r.returncode == 0, show(r)
+    assert r.stdout == b"2\n", show(r)
+    assert b"smp: Brought up 1 node, 2 CPUs" in r.stderr, show(r)
+
+
+@pytest.mark.guest
+def test_smp_2_threads_2(linux_ready):
+    linux_ready()
+    r = run_linux("--smp", "2", "--threads", "2", "--",
+                  "cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list;"
+                  " dmesg | grep -c 'Netburst P4/Xeon PMU driver'")
+    assert r.returncode == 0, show(r)
+    assert r.stdout.decode().split() == ["0-1", "1"], show(r)
+
+
+@pytest.mark.guest
+def test_timeout_is_reported(linux_ready, tmp_path):
+    linux_ready()
+    log = tmp_path / "k.log"
+    r = run_linux("--timeout", "4", "--kernel-log", str(log), "--", "echo started; sleep 600")
+    assert r.returncode == lx.EXIT_TIMEOUT, show(r)
+    err = r.stderr.decode()
+    assert "did not finish within 4 s" in err and "kernel messages:" in err, show(r)
+    assert f"(full kernel log: {log})" in err, show(r)
+
+
+@pytest.mark.guest
+def test_kernel_panic_is_reported(linux_ready, tmp_path):
+    linux_ready()
+    r = run_linux("--kernel-log", str(tmp_path / "k.log"), "--", "echo c > /proc/sysrq-trigger")
+    assert r.returncode == lx.EXIT_FAILURE, show(r)
+    err = r.stderr.decode()
+    assert "the guest kernel failed: Kernel panic - not syncing: sysrq triggered crash" in err, \
+        show(r)
+    assert "  | " in err  # the kernel's own lines follow
