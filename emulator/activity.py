@@ -149,6 +149,41 @@ class Activity:
         return cls(kinds, counts, trans, seq[0] if seq else 0, seq[-1] if seq else 0)
 
     @classmethod
+    def from_arrays(cls, count, active, os, cols, vals, trans, first: int,
+                    last: int) -> "Activity":
+        """Batch from the compiled arrays directly (the guest-activity feeder, which builds
+        thousands of batches per second): count[K], active[K,2], os[K,2] (bool), cols[L]
+        (events.line_id values, each column's priv matching its rows' CPL), vals[K,L] line
+        values, trans[K,K].  No ClockKind objects; `kinds` is empty.  The same checks as the
+        constructor on counts and trans."""
+        self = cls.__new__(cls)
+        self.kinds = ()
+        self.count = np.asarray(count, dtype=np.float64)
+        K = self.count.shape[0]
+        if (self.count < 0).any():
+            raise ValueError("negative clock count")
+        self.clocks = int(self.count.sum())
+        if self.clocks >= MAX_CLOCKS:
+            raise ValueError(f"a batch must have fewer than 2^48 clocks, got {self.clocks}")
+        self.active = np.asarray(active, dtype=bool).reshape(K, 2)
+        self.os = np.asarray(os, dtype=bool).reshape(K, 2)
+        self.cols = np.asarray(cols, dtype=np.int64)
+        self.vals = np.asarray(vals, dtype=np.float64).reshape(K, self.cols.shape[0])
+        self.trans = np.asarray(trans, dtype=np.float64).reshape(K, K)
+        if self.clocks and int(self.trans.sum()) != self.clocks - 1:
+            raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
+                             f"pairs, got {int(self.trans.sum())}")
+        self.first, self.last = int(first), int(last)
+        self.gidx_ht = self.active.sum(axis=1).astype(np.int64)
+        self.gidx_1 = self.active[:, 0].astype(np.int64)
+        any_os = self.os.any(axis=1)
+        any_usr = (~self.os).any(axis=1)
+        self.tidx_ht = (2 * any_os + any_usr).astype(np.int64)
+        self.tidx_1 = (2 * self.os[:, 0] + ~self.os[:, 0]).astype(np.int64)
+        self.nonzero = self.count > 0
+        return self
+
+    @classmethod
     def idle(cls, clocks: int, kind: ClockKind | None = None) -> "Activity":
         """`clocks` clocks of one kind (default: LP 0 active at CPL 3, no events)."""
         return cls.from_kinds([kind or ClockKind()], [clocks])

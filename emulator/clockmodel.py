@@ -1,0 +1,411 @@
+"""The feeder's timing model: branch predictor, clock schedule of a translated block, and the
+mapping from a clock to the PMU's event lines (docs/guest-events.md, Interfaces I3, I5, I6).
+
+Pure Python, no QEMU import.  The C plugin implements the same predictor and schedule
+(plugin/counting.c) from a header generated out of `PARAMS` and `insn_classes.TABLE` at build
+time (plugin/build.py): one table, one truth.  This module is the reference the tests replay.
+
+Model (documented in docs/guest-events.md):
+
+* A translated block execution costs one *bubble* clock (no retirement), then its
+  instructions' uops retire in order, at most `retire_width` per clock; an instruction
+  retires in the clock of its last uop; an instruction with latency L > 0 is preceded by L
+  empty clocks; an *aligned* instruction (serialising, PMU access, ...) starts a new clock and
+  the next instruction starts a new clock.
+* A clock's lines are the sums over the instructions retiring in it (instructions, branch
+  outcome, uop classes, loads/stores); uops_retired counts the uops retiring in that clock.
+* A mispredicted branch is followed by `bp_penalty` clocks without non-bogus retirement; the
+  first of them retire `bogus_insns` one-uop bogus instructions, `retire_width` per clock.
+* Halted logical processors produce no clocks.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from . import events as EV
+
+# --------------------------------------------------------------------------------------------
+# Parameters (one table; the C header is generated from it)
+# --------------------------------------------------------------------------------------------
+
+PARAMS = {
+    "retire_width": 3,  # NetBurst retires up to 3 uops per clock (SDM Vol. 1 2.2.2)
+    "bubble": 1,  # clocks at the start of each translated block (fetch redirect)
+    "bp_penalty": 20,  # clocks lost per mispredicted branch (20-stage NetBurst pipeline)
+    "bogus_insns": 3,  # wrong-path 1-uop instructions retired as bogus per misprediction
+    # Predictor tables: 0 = one entry per branch address (no capacity limit, no aliasing:
+    # a branch's prediction depends only on its own history, which keeps counts of the same
+    # code independent of unrelated code); N > 0 = N direct-mapped entries indexed by the
+    # address mod N, without tags (aliasing, like a real 4096-entry BTB).
+    "cond_entries": 0,  # conditional-branch 2-bit counters
+    "btb_entries": 0,  # indirect-branch targets
+    "rsb_depth": 16,  # return stack buffer depth
+}
+
+# Branch kinds (IC.Insn.branch and the BR field of a clock)
+BR_NONE, BR_COND, BR_JMP, BR_CALL, BR_CALL_IND, BR_JMP_IND, BR_RET, BR_FAR = range(8)
+BR_NAMES = ("none", "cond", "jmp", "call", "call_ind", "jmp_ind", "ret", "far")
+BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
+
+# Fields of a clock (the C kind struct has the same order; all 0..255, lines cap at 15)
+FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
+          "misp", "x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld",
+          "bogus_instr", "bogus_uops")
+NF = len(FIELDS)
+FI = {n: i for i, n in enumerate(FIELDS)}
+FP_FIELDS = ("x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld")
+
+
+@dataclass
+class Clock:
+    """One clock of the schedule: field -> value (see FIELDS)."""
+    f: list = field(default_factory=lambda: [0] * NF)
+
+    def __getitem__(self, name):
+        return self.f[FI[name]]
+
+    def key(self):
+        return tuple(self.f)
+
+    def __repr__(self):
+        return "Clock(" + ", ".join(f"{n}={v}" for n, v in zip(FIELDS, self.f) if v) + ")"
+
+
+# --------------------------------------------------------------------------------------------
+# Branch predictor (I5) -- the plugin's C implementation follows this code line by line
+# --------------------------------------------------------------------------------------------
+
+
+class Predictor:
+    """Per-logical-processor predictor.  Addresses are linear addresses."""
+
+    def __init__(self, params=None):
+        p = dict(PARAMS, **(params or {}))
+        self.ncond = p["cond_entries"]
+        self.nbtb = p["btb_entries"]
+        self.depth = p["rsb_depth"]
+        self.cond_ctr: dict[int, int] = {}  # entry -> 2-bit counter (absent = invalid)
+        self.btb_target: dict[int, int] = {}  # entry -> last target (absent = invalid)
+        self.rsb: list[int] = []
+
+    def _ci(self, addr: int) -> int:
+        return addr % self.ncond if self.ncond else addr
+
+    def _bi(self, addr: int) -> int:
+        return addr % self.nbtb if self.nbtb else addr
+
+    def cond(self, addr: int, target: int, taken: bool) -> bool:
+        """A conditional branch at `addr` with taken-target `target` resolved `taken`:
+        returns True if it was predicted correctly, and updates the entry."""
+        i = self._ci(addr)
+        ctr = self.cond_ctr.get(i)
+        if ctr is None:
+            pred = target < addr  # static: backward taken, forward not taken
+            self.cond_ctr[i] = 2 if taken else 1
+            return pred == taken
+        pred = ctr >= 2
+        self.cond_ctr[i] = min(3, ctr + 1) if taken else max(0, ctr - 1)
+        return pred == taken
+
+    def call(self, return_address: int) -> None:
+        """Every near CALL (direct or indirect) pushes its return address."""
+        if len(self.rsb) == self.depth:
+            self.rsb.pop(0)
+        self.rsb.append(return_address)
+
+    def ret(self, target: int) -> bool:
+        """A near RET to `target`: predicted iff the popped entry equals it."""
+        if not self.rsb:
+            return False
+        return self.rsb.pop() == target
+
+    def indirect(self, addr: int, target: int) -> bool:
+        """An indirect near JMP/CALL at `addr` going to `target`."""
+        i = self._bi(addr)
+        ok = self.btb_target.get(i) == target
+        self.btb_target[i] = target
+        return ok
+
+    def resolve(self, insn, target: int) -> tuple[bool, bool]:
+        """(taken, predicted) for the branch `insn` (insn_classes.Insn) whose successor
+        instruction is at `target` (linear).  Calls push their return address."""
+        k = insn.branch
+        if k == BR_COND:
+            taken = target == insn.target and target != insn.next
+            if insn.target == insn.next:
+                taken = True  # a jump to the next instruction: taken either way
+            return taken, self.cond(insn.addr, insn.target, taken)
+        if k == BR_CALL:
+            self.call(insn.next)
+            return True, True
+        if k == BR_CALL_IND:
+            ok = self.indirect(insn.addr, target)
+            self.call(insn.next)
+            return True, ok
+        if k == BR_JMP_IND:
+            return True, self.indirect(insn.addr, target)
+        if k == BR_RET:
+            return True, self.ret(target)
+        return True, True  # direct JMP, far transfers
+
+
+# --------------------------------------------------------------------------------------------
+# Clock schedule of one block (I6)
+# --------------------------------------------------------------------------------------------
+
+
+def _attrs(c: Clock, insn) -> None:
+    f = c.f
+    f[FI["instr"]] += 1
+    ld, st = insn.loads > 0, insn.stores > 0
+    f[FI["instr_ld"]] += ld
+    f[FI["instr_st"]] += st
+    f[FI["instr_ldst"]] += ld and st
+    f[FI["ld"]] += insn.loads
+    f[FI["st"]] += insn.stores
+    for name in FP_FIELDS:
+        f[FI[name]] += insn.fp.get(name, 0)
+
+
+def schedule(insns, params=None) -> list[Clock]:
+    """Clocks of the instructions `insns` (no bubble, no branch outcome, no penalty): the
+    static part of a block's schedule.  The last instruction's clock is the last clock."""
+    p = dict(PARAMS, **(params or {}))
+    width = p["retire_width"]
+    out: list[Clock] = []
+    cur = None
+    for insn in insns:
+        if (insn.align or insn.latency) and cur is not None:
+            out.append(cur)
+            cur = None
+        out.extend(Clock() for _ in range(insn.latency))
+        u = insn.uops
+        while True:
+            if cur is None:
+                cur = Clock()
+            take = min(width - cur.f[FI["uops"]], u)
+            cur.f[FI["uops"]] += take
+            u -= take
+            if u == 0:
+                break
+            out.append(cur)
+            cur = None
+        _attrs(cur, insn)
+        if cur.f[FI["uops"]] == width or insn.align:
+            out.append(cur)
+            cur = None
+    if cur is not None:
+        out.append(cur)
+    return out
+
+
+def branch_clock(c: Clock, br: int, taken: bool, predicted: bool) -> Clock:
+    """The clock `c` in which a branch of kind `br` retires, with its outcome."""
+    d = Clock(list(c.f))
+    d.f[FI["br"]] = br
+    d.f[FI["taken"]] = int(taken)
+    d.f[FI["misp"]] = int(not predicted)
+    return d
+
+
+def penalty_clocks(params=None) -> list[Clock]:
+    """The clocks after a mispredicted branch."""
+    p = dict(PARAMS, **(params or {}))
+    out = []
+    b = p["bogus_insns"]
+    for _ in range(p["bp_penalty"]):
+        c = Clock()
+        n = min(p["retire_width"], b)
+        c.f[FI["bogus_instr"]] = n
+        c.f[FI["bogus_uops"]] = n
+        b -= n
+        out.append(c)
+    return out
+
+
+def block_clocks(insns, outcome=None, params=None) -> list[Clock]:
+    """The complete clock sequence of one execution of a block whose instructions are
+    `insns` (a list of insn_classes.Insn, in order).  `outcome` = (taken, predicted) for a
+    block ending in a branch (Predictor.resolve gives it); None for a block that does not
+    end in a branch (or to use "taken, predicted")."""
+    p = dict(PARAMS, **(params or {}))
+    clocks = [Clock() for _ in range(p["bubble"])]
+    body = schedule(insns, p)
+    last = insns[-1] if insns else None
+    if last is not None and last.branch != BR_NONE:
+        taken, predicted = outcome if outcome is not None else (True, True)
+        body[-1] = branch_clock(body[-1], last.branch, taken, predicted)
+        clocks += body
+        if not predicted:
+            clocks += penalty_clocks(p)
+        return clocks
+    return clocks + body
+
+
+# --------------------------------------------------------------------------------------------
+# From clocks to event lines (I3)
+# --------------------------------------------------------------------------------------------
+
+# Derived per-clock features (CPL/LP independent); lines are a linear map of these whose
+# matrix depends on the tagging programming (front-end and execution tagging).
+FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "bogus_instr",
+            "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
+            "rbt_uncond", "rbt_cond", "rbt_call", "rbt_ret", "rbt_ind",
+            "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
+            "running") + FP_FIELDS
+NFEAT = len(FEATURES)
+FE = {n: i for i, n in enumerate(FEATURES)}
+
+
+def features(fields: np.ndarray) -> np.ndarray:
+    """(K, NF) clock fields -> (K, NFEAT) features."""
+    f = np.asarray(fields, dtype=np.float64).reshape(-1, NF)
+    K = f.shape[0]
+    out = np.zeros((K, NFEAT))
+    for n in ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "bogus_instr",
+              "bogus_uops") + FP_FIELDS:
+        out[:, FE[n]] = f[:, FI[n]]
+    br = f[:, FI["br"]]
+    isbr = br != BR_NONE
+    t = f[:, FI["taken"]] > 0
+    m = f[:, FI["misp"]] > 0
+    out[:, FE["MMNP"]] = isbr & ~t & ~m
+    out[:, FE["MMNM"]] = isbr & ~t & m
+    out[:, FE["MMTP"]] = isbr & t & ~m
+    out[:, FE["MMTM"]] = isbr & t & m
+    out[:, FE["misp"]] = isbr & m
+    types = {"uncond": br == BR_JMP, "cond": br == BR_COND,
+             "call": (br == BR_CALL) | (br == BR_CALL_IND), "ret": br == BR_RET,
+             "ind": (br == BR_RET) | (br == BR_CALL_IND) | (br == BR_JMP_IND)}
+    for k, sel in types.items():
+        out[:, FE["rbt_" + k]] = sel
+        out[:, FE["rmbt_" + k]] = sel & m
+    out[:, FE["running"]] = 1.0
+    return out
+
+
+# FIRM-ESCR uop events that can be execution-tagged, and the feature each mask bit counts
+UOP_EVENT_FEATURES = {
+    ("x87_FP_uop", 15): "x87", ("packed_SP_uop", 15): "psp", ("packed_DP_uop", 15): "pdp",
+    ("scalar_SP_uop", 15): "ssp", ("scalar_DP_uop", 15): "sdp", ("64bit_MMX_uop", 15): "mmx64",
+    ("128bit_MMX_uop", 15): "mmx128", ("x87_SIMD_moves_uop", 3): "movst",
+    ("x87_SIMD_moves_uop", 4): "movld",
+}
+
+# (event, mask bit name) -> feature, for the lines that do not depend on tagging
+_DIRECT = {
+    ("uops_retired", "NBOGUS"): "uops", ("uops_retired", "BOGUS"): "bogus_uops",
+    ("instr_retired", "BOGUSNTAG"): "bogus_instr",
+    ("branch_retired", "MMNP"): "MMNP", ("branch_retired", "MMNM"): "MMNM",
+    ("branch_retired", "MMTP"): "MMTP", ("branch_retired", "MMTM"): "MMTM",
+    ("mispred_branch_retired", "NBOGUS"): "misp",
+    ("retired_branch_type", "UNCONDITIONAL"): "rbt_uncond",
+    ("retired_branch_type", "CONDITIONAL"): "rbt_cond",
+    ("retired_branch_type", "CALL"): "rbt_call", ("retired_branch_type", "RETURN"): "rbt_ret",
+    ("retired_branch_type", "INDIRECT"): "rbt_ind",
+    ("retired_mispred_branch_type", "UNCONDITIONAL"): "rmbt_uncond",
+    ("retired_mispred_branch_type", "CONDITIONAL"): "rmbt_cond",
+    ("retired_mispred_branch_type", "CALL"): "rmbt_call",
+    ("retired_mispred_branch_type", "RETURN"): "rmbt_ret",
+    ("retired_mispred_branch_type", "INDIRECT"): "rmbt_ind",
+    ("global_power_events", "RUNNING"): "running",
+    ("x87_FP_uop", "ALL"): "x87", ("packed_SP_uop", "ALL"): "psp",
+    ("packed_DP_uop", "ALL"): "pdp", ("scalar_SP_uop", "ALL"): "ssp",
+    ("scalar_DP_uop", "ALL"): "sdp", ("64bit_MMX_uop", "ALL"): "mmx64",
+    ("128bit_MMX_uop", "ALL"): "mmx128", ("x87_SIMD_moves_uop", "ALLP0"): "movst",
+    ("x87_SIMD_moves_uop", "ALLP2"): "movld",
+}
+
+
+@dataclass(frozen=True)
+class Tagging:
+    """Tagging programming seen by one LP at one privilege level.
+
+    tag_loads / tag_stores: front-end tagging (uop_type TAGLOADS / TAGSTORES on RAT_ESCR0/1
+    with this LP's T-bit for this CPL).  exec_tags: feature name -> 4-bit tag value (the OR
+    over the FIRM ESCRs that select that uop event with TAG_ENABLE and qualify this LP/CPL)."""
+    tag_loads: bool = False
+    tag_stores: bool = False
+    exec_tags: tuple = ()  # ((feature, tagbits), ...)
+
+
+NO_TAGGING = Tagging()
+
+
+@functools.lru_cache(maxsize=256)
+def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
+    """(class ids[L], M[NFEAT, L]): the event-class lines of a clock are features @ M.
+    Cached per tagging state: treat the arrays as read-only."""
+    cols: dict[int, np.ndarray] = {}
+
+    def add(event, bit, feat, w=1.0):
+        cid = EV.class_id(event, bit)
+        v = cols.setdefault(cid, np.zeros(NFEAT))
+        v[FE[feat]] += w
+
+    for (event, bit), feat in _DIRECT.items():
+        add(event, bit, feat)
+    tl, ts = float(tagging.tag_loads), float(tagging.tag_stores)
+    # tagged instructions = TL*instr_ld + TS*instr_st - TL*TS*instr_ldst
+    add("instr_retired", "NBOGUSNTAG", "instr")
+    for feat, w in (("instr_ld", tl), ("instr_st", ts), ("instr_ldst", -tl * ts)):
+        if w:
+            add("instr_retired", "NBOGUSTAG", feat, w)
+            add("instr_retired", "NBOGUSNTAG", feat, -w)
+    if tl:
+        add("front_end_event", "NBOGUS", "ld")
+    if ts:
+        add("front_end_event", "NBOGUS", "st")
+    for feat, bits in tagging.exec_tags:
+        for k in range(4):
+            if bits >> k & 1:
+                add("execution_event", f"NBOGUS{k}", feat)
+    ids = np.array(sorted(cols), dtype=np.int64)
+    M = np.stack([cols[i] for i in ids], axis=1) if len(ids) else np.zeros((NFEAT, 0))
+    keep = np.abs(M).sum(axis=0) > 0
+    ids, M = ids[keep], M[:, keep]
+    ids.setflags(write=False)
+    M.setflags(write=False)
+    return ids, M
+
+
+def clock_lines(clock: Clock, tagging: Tagging = NO_TAGGING) -> dict:
+    """{(event, mask bit name): value} of one clock (values capped at 15 by the engine)."""
+    ids, M = line_matrix(tagging)
+    v = features(np.array([clock.f])) @ M
+    out = {}
+    for j, cid in enumerate(ids):
+        if v[0, j]:
+            c = EV.CLASSES[cid]
+            out[(c.event, c.bit_name)] = int(round(v[0, j]))
+    return out
+
+
+def clock_kind(clock: Clock, lp: int = 0, os: bool = False, tagging: Tagging = NO_TAGGING,
+               other_active: bool = False, other_os: bool = False):
+    """The activity.ClockKind of one clock executed by logical processor `lp` at CPL 0 (`os`)
+    or CPL 1-3; the other LP (HT only) is shown active/at CPL 0 as given, with no events."""
+    from .activity import ClockKind
+    lines = {(e, b, lp): min(15, v) for (e, b), v in clock_lines(clock, tagging).items()
+             if v > 0}
+    active = [False, False]
+    osf = [False, False]
+    active[lp], osf[lp] = True, bool(os)
+    active[1 - lp], osf[1 - lp] = bool(other_active), bool(other_os)
+    return ClockKind(active=tuple(active), os=tuple(osf), lines=lines)
+
+
+def with_params(**kw) -> dict:
+    """PARAMS with some entries replaced (e.g. the plugin's bp_penalty option)."""
+    unknown = set(kw) - set(PARAMS)
+    if unknown:
+        raise KeyError(f"unknown clock-model parameter(s): {', '.join(sorted(unknown))}")
+    return dict(PARAMS, **kw)
+
+
+__all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_clock",
+           "penalty_clocks", "features", "line_matrix", "clock_lines", "clock_kind", "Tagging",
+           "with_params", "replace"]
