@@ -14,12 +14,18 @@ Plugin options (``-plugin libp4pmu_plugin.so,opt=val,...``; Contract 2 of docs/a
                   as LP 0 and LP 1                                default: 1
   pypath=DIR[:DIR] site directories to add to sys.path (set by `p4pmu qemu`)
   verbose=on|off  C side: print each intercepted instruction at translation (-d plugin)
+  count=auto|on|off  event counting from guest activity (docs/guest-events.md I1)
+                                                               default: auto
+  pmi=on|off      deliver overflow interrupts                    default: on
+  bp_penalty=N    branch misprediction penalty in clocks         default: clockmodel's
+  errata=on|off   emulate the model's errata (cascade-PMI)       default: on
 
 Every method returns a status the C side understands (OK = 1, FAULT = 2); an exception is
 reported by the embedding's error handler and the C side then leaves the access to QEMU.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -47,9 +53,14 @@ class Options:
     threads: int = 1
     pypath: str | None = None
     verbose: bool = False
+    count: str = "auto"
+    pmi: bool = True
+    bp_penalty: int | None = None
+    errata: bool = True
 
 
-OPTION_NAMES = ("model", "stepping", "strict", "log", "threads", "pypath", "verbose")
+OPTION_NAMES = ("model", "stepping", "strict", "log", "threads", "pypath", "verbose", "count",
+                "pmi", "bp_penalty", "errata")
 
 
 def _bool(name: str, value: str) -> bool:
@@ -94,6 +105,21 @@ def parse_options(args: list[str]) -> Options:
             o.pypath = v
         elif k == "verbose":
             o.verbose = _bool(k, v)
+        elif k == "count":
+            if v not in ("auto", "on", "off"):
+                raise OptionError(f"option count={v!r}: expected auto, on or off")
+            o.count = v
+        elif k == "pmi":
+            o.pmi = _bool(k, v)
+        elif k == "errata":
+            o.errata = _bool(k, v)
+        elif k == "bp_penalty":
+            try:
+                o.bp_penalty = int(v, 0)
+            except ValueError:
+                raise OptionError(f"option bp_penalty={v!r}: expected a number 0-60") from None
+            if not 0 <= o.bp_penalty <= 60:
+                raise OptionError(f"option bp_penalty={v!r}: expected a number 0-60")
         else:
             raise OptionError(f"unknown plugin option {k!r}; known options: "
                               f"{', '.join(OPTION_NAMES)}")
@@ -104,7 +130,7 @@ class Bridge:
     """One PMU per physical core; vCPU v is core v // threads, logical processor v % threads."""
 
     def __init__(self, options: Options, smp_vcpus: int = 1, max_vcpus: int = 1,
-                 pmu_factory: Callable | None = None):
+                 pmu_factory: Callable | None = None, native=None):
         from p4pmu.emulator.models import get_model
         from p4pmu.emulator.pmu import PMU, PMUFault
         self.options = options
@@ -114,6 +140,8 @@ class Bridge:
         except (KeyError, ValueError) as e:
             msg = e.args[0] if e.args else str(e)
             raise OptionError(f"option model={options.model!r}: {msg}") from None
+        if not options.errata:
+            self.model = self.model.without_errata()
         self.threads = options.threads
         self.smp_vcpus = smp_vcpus
         self.max_vcpus = max(max_vcpus, smp_vcpus, 1)
@@ -135,10 +163,20 @@ class Bridge:
             self._write(f"# p4pmu bridge: model {self.model.key} stepping {self.model.stepping}"
                         f", threads={self.threads}, strict={'on' if options.strict else 'off'}"
                         f", vCPUs {smp_vcpus} (max {self.max_vcpus})")
+        self._profile = None
+        self._profiled = set()
+        if os.environ.get("P4PMU_PYPROFILE"):  # development: profile the Python half
+            import cProfile
+            self._profile = cProfile.Profile()
+        self.feeder = None
+        if native is not None and options.count != "off":
+            from p4pmu.plugin.feeder import Feeder
+            self.feeder = Feeder(self, *native)
 
     @classmethod
-    def from_args(cls, args: list[str], smp_vcpus: int, max_vcpus: int) -> "Bridge":
-        return cls(parse_options(args), smp_vcpus, max_vcpus)
+    def from_args(cls, args: list[str], smp_vcpus: int, max_vcpus: int,
+                  native=None) -> "Bridge":
+        return cls(parse_options(args), smp_vcpus, max_vcpus, native=native)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -183,10 +221,18 @@ class Bridge:
     def rdmsr(self, vcpu: int, msr: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_rdmsr += 1
+        feeder = self.feeder
+        if feeder is not None:
+            if self._profile is not None:
+                self._prof()
+            feeder.consume(vcpu, pmu)
         try:
             value = int(pmu.rdmsr(vcpu % self.threads, msr)) & U64
         except self.PMUFault as f:
             return self._fault(vcpu, f"RDMSR 0x{msr:X}{self._name(pmu, msr)}", f), 0
+        finally:
+            if feeder is not None:
+                feeder.after(vcpu, pmu)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDMSR 0x{msr:X}{self._name(pmu, msr)} -> "
                         f"0x{value:X}")
@@ -195,10 +241,16 @@ class Bridge:
     def wrmsr(self, vcpu: int, msr: int, value: int) -> int:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_wrmsr += 1
+        feeder = self.feeder
+        if feeder is not None:
+            feeder.consume(vcpu, pmu)
         try:
             pmu.wrmsr(vcpu % self.threads, msr, value)
         except self.PMUFault as f:
             return self._fault(vcpu, f"WRMSR 0x{msr:X}{self._name(pmu, msr)} <- 0x{value:X}", f)
+        finally:
+            if feeder is not None:
+                feeder.after(vcpu, pmu)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: WRMSR 0x{msr:X}{self._name(pmu, msr)} <- "
                         f"0x{value:X}")
@@ -207,10 +259,16 @@ class Bridge:
     def rdpmc(self, vcpu: int, ecx: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_rdpmc += 1
+        feeder = self.feeder
+        if feeder is not None:
+            feeder.consume(vcpu, pmu)
         try:
             value = int(pmu.rdpmc(vcpu % self.threads, ecx)) & U64
         except self.PMUFault as f:
             return self._fault(vcpu, f"RDPMC ECX=0x{ecx:X}", f), 0
+        finally:
+            if feeder is not None:
+                feeder.after(vcpu, pmu)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDPMC ECX=0x{ecx:X} -> 0x{value:X}")
         return OK, value
@@ -224,6 +282,22 @@ class Bridge:
                         f" -> 0x{value:X}")
         return OK, value
 
+    def _prof(self) -> None:
+        t = threading.get_ident()
+        if t not in self._profiled:
+            self._profiled.add(t)
+            self._profile.enable()  # cProfile follows the thread that enables it
+
+    def deadline(self, vcpu: int) -> int:
+        """A counting deadline or fold request of vCPU `vcpu` (C side: cb_sched)."""
+        if self._profile is not None:
+            self._prof()
+        pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
+        if self.feeder is not None:
+            self.feeder.consume(vcpu, pmu)
+            self.feeder.after(vcpu, pmu)
+        return OK
+
     def note(self, vcpu: int, message: str) -> None:
         self._write(f"{self._who(vcpu)}: note: {message}")
 
@@ -235,6 +309,12 @@ class Bridge:
                 self._write(f"#   {line}")
 
     def close(self) -> None:
+        if self._profile is not None:
+            self._profile.disable()
+            self._profile.dump_stats(os.environ["P4PMU_PYPROFILE"])
+            self._profile = None
+        if self.feeder is not None:
+            self._write(self.feeder.summary())
         if self._log is not None:
             self._write(f"# end: {self.n_rdmsr} RDMSR, {self.n_wrmsr} WRMSR, {self.n_rdpmc} "
                         f"RDPMC, {self.n_misc} MISC_ENABLE reads, {self.n_faults} faults, "

@@ -35,7 +35,28 @@ from pathlib import Path
 PLUGIN_DIR = Path(__file__).resolve().parent
 LIB_NAME = "libp4pmu_plugin.so"
 MODULE_NAME = "_p4pmu_bridge"
-C_SOURCES = ("p4pmu_plugin.c", "p4pmu_plugin.h", "qemu_plugin_api.h")
+C_SOURCES = ("p4pmu_plugin.c", "p4pmu_plugin.h", "qemu_plugin_api.h", "counting.c", "pmi.c")
+GENERATED_HEADER = "p4_tables.h"
+
+# C functions of counting.c that the Python half calls (bridge.py Feeder); the struct must
+# match counting.c's layout (cffi checks it when it compiles).
+PYTHON_CALLS_C = """
+struct p4c_out {
+    uint32_t *ext; int64_t *cnt; uint32_t n;
+    uint32_t *pa, *pb; int64_t *pn; uint32_t np;
+    uint32_t first, last; int64_t clocks; int bad;
+    int other_active, other_os;
+    int64_t budget; int pmi[2]; int start;
+    uint32_t *seq; uint32_t nseq;
+    int nwatch; uint32_t nkext; int64_t whead[18]; int32_t wrate[18]; int32_t *winc;
+    int32_t widx[18]; int tot_ok; int64_t tot[18];
+};
+struct p4c_out *p4c_out(unsigned vi);
+const uint8_t *p4c_kinds(uint32_t *n);
+int p4c_instrumenting(void);
+int p4c_mode(void);
+void p4c_stats(unsigned vi, uint64_t *out4);
+"""
 STAMP_SUFFIX = ".stamp"
 
 
@@ -130,6 +151,11 @@ INIT_CODE = r'''
 import os
 import sys
 
+# numpy's BLAS must not start its own threads inside QEMU: they spin (busy-wait) on the
+# host's cores and the PMU model only does small matrix products
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
 from _p4pmu_bridge import ffi, lib
 
 DEFAULT_PYPATH = @DEFAULT_PYPATH@   # site-packages of the interpreter that built the plugin
@@ -176,7 +202,7 @@ def p4pmu_py_init(argc, argv, smp_vcpus, max_vcpus):
             % (e, ", ".join(paths) or "none"))
         return 0
     try:
-        _bridge = bridge.Bridge.from_args(args, smp_vcpus, max_vcpus)
+        _bridge = bridge.Bridge.from_args(args, smp_vcpus, max_vcpus, native=(ffi, lib))
     except bridge.OptionError as e:
         sys.stderr.write("p4pmu: %s\n" % e)
         return 0
@@ -215,6 +241,11 @@ def p4pmu_py_note(vcpu, message):
     return 1
 
 
+@ffi.def_extern(onerror=_onerror("deadline"))
+def p4pmu_py_deadline(vcpu):
+    return _bridge.deadline(vcpu)
+
+
 @ffi.def_extern(onerror=_onerror("exit"))
 def p4pmu_py_exit():
     if _bridge is not None:
@@ -234,12 +265,42 @@ def _init_code(info: dict) -> str:
     return INIT_CODE.replace("@DEFAULT_PYPATH@", repr(info["purelib"]))
 
 
+def capstone_info() -> dict:
+    """Headers and library of the Capstone 5 wheel (pip package `capstone`, 5.0.x)."""
+    try:
+        import capstone
+    except ImportError:
+        raise BuildError("the Python package capstone (5.0.x) is missing: pip install "
+                         "'capstone>=5.0,<6' (it ships libcapstone and its headers)") from None
+    root = Path(capstone.__file__).resolve().parent
+    inc, lib = root / "include", root / "lib"
+    if not (inc / "capstone" / "capstone.h").is_file() or not (lib / "libcapstone.so").is_file():
+        raise BuildError(f"the capstone package at {root} has no include/capstone/capstone.h "
+                         "or lib/libcapstone.so (a wheel of capstone 5.0.x is needed)")
+    major = int(capstone.__version__.split(".")[0])
+    if major != 5:
+        raise BuildError(f"capstone {capstone.__version__} found, the plugin needs 5.0.x "
+                         "(QEMU 11.1 loads libcapstone.so.5)")
+    return {"include": str(inc), "lib": str(lib), "version": capstone.__version__}
+
+
+def generated_header() -> str:
+    """p4_tables.h: the instruction table and the clock-model parameters (one truth:
+    p4pmu.emulator.insn_classes / clockmodel)."""
+    sys.path_importer_cache.clear()
+    from p4pmu.emulator import insn_classes
+    return insn_classes.c_header()
+
+
 def _stamp(info: dict) -> str:
     import cffi
     h = hashlib.sha256()
     for name in C_SOURCES:
         h.update(name.encode())
         h.update((PLUGIN_DIR / name).read_bytes())
+    h.update(generated_header().encode())
+    h.update(PYTHON_CALLS_C.encode())
+    h.update(capstone_info()["version"].encode())
     h.update(_init_code(info).encode())
     for part in (os.path.realpath(sys.executable), sys.prefix, sys.version, info["libpython"],
                  cffi.__version__):
@@ -260,17 +321,26 @@ def is_stale(path: Path | None = None) -> bool:
     return stamp.read_text().strip() != _stamp(python_build_info())
 
 
-def _compile(info: dict, workdir: Path, progress: bool) -> Path:
+def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
     import cffi
+    cs = capstone_info()
+    gen = workdir / "gen"
+    gen.mkdir(exist_ok=True)
+    (gen / GENERATED_HEADER).write_text(generated_header())
     ffi = cffi.FFI()
     ffi.embedding_api(_embedding_api())
+    ffi.cdef(PYTHON_CALLS_C)
+    # libcapstone.so.5: QEMU 11.1 has normally loaded its own already (same major version,
+    # the plugin then shares it); for a QEMU without Capstone the RUNPATH finds the wheel's
+    # copy through a libcapstone.so.5 link next to the plugin.
     ffi.set_source(
         MODULE_NAME,
         '#include "p4pmu_plugin.c"\n',
-        include_dirs=[str(PLUGIN_DIR)],
+        include_dirs=[str(PLUGIN_DIR), str(gen), cs["include"]],
         define_macros=[("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
         extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
-        extra_link_args=[f"-Wl,-rpath,{info['libdir']}", "-Wl,--enable-new-dtags",
+        extra_link_args=[f"-Wl,-rpath,{info['libdir']}", f"-Wl,-rpath,{outdir}",
+                         "-Wl,--enable-new-dtags", f"-L{cs['lib']}", "-lcapstone",
                          "-ldl", "-lpthread"],
     )
     ffi.embedding_init_code(_init_code(info))
@@ -297,13 +367,18 @@ def ensure_built(progress: bool = True) -> Path:
                   f"{info['libpython']})", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="p4pmu-plugin-") as tmp:
             try:
-                built = _compile(info, Path(tmp), progress)
+                built = _compile(info, Path(tmp), progress, path.parent)
             except Exception as e:  # distutils/setuptools CompileError, LinkError, ...
                 raise BuildError(f"building the plugin failed: {e}") from e
             partial = path.with_name(path.name + ".new")
             shutil.copyfile(built, partial)
             os.chmod(partial, 0o755)
             os.replace(partial, path)
+            link = path.parent / "libcapstone.so.5"
+            target = Path(capstone_info()["lib"]) / "libcapstone.so"
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(target)
         stamp_path.write_text(want + "\n")
     return path
 

@@ -36,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sched.h>
 
 #include "qemu_plugin_api.h"
 #include "p4pmu_plugin.h"
@@ -252,6 +254,14 @@ static int current_cpl(struct vcpu *v)
     return (int)(rd(v, R.cs) & 3);
 }
 
+static uint64_t rd_rcx(struct vcpu *v)
+{
+    return rd(v, R.rcx);
+}
+
+/* Event counting from guest activity, deadlines and PMI delivery (docs/guest-events.md) */
+#include "counting.c"
+
 /* ---------------------------------------------------------------------------------------- */
 /* Call-site descriptor packed into the callback's userdata (no allocation per block)        */
 /*   bits 0-47 linear address (sign-extended), 48-51 length, 52-53 kind, 54 first, 55 last   */
@@ -409,6 +419,7 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
     __atomic_store_n(&patch_linear, s->linear, __ATOMIC_SEQ_CST);
     wrmem(v, op, newb, 2);
     wr(v, R.rcx, MSR_GP_REDIRECT);
+    counting_abandon(tl_vcpu, s->linear, 0);
     qemu_plugin_set_pc(rip);
 }
 
@@ -429,7 +440,14 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     }
     struct site s = unpack_site(ud);
     uint64_t value = (rd(v, R.rdx) << 32) | (rd(v, R.rax) & 0xFFFFFFFFull);
+    int was = cnt_instrument || cnt_start_requested;
+    sibling_sync(vi, s.linear);
+    int64_t rest = cnt_instrument ? fold_at_access(vi, s.linear) : 0;
     int r = py_wrmsr(vi, msr, value);
+    after_python(vi, rest);
+    if (!was && cnt_start_requested) {
+        counting_credit_wrmsr(vi, s.linear, current_cpl(v) == 0);
+    }
     if (r == P4_PY_FAULT) {
         fault_by_redirect(v, &s, rcx);
     }
@@ -454,7 +472,10 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         if (current_cpl(v) != 0) {
             return;
         }
+        sibling_sync(vi, unpack_site(ud).linear);
+        int64_t rest = cnt_instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
         int r = py_rdmsr(vi, msr, &value);
+        after_python(vi, rest);
         if (r == P4_PY_FAULT) {
             struct site s = unpack_site(ud);
             fault_by_redirect(v, &s, rcx);
@@ -525,7 +546,10 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     if (v->refault_linear && v->refault_linear == s.linear && s.first) {
         r = P4_PY_FAULT; /* asked already, before the #UD round trip (cb_entry) */
     } else {
+        sibling_sync(vi, s.linear);
+        int64_t rest = cnt_instrument ? fold_at_access(vi, s.linear) : 0;
         r = py_rdpmc(vi, (uint32_t)rcx, &value);
+        after_python(vi, rest);
     }
     v->refault_linear = 0;
     if (r == P4_PY_FAULT) {
@@ -555,6 +579,7 @@ static void cb_rdpmc(unsigned int vi, void *ud)
         /* block start: QEMU's flags are in env, skipping is exact; rip is exact here */
         uint64_t rip = rd(v, R.rip);
         write_edx_eax(v, value);
+        counting_abandon(vi, s.linear, 1);
         qemu_plugin_set_pc(rip + s.len);
     }
     v->ud_armed = 1;
@@ -668,6 +693,10 @@ static void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t fro
     (void)type;
     (void)to;
     (void)ud;
+
+    /* counting: the faulting instruction and the rest of its block do not retire; a served
+     * RDPMC (its #UD is ours) does */
+    counting_discon(vi, from, v->ud_armed && !v->ud_fault, 0);
 
     /*
      * A redirect or an armed RDPMC is always followed by the exception of that very
@@ -791,6 +820,9 @@ static int decode(const uint8_t *b, size_t n)
     return k;
 }
 
+/* register reads at translation time (the vCPU index is not known there) */
+static __thread struct vcpu tl_tv;
+
 static void translate(struct qemu_plugin_tb *tb, void *ud)
 {
     (void)ud;
@@ -809,6 +841,11 @@ static void translate(struct qemu_plugin_tb *tb, void *ud)
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_entry, P4_CB_RW_REGS_PC, P4_COND_NE,
                                                   pending_entry, 0,
                                                   (void *)(uintptr_t)tbv);
+    }
+
+    if (cnt_instrument) {
+        if (!tl_tv.buf) tl_tv.buf = g_byte_array_new();
+        counting_translate(tb, &tl_tv, tl_vcpu >= 0 ? (unsigned)tl_vcpu : 0);
     }
 
     uint64_t patched = __atomic_load_n(&patch_linear, __ATOMIC_SEQ_CST);
@@ -879,12 +916,44 @@ static void vcpu_init(unsigned int vi, void *ud)
         }
     }
     set_npending(vi, v);
+    counting_vcpu_init(vi);
     v->ready = 1;
+}
+
+static void on_interrupt(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
+                         void *ud)
+{
+    (void)type;
+    (void)to;
+    (void)ud;
+    V(vi);
+    counting_discon(vi, from, 0, 1); /* C only: QEMU holds the BQL here */
+}
+
+static void on_idle(unsigned int vi, void *ud)
+{
+    (void)ud;
+    counting_halt_change(vi, 1);
+}
+
+static void on_resume(unsigned int vi, void *ud)
+{
+    (void)ud;
+    counting_halt_change(vi, 0); /* running again: its LVT may change */
 }
 
 static void at_exit(void *ud)
 {
     (void)ud;
+    if (debug && cv) {
+        for (int i = 0; i < n_vcpus_max; i++) {
+            if (cv[i].init)
+                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks, "
+                        "%llu resolutions; %u blocks, %u kinds\n", i,
+                        (unsigned long long)cv[i].folds, (unsigned long long)cv[i].deadlines,
+                        (unsigned long long)cv[i].resolutions, n_blocks - 1, n_kinds);
+        }
+    }
     p4pmu_py_exit();
 }
 
@@ -920,12 +989,30 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
         return -1;
     }
+    if (counting_setup(id, argc, argv, n_vcpus_max) < 0) {
+        return -1;
+    }
     sb_pending = qemu_plugin_scoreboard_new(sizeof(uint64_t));
     pending_entry.score = sb_pending;
     pending_entry.offset = 0;
+    register_callbacks();
+    return 0;
+}
+
+/* All our registrations (again after qemu_plugin_reset, which drops them: counting.c) */
+static void register_callbacks(void)
+{
+    qemu_plugin_id_t id = plugin_id;
     qemu_plugin_register_vcpu_init_cb(id, vcpu_init, NULL);
     qemu_plugin_register_vcpu_tb_trans_cb(id, translate, NULL);
     qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_EXCEPTION, on_exception, NULL);
+    if (cnt_instrument) {
+        /* only while counting: QEMU's interrupt discontinuity callback has a cost for
+         * every block once registered (measured: about 10 % of plain QEMU with nothing
+         * enabled) */
+        qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_INTERRUPT, on_interrupt, NULL);
+        qemu_plugin_register_vcpu_idle_cb(id, on_idle, NULL);
+        qemu_plugin_register_vcpu_resume_cb(id, on_resume, NULL);
+    }
     qemu_plugin_register_atexit_cb(id, at_exit, NULL);
-    return 0;
 }

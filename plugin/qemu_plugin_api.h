@@ -139,6 +139,20 @@ __attribute__((noreturn)) void qemu_plugin_set_pc(uint64_t vaddr);
 bool qemu_plugin_read_memory_vaddr(uint64_t addr, p4_GByteArray *data, size_t len);
 bool qemu_plugin_write_memory_vaddr(uint64_t addr, p4_GByteArray *data);
 
+/* Inline operations, reset, physical memory, idle/resume (v7 signatures, checked against
+ * QEMU 11.1.3's code: inline ops take the qemu_plugin_u64 by value; reset's callback gets
+ * the userdata only) */
+void qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(struct qemu_plugin_tb *tb,
+                                                       enum p4_inline_op op,
+                                                       p4_plugin_u64 entry, uint64_t imm);
+void qemu_plugin_reset(qemu_plugin_id_t id, p4_udata_cb_t cb, void *userdata);
+int qemu_plugin_read_memory_hwaddr(uint64_t addr, p4_GByteArray *data, size_t len);
+int qemu_plugin_write_memory_hwaddr(uint64_t addr, p4_GByteArray *data);
+void qemu_plugin_register_vcpu_idle_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb,
+                                       void *userdata);
+void qemu_plugin_register_vcpu_resume_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb,
+                                         void *userdata);
+
 /* Misc */
 void qemu_plugin_outs(const char *string);
 bool qemu_plugin_bool_parse(const char *name, const char *val, bool *ret);

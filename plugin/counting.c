@@ -1,0 +1,2246 @@
+/*
+ * p4pmu: event counting from guest activity (docs/guest-events.md).
+ *
+ * Included by p4pmu_plugin.c (one translation unit for cffi).  What lives here:
+ *
+ * - classification of every instruction of a translated block with Capstone 5 (the table is
+ *   generated from p4pmu.emulator.insn_classes at build time: p4_tables.h);
+ * - the clock model of a block (bubble, 3 uops per clock, latencies, aligned instructions)
+ *   interned as "kinds" (one kind = one clock's fields, clockmodel.FIELDS);
+ * - per-vCPU scoreboard counters of block executions, incremented by inline ADDs; a dirty
+ *   list of blocks executed since the last fold (registered by a conditional callback that
+ *   fires at the first execution of a block after each fold);
+ * - dynamic block ends (conditional branches, calls, returns, indirect branches, REP string
+ *   instructions), resolved by a conditional block-entry callback in the *next* block; the
+ *   branch predictor of clockmodel.Predictor, in C;
+ * - the deadline accumulator W (block clocks, inline ADD) that makes the same callback fire
+ *   when an armed counter could have overflowed;
+ * - folds: the activity since the last fold as a joint histogram over (kind, CPL) with
+ *   adjacent-pair counts, handed to Python (bridge.py Feeder) which steps the PMU engine.
+ *
+ * Threading: every per-vCPU structure is touched only by its own vCPU thread (callbacks run
+ * there), except the XPEND scoreboard word (atomic requests from the sibling vCPU) and
+ * read-only looks at another vCPU's halted/CPL flags.  Global tables (kinds, blocks) are
+ * appended under a mutex at translation time and read lock-free afterwards (an entry is
+ * published before its id is).
+ */
+#include <capstone/capstone.h>
+#include "p4_tables.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sizes and constants                                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+#define MAX_BLOCKS (1u << 20)
+#define MAX_KINDS (1u << 16)
+#define NEXT (2u * MAX_KINDS) /* ext kind = kind * 2 + os */
+#define SB_HDR 8u
+enum { SB_W = 0, SB_CUR = 1, SB_PEND = 2, SB_XPEND = 3 };
+#define W_THRESH (1ull << 62)
+#define W_PEND (1ull << 62)
+#define W_IDLE 0ull /* W value when no deadline is armed: 2^62 clocks away */
+#define MAX_DIRTY (1u << 16)
+#define END_REP 8 /* block end kind: REP string instruction (not a BRK_* value) */
+
+/* per-instruction information kept for schedules of partial blocks */
+#define CI_ALIGN 1
+#define CI_REP 2
+#define CI_HLT 4
+struct cinsn {
+    uint64_t addr;
+    uint64_t target;
+    uint8_t len, uops, loads, stores, lat, br, flags, rep_iter;
+    uint8_t addr_size; /* REP: 2, 4 or 8 bytes of RCX */
+    uint8_t fp[FPI_N];
+};
+
+struct blk {
+    uint64_t vaddr;
+    uint32_t n;
+    uint8_t os, end, mode, pad;
+    struct cinsn *ins;
+    /* full static portion [0, n) incl. bubble, excluding the final clock of a dynamic end */
+    uint32_t nk, np;
+    uint32_t *hk, *hc;          /* histogram: kind ids, counts */
+    uint32_t *pa, *pb, *pc;     /* internal adjacent pairs */
+    uint32_t first_k, last_k;   /* bubble kind; last static clock kind */
+    uint32_t nclocks;           /* static clocks (W increment) */
+    uint32_t maxclk;            /* most clocks one execution can add (maxclk()) */
+    uint32_t var[4];            /* dynamic final clock: [taken*2 + mispredicted] */
+    uint32_t final_k;           /* the final clock before the outcome (dynamic ends) */
+    struct bres *res;           /* per vCPU: outcomes since the last fold, predictor slot */
+};
+
+/* per block and vCPU: resolved outcomes of the current batch (expanded at the fold) and the
+ * block's branch's predictor entry (index + 1 into the vCPU's entry arena, 0 = not looked up) */
+struct bres {
+    uint64_t n[4];
+    uint32_t pidx;
+    uint32_t pad;
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Global state                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+static int cnt_mode = 1;        /* option count=: 0 off, 1 auto, 2 on */
+static int cnt_instrument;      /* translate() instruments blocks */
+static int cnt_start_requested; /* a reset (flush) to start instrumenting is under way */
+static int pmi_on = 1;          /* option pmi= */
+static unsigned bp_penalty = P4P_BP_PENALTY;
+static int cnt_threads = 1;
+static qemu_plugin_id_t plugin_id;
+
+static struct qemu_plugin_scoreboard *sb_cnt;
+static pthread_mutex_t cnt_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint8_t kinds[MAX_KINDS][KF_N];
+static volatile uint32_t n_kinds;
+static uint32_t khash[2 * MAX_KINDS]; /* kind id + 1, 0 empty */
+static uint32_t k_bubble, k_empty;    /* bubble clock kind, empty stall clock kind */
+static uint32_t k_penalty[64];        /* penalty clocks (bogus retirement then empty) */
+static unsigned n_penalty;
+static uint32_t k_rep_full;           /* REP: a clock retiring 3 uops and nothing else */
+
+static struct blk *blocks[MAX_BLOCKS];
+static volatile uint32_t n_blocks = 1; /* id 0 = none */
+static int blocks_full_warned;
+
+/* Capstone: id -> table row (by name), per SSE-ness */
+static struct p4_row *cs_rows[2];
+static unsigned cs_nids;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Per-vCPU counting state                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+struct phash { uint64_t *key; int64_t *val; uint32_t cap, n; uint32_t *used; };
+
+/* a growable map uint64 -> uint64 (predictor entries; key stored + 1) */
+struct umap { uint64_t *key, *val; uint32_t cap, n; };
+
+static uint64_t *umap_get(struct umap *m, uint64_t k, int create)
+{
+    if (!m->cap) {
+        if (!create) return NULL;
+        m->cap = 1024;
+        m->key = calloc(m->cap, 8);
+        m->val = calloc(m->cap, 8);
+    }
+    if (create && m->n * 2 >= m->cap) {
+        struct umap o = *m;
+        m->cap *= 2;
+        m->n = 0;
+        m->key = calloc(m->cap, 8);
+        m->val = calloc(m->cap, 8);
+        for (uint32_t i = 0; i < o.cap; i++) {
+            if (o.key[i]) *umap_get(m, o.key[i] - 1, 1) = o.val[i];
+        }
+        free(o.key);
+        free(o.val);
+    }
+    uint64_t kk = k + 1;
+    uint32_t i = (uint32_t)((kk * 0x9E3779B97F4A7C15ull) >> 32) & (m->cap - 1);
+    while (m->key[i] && m->key[i] != kk) i = (i + 1) & (m->cap - 1);
+    if (!m->key[i]) {
+        if (!create) return NULL;
+        m->key[i] = kk;
+        m->val[i] = 0;
+        m->n++;
+    }
+    return &m->val[i];
+}
+
+struct cvcpu {
+    int init;
+    /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
+     * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
+     * the 2-bit counter; indirect: the target) */
+    struct umap cond, btb;
+    uint64_t *pchunk[4096];
+    uint32_t pn;
+    uint64_t rsb[P4P_RSB_DEPTH];
+    int rsb_n;
+    /* REP in flight: RCX before */
+    uint64_t rep_rcx;
+    /* dirty blocks since the last fold */
+    uint32_t *dirty;
+    uint32_t ndirty;
+    int force_fold;
+    /* signed accumulators of the current batch (dynamic parts and corrections) */
+    int64_t *acc;          /* [NEXT] clocks per ext kind */
+    int64_t *acc_last;     /* [NEXT] execution ends per ext kind */
+    uint32_t *touched;     /* ext kinds with acc or acc_last possibly non-zero */
+    uint8_t *tmark;
+    uint32_t ntouched;
+    int64_t firsts[2];     /* execution starts (bubbles) per os, from dynamic parts */
+    struct phash pairs;
+    /* the open block execution split by an access (its rest is credited to the batch) */
+    uint32_t open_b, open_a;
+    uint64_t open_stamp;
+    /* batch boundaries */
+    uint32_t next_first;   /* ext kind of the first clock of the current batch (+1; 0 none) */
+    int next_first_bubble;
+    uint32_t cut_last;     /* ext kind +1 of the last clock of an execution cut by an exception */
+    uint32_t res_last;     /* ext kind +1 of the last clock of the execution resolved last */
+    uint32_t res_b;        /* ... and its block */
+    uint32_t res_seq[64];  /* the clocks the last resolution added (ext kinds), in order */
+    int res_n;             /* their number, -1: too many to list (long REP) */
+    uint32_t batch_entry_b;/* the current batch started at the entry of this block (0: no) */
+    uint32_t *seq;         /* output: a one-execution batch in clock order */
+    uint32_t seq_cap;
+    /* output of a fold, read by Python (bridge.py Feeder) */
+    uint32_t *o_ext;
+    int64_t *o_cnt;
+    uint32_t o_n, o_cap;
+    uint32_t *o_pa, *o_pb;
+    int64_t *o_pn;
+    uint32_t o_np, o_pcap;
+    uint32_t o_first, o_last; /* ext kinds */
+    int64_t o_clocks;
+    int o_bad;             /* bookkeeping repaired (should not happen) */
+    /* state seen by the sibling */
+    volatile int halted;
+    volatile int cpl_os;
+    /* PMI requests for this vCPU raised by the sibling (threads=2) */
+    volatile int pmi_pending;
+    /* deadline scheduling: W was armed at w_base (W >= W_THRESH fires); py_left = clocks
+     * until Python must fold (-1: no Python deadline); pmi_level: this LP's interrupt
+     * request is asserted (look at the LVT every PMI_RECHECK clocks until it is cleared) */
+    uint64_t w_base;
+    int64_t py_left;
+    int pmi_level;
+    /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_XPEND); fold_seq counts
+     * the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT entry and APIC
+     * ID so that the sibling can interrupt it while it is halted (mask_pending: set the LVT
+     * mask bit at the next block entry, the interrupt was sent from the sibling) */
+    volatile int fold_req;
+    volatile uint32_t fold_seq;
+    volatile int hlt_valid;
+    volatile uint32_t hlt_lvt, hlt_apic;
+    volatile int mask_pending;
+    /* the sibling's state when the current batch started (its clocks are labelled with it;
+     * a change of the sibling's halted state asks this vCPU to fold) */
+    int oth_active, oth_os;
+    /* halted by its own HLT (set just before the HLT, cleared at its next block entry):
+     * covers single-threaded TCG, where no idle callback runs while another vCPU runs */
+    volatile int hlt_halted;
+    pthread_t thread;      /* the host thread running this vCPU */
+    uint64_t folds, deadlines, fast_deadlines, resolutions;
+    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
+};
+
+static struct cvcpu *cv;
+
+static inline int lp_halted(const struct cvcpu *c)
+{
+    return c->halted || c->hlt_halted;
+}
+
+/* single-threaded TCG (round robin): both siblings run on this thread, so the sibling is
+ * between two of its blocks now and its state may be touched from here */
+static inline int same_thread(unsigned sib)
+{
+    return pthread_equal(cv[sib].thread, pthread_self());
+}
+static FILE *br_trace; /* P4PMU_BRANCH_TRACE=PATH: every resolved branch (debugging) */
+
+static inline uint64_t *sbv(unsigned vi)
+{
+    return (uint64_t *)qemu_plugin_scoreboard_find(sb_cnt, vi);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kinds                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+static uint32_t khash_of(const uint8_t *f)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < KF_N; i++) {
+        h = (h ^ f[i]) * 1099511628211ull;
+    }
+    return (uint32_t)(h >> 20);
+}
+
+/* Intern a clock's fields; returns the kind id.  Lock-free lookup of published kinds is not
+ * attempted: callers hold cnt_lock (translation) or call at init. */
+static uint32_t kind_intern_locked(const uint8_t *f)
+{
+    uint32_t i = khash_of(f) & (2 * MAX_KINDS - 1);
+    for (;;) {
+        uint32_t e = khash[i];
+        if (!e) {
+            break;
+        }
+        if (!memcmp(kinds[e - 1], f, KF_N)) {
+            return e - 1;
+        }
+        i = (i + 1) & (2 * MAX_KINDS - 1);
+    }
+    if (n_kinds >= MAX_KINDS) {
+        static int warned;
+        if (!warned++) {
+            fprintf(stderr, "p4pmu: more than %u distinct clock kinds; further ones are "
+                            "counted as empty clocks\n", MAX_KINDS);
+        }
+        return k_empty;
+    }
+    uint32_t id = n_kinds;
+    memcpy(kinds[id], f, KF_N);
+    __atomic_store_n(&n_kinds, id + 1, __ATOMIC_RELEASE);
+    khash[i] = id + 1;
+    return id;
+}
+
+static uint32_t kind_intern(const uint8_t *f)
+{
+    pthread_mutex_lock(&cnt_lock);
+    uint32_t k = kind_intern_locked(f);
+    pthread_mutex_unlock(&cnt_lock);
+    return k;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The clock schedule (clockmodel.schedule, line by line)                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+struct clk { uint8_t f[KF_N]; };
+
+static void attrs(struct clk *c, const struct cinsn *in)
+{
+    int ld = in->loads > 0, st = in->stores > 0;
+#define ADDF(k, v) do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
+    ADDF(KF_INSTR, 1);
+    ADDF(KF_INSTR_LD, ld);
+    ADDF(KF_INSTR_ST, st);
+    ADDF(KF_INSTR_LDST, ld && st);
+    ADDF(KF_LD, in->loads);
+    ADDF(KF_ST, in->stores);
+    for (int i = 0; i < FPI_N; i++) {
+        ADDF(KF_X87 + i, in->fp[i]);
+    }
+}
+
+/* Schedule instructions [a, e) of b into clocks (no bubble, no outcome).  Returns the number
+ * of clocks written to out (at most cap; the caller sizes it generously). */
+static unsigned schedule(const struct cinsn *ins, unsigned a, unsigned e, struct clk *out,
+                         unsigned cap)
+{
+    unsigned n = 0;
+    int open = 0;
+    struct clk cur;
+    for (unsigned j = a; j < e; j++) {
+        const struct cinsn *in = &ins[j];
+        if (((in->flags & CI_ALIGN) || in->lat) && open) {
+            if (n < cap) out[n++] = cur;
+            open = 0;
+        }
+        for (unsigned l = 0; l < in->lat; l++) {
+            if (n < cap) {
+                memset(&out[n], 0, sizeof(out[n]));
+                n++;
+            }
+        }
+        unsigned u = in->uops;
+        for (;;) {
+            if (!open) {
+                memset(&cur, 0, sizeof(cur));
+                open = 1;
+            }
+            unsigned take = P4P_RETIRE_WIDTH - cur.f[KF_UOPS];
+            if (take > u) take = u;
+            cur.f[KF_UOPS] += take;
+            u -= take;
+            if (!u) break;
+            if (n < cap) out[n++] = cur;
+            open = 0;
+        }
+        attrs(&cur, in);
+        if (cur.f[KF_UOPS] == P4P_RETIRE_WIDTH || (in->flags & CI_ALIGN)) {
+            if (n < cap) out[n++] = cur;
+            open = 0;
+        }
+    }
+    if (open && n < cap) out[n++] = cur;
+    return n;
+}
+
+static unsigned sched_cap(const struct blk *b)
+{
+    unsigned c = 4 + P4P_BUBBLE;
+    for (unsigned j = 0; j < b->n; j++) {
+        c += b->ins[j].uops + b->ins[j].lat + 1;
+    }
+    return c;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Portions of a block execution as kind sequences                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * The kind sequence of instructions [a, e) of b, with the bubble if a == 0; for a dynamic
+ * end (e == n) without the final clock (it is added at resolution).  Interns kinds (takes the
+ * lock).  Returns the count; *seq is malloc'ed.
+ */
+static inline int dyn_end(const struct blk *b)
+{
+    return b->end != BRK_NONE && b->end != BRK_JMP && b->end != BRK_FAR;
+}
+
+/* A position in a block execution: 0 = its start (the bubble, then instruction 0); p >= 1 =
+ * just before instruction p - 1 (after the bubble). */
+static inline unsigned pos_insn(unsigned p) { return p ? p - 1 : 0; }
+
+static unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, uint32_t **seq)
+{
+    unsigned cap = sched_cap(b);
+    struct clk *c = malloc(sizeof(*c) * cap);
+    uint32_t *s = malloc(sizeof(*s) * (cap + P4P_BUBBLE));
+    unsigned n = 0;
+    if (a == 0) {
+        for (int i = 0; i < P4P_BUBBLE; i++) {
+            s[n++] = k_bubble;
+        }
+    }
+    unsigned a0 = pos_insn(a);
+    if (e == b->n && b->end == END_REP) e = b->n - 1;
+    unsigned m = e > a0 ? schedule(b->ins, a0, e, c, cap) : 0;
+    if (e == b->n && (b->end == BRK_JMP || b->end == BRK_FAR) && m) {
+        c[m - 1].f[KF_BR] = b->end;
+        c[m - 1].f[KF_TAKEN] = 1;
+    }
+    if (e == b->n && dyn_end(b) && b->end != END_REP && m) {
+        m--; /* the final clock is dynamic */
+    }
+    pthread_mutex_lock(&cnt_lock);
+    for (unsigned i = 0; i < m; i++) {
+        s[n++] = kind_intern_locked(c[i].f);
+    }
+    pthread_mutex_unlock(&cnt_lock);
+    free(c);
+    *seq = s;
+    return n;
+}
+
+
+/* ---------------------------------------------------------------------------------------- */
+/* Accumulators                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+static void ph_init(struct phash *h, uint32_t cap)
+{
+    h->cap = cap;
+    h->n = 0;
+    h->key = calloc(cap, sizeof(uint64_t));
+    h->val = calloc(cap, sizeof(int64_t));
+    h->used = malloc(cap * sizeof(uint32_t));
+}
+
+static void ph_add(struct phash *h, uint32_t a, uint32_t b, int64_t n);
+
+static void ph_grow(struct phash *h)
+{
+    struct phash o = *h;
+    ph_init(h, o.cap * 2);
+    for (uint32_t i = 0; i < o.n; i++) {
+        uint32_t s = o.used[i];
+        uint64_t k = o.key[s] - 1;
+        if (o.val[s]) {
+            ph_add(h, (uint32_t)(k >> 32), (uint32_t)k, o.val[s]);
+        }
+    }
+    free(o.key);
+    free(o.val);
+    free(o.used);
+}
+
+static void ph_add(struct phash *h, uint32_t a, uint32_t b, int64_t n)
+{
+    if (!n) return;
+    if (h->n * 2 >= h->cap) ph_grow(h);
+    uint64_t k = (((uint64_t)a << 32) | b) + 1;
+    uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 40) & (h->cap - 1);
+    while (h->key[i] && h->key[i] != k) {
+        i = (i + 1) & (h->cap - 1);
+    }
+    if (!h->key[i]) {
+        h->key[i] = k;
+        h->used[h->n++] = i;
+    }
+    h->val[i] += n;
+}
+
+static void ph_clear(struct phash *h)
+{
+    for (uint32_t i = 0; i < h->n; i++) {
+        h->key[h->used[i]] = 0;
+        h->val[h->used[i]] = 0;
+    }
+    h->n = 0;
+}
+
+static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
+
+static inline void touch(struct cvcpu *c, uint32_t e)
+{
+    if (!c->tmark[e]) {
+        c->tmark[e] = 1;
+        c->touched[c->ntouched++] = e;
+    }
+}
+
+static inline void acc_add(struct cvcpu *c, uint32_t e, int64_t n)
+{
+    touch(c, e);
+    c->acc[e] += n;
+}
+
+static inline void acc_last_add(struct cvcpu *c, uint32_t e, int64_t n)
+{
+    touch(c, e);
+    c->acc_last[e] += n;
+}
+
+/* Add (sign +1) or remove (-1) a kind sequence of one execution portion. */
+static void acc_seq(struct cvcpu *c, const uint32_t *s, unsigned n, int os, int sign)
+{
+    for (unsigned i = 0; i < n; i++) {
+        acc_add(c, ext(s[i], os), sign);
+        if (i) ph_add(&c->pairs, ext(s[i - 1], os), ext(s[i], os), sign);
+    }
+}
+
+/* A portion [a, e) of an execution of b, as in the batch: clocks, internal pairs, its bubble
+ * (a == 0: an execution start) and, if `ends`, its last clock as an execution end. */
+static void acc_portion(struct cvcpu *c, const struct blk *b, unsigned a, unsigned e, int ends,
+                        int sign)
+{
+    uint32_t *s;
+    unsigned n = portion_seq(b, a, e, &s);
+    acc_seq(c, s, n, b->os, sign);
+    if (a == 0) c->firsts[b->os ? 1 : 0] += sign;
+    if (ends && n) acc_last_add(c, ext(s[n - 1], b->os), sign);
+    free(s);
+}
+
+static void cvcpu_init(struct cvcpu *c)
+{
+    if (c->init) return;
+    c->init = 1;
+    c->dirty = malloc(sizeof(uint32_t) * MAX_DIRTY);
+    c->acc = calloc(NEXT, sizeof(int64_t));
+    c->acc_last = calloc(NEXT, sizeof(int64_t));
+    c->touched = malloc(sizeof(uint32_t) * NEXT);
+    c->tmark = calloc(NEXT, 1);
+    ph_init(&c->pairs, 1u << 12);
+    c->o_cap = 1024;
+    c->o_ext = malloc(sizeof(uint32_t) * c->o_cap);
+    c->o_cnt = malloc(sizeof(int64_t) * c->o_cap);
+    c->o_pcap = 1024;
+    c->o_pa = malloc(sizeof(uint32_t) * c->o_pcap);
+    c->o_pb = malloc(sizeof(uint32_t) * c->o_pcap);
+    c->o_pn = malloc(sizeof(int64_t) * c->o_pcap);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Classification (insn_classes._classify_one and _build, line by line)                      */
+/* ---------------------------------------------------------------------------------------- */
+
+static __thread csh tl_cs[3]; /* 16, 32, 64 */
+static __thread cs_insn *tl_ci[3];
+
+static int row_cmp(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, ((const struct p4_named_row *)elem)->name);
+}
+
+static int cs_setup(void)
+{
+    int major = 0, minor = 0;
+    cs_version(&major, &minor);
+    if (major != CS_API_MAJOR) {
+        fprintf(stderr, "p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major,
+                minor, CS_API_MAJOR);
+        return -1;
+    }
+    csh h;
+    if (cs_open(CS_ARCH_X86, CS_MODE_32, &h) != CS_ERR_OK) {
+        fprintf(stderr, "p4pmu: cs_open failed\n");
+        return -1;
+    }
+    unsigned n = 1;
+    while (n < 100000 && cs_insn_name(h, n)) n++;
+    cs_nids = n;
+    for (int s = 0; s < 2; s++) {
+        cs_rows[s] = calloc(n, sizeof(struct p4_row));
+    }
+    for (unsigned id = 0; id < n; id++) {
+        const char *nm = id ? cs_insn_name(h, id) : NULL;
+        const struct p4_named_row *r = nm ? bsearch(nm, p4_named_rows, P4_NAMED_ROWS,
+                                                    sizeof(p4_named_rows[0]), row_cmp) : NULL;
+        for (int s = 0; s < 2; s++) {
+            if (r) {
+                cs_rows[s][id] = r->r[s];
+            } else {
+                struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, 0, BRK_NONE, 0};
+                cs_rows[s][id] = d;
+            }
+        }
+    }
+    cs_close(&h);
+    return 0;
+}
+
+static cs_insn *cs_get(int mi, csh *hp)
+{
+    if (!tl_cs[mi]) {
+        static const cs_mode modes[3] = {CS_MODE_16, CS_MODE_32, CS_MODE_64};
+        if (cs_open(CS_ARCH_X86, modes[mi], &tl_cs[mi]) != CS_ERR_OK) {
+            return NULL;
+        }
+        cs_option(tl_cs[mi], CS_OPT_DETAIL, CS_OPT_ON);
+        tl_ci[mi] = cs_malloc(tl_cs[mi]);
+    }
+    *hp = tl_cs[mi];
+    return tl_ci[mi];
+}
+
+static int is_sse_group(const cs_detail *d)
+{
+    for (int i = 0; i < d->groups_count; i++) {
+        switch (d->groups[i]) {
+        case X86_GRP_MMX: case X86_GRP_SSE1: case X86_GRP_SSE2: case X86_GRP_SSE3:
+        case X86_GRP_SSSE3: case X86_GRP_SSE41: case X86_GRP_SSE42: case X86_GRP_3DNOW:
+            return 1;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Classify one decoded instruction into *o (linear address addr). */
+static void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct cinsn *o)
+{
+    const cs_detail *d = ci->detail;
+    const cs_x86 *x = &d->x86;
+    int sse = is_sse_group(d);
+    struct p4_row row = (ci->id < cs_nids) ? cs_rows[sse][ci->id]
+                                           : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0};
+    unsigned loads = 0, stores = 0;
+    int xmm = 0, ctl = 0, indirect = 0, have_target = 0;
+    uint64_t target = 0;
+    for (int i = 0; i < x->op_count; i++) {
+        const cs_x86_op *op = &x->operands[i];
+        if (op->type == X86_OP_MEM) {
+            if (row.flags & RF_STORE) {
+                stores++;
+            } else {
+                if (op->access & CS_AC_READ) loads++;
+                if (op->access & CS_AC_WRITE) stores++;
+            }
+            indirect = 1;
+        } else if (op->type == X86_OP_REG) {
+            unsigned r = op->reg;
+            if (r >= X86_REG_XMM0 && r <= X86_REG_XMM31) xmm = 1;
+            else if ((r >= X86_REG_CR0 && r <= X86_REG_CR15) ||
+                     (r >= X86_REG_DR0 && r <= X86_REG_DR15)) ctl = 1;
+            indirect = 1;
+        } else if (op->type == X86_OP_IMM) {
+            target = (uint64_t)op->imm;
+            have_target = 1;
+        }
+    }
+    if ((row.br == BRK_COND || row.br == BRK_JMP || row.br == BRK_CALL) && have_target) {
+        indirect = 0;
+    }
+    int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
+    (void)h;
+
+    /* _build */
+    unsigned flags = row.flags;
+    unsigned cls = row.cls;
+    unsigned op = row.op;
+    if (!strcmp(ci->mnemonic, "movsd") && xmm) {
+        cls = CLS_SIMDMOVE;
+        flags = RF_MOVE;
+    }
+    if (flags & RF_NOMEM) loads = stores = 0;
+    if (flags & RF_ILOAD) loads++;
+    if (flags & RF_ISTORE) stores++;
+    if ((flags & RF_MOVE) && (loads || stores)) op = 0;
+    memset(o, 0, sizeof(*o));
+    o->addr = addr;
+    o->len = (uint8_t)ci->size;
+    o->lat = row.lat;
+    if ((flags & RF_ALIGN) || ctl) o->flags |= CI_ALIGN;
+    if (flags & RF_HLT) o->flags |= CI_HLT;
+    unsigned uops;
+    if (rep && (flags & RF_STRING)) {
+        o->flags |= CI_REP | CI_ALIGN;
+        o->rep_iter = (uint8_t)(1 + loads + 2 * stores);
+        o->addr_size = x->addr_size;
+        uops = 2;
+        loads = stores = 0;
+    } else {
+        uops = op + loads + 2 * stores;
+        if (uops < 1) uops = 1;
+    }
+    if (ctl && uops < 6) uops = 6;
+    o->uops = uops > 255 ? 255 : (uint8_t)uops;
+    o->loads = (uint8_t)loads;
+    o->stores = (uint8_t)stores;
+    unsigned opu = op ? op : 1;
+    switch (cls) {
+    case CLS_X87:
+        o->fp[FPI_X87] = (uint8_t)opu;
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        break;
+    case CLS_X87MOVE:
+    case CLS_SIMDMOVE:
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
+        if (!loads && !stores) o->fp[FPI_MOVST] = (uint8_t)opu;
+        break;
+    case CLS_PSP: case CLS_PDP: case CLS_SSP: case CLS_SDP:
+        o->fp[FPI_PSP + (cls - CLS_PSP)] = (uint8_t)opu;
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
+        break;
+    case CLS_SIMDINT:
+        o->fp[xmm ? FPI_MMX128 : FPI_MMX64] = (uint8_t)opu;
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        break;
+    default:
+        break;
+    }
+    switch (row.br) {
+    case BRK_COND:
+        o->br = BRK_COND;
+        o->target = target;
+        break;
+    case BRK_JMP:
+        o->br = indirect ? BRK_JMP_IND : BRK_JMP;
+        o->target = indirect ? 0 : target;
+        break;
+    case BRK_CALL:
+        o->br = indirect ? BRK_CALL_IND : BRK_CALL;
+        o->target = indirect ? 0 : target;
+        break;
+    case BRK_RET:
+        o->br = BRK_RET;
+        break;
+    case BRK_FAR:
+        o->br = BRK_FAR;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Fallback for an instruction Capstone cannot decode in any mode: 1 uop, nothing else. */
+static void classify_unknown(uint64_t addr, unsigned len, struct cinsn *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->addr = addr;
+    o->len = (uint8_t)len;
+    o->uops = 1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Predictor (clockmodel.Predictor)                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+#define PCHUNK 4096
+
+static uint64_t *pent(struct cvcpu *c, uint32_t idx1)
+{
+    uint32_t i = idx1 - 1;
+    return &c->pchunk[i / PCHUNK][i % PCHUNK];
+}
+
+/* the predictor entry of `key` in table m (created invalid), as an index + 1 */
+static uint32_t pent_of(struct cvcpu *c, struct umap *m, uint64_t key)
+{
+    uint64_t *v = umap_get(m, key, 1);
+    if (!*v) {
+        uint32_t i = c->pn++;
+        if (i / PCHUNK >= 4096) { /* 16M branch addresses: share the last entry */
+            c->pn--;
+            i = c->pn - 1;
+        } else if (!c->pchunk[i / PCHUNK]) {
+            c->pchunk[i / PCHUNK] = calloc(PCHUNK, sizeof(uint64_t));
+        }
+        *v = i + 1;
+    }
+    return (uint32_t)*v;
+}
+
+/* e: the entry (0 = invalid, else counter + 1) */
+static int pred_cond_e(uint64_t *e, uint64_t addr, uint64_t target, int taken)
+{
+    if (!*e) {
+        int pred = target < addr;
+        *e = (taken ? 2 : 1) + 1;
+        return pred == taken;
+    }
+    uint64_t ctr = *e - 1;
+    int pred = ctr >= 2;
+    if (taken) {
+        if (ctr < 3) ctr++;
+    } else if (ctr > 0) {
+        ctr--;
+    }
+    *e = ctr + 1;
+    return pred == taken;
+}
+
+static int pred_cond(struct cvcpu *c, uint64_t addr, uint64_t target, int taken)
+{
+    uint64_t i = P4P_COND_ENTRIES ? addr % (P4P_COND_ENTRIES ? P4P_COND_ENTRIES : 1) : addr;
+    return pred_cond_e(pent(c, pent_of(c, &c->cond, i)), addr, target, taken);
+}
+
+static void pred_call(struct cvcpu *c, uint64_t ret)
+{
+    if (c->rsb_n == P4P_RSB_DEPTH) {
+        memmove(&c->rsb[0], &c->rsb[1], sizeof(uint64_t) * (P4P_RSB_DEPTH - 1));
+        c->rsb_n--;
+    }
+    c->rsb[c->rsb_n++] = ret;
+}
+
+static int pred_ret(struct cvcpu *c, uint64_t target)
+{
+    if (!c->rsb_n) return 0;
+    return c->rsb[--c->rsb_n] == target;
+}
+
+static int pred_ind_e(uint64_t *e, uint64_t target)
+{
+    int ok = *e == target + 1;
+    *e = target + 1;
+    return ok;
+}
+
+static int pred_ind(struct cvcpu *c, uint64_t addr, uint64_t target)
+{
+    uint64_t i = P4P_BTB_ENTRIES ? addr % (P4P_BTB_ENTRIES ? P4P_BTB_ENTRIES : 1) : addr;
+    return pred_ind_e(pent(c, pent_of(c, &c->btb, i)), target);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Blocks                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* most clocks one execution of b can add (W): static clocks, the dynamic final clock and a
+ * misprediction penalty; REP: unbounded (its iterations), taken as 2^20 */
+static uint64_t maxclk_calc(const struct blk *b)
+{
+    uint64_t m = b->nclocks;
+    if (b->end == END_REP) m += 1u << 20;
+    else if (dyn_end(b)) m += 1 + n_penalty;
+    return m;
+}
+
+static int end_of(const struct cinsn *last)
+{
+    if (last->flags & CI_REP) return END_REP;
+    return last->br;
+}
+
+/* the final (dynamic) clock of a dynamic-end block, as fields */
+static void final_fields(const struct blk *b, struct clk *out)
+{
+    unsigned cap = sched_cap(b);
+    struct clk *c = malloc(sizeof(*c) * cap);
+    unsigned m = schedule(b->ins, 0, b->n, c, cap);
+    if (m) *out = c[m - 1];
+    else memset(out, 0, sizeof(*out));
+    free(c);
+}
+
+static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os, int mode)
+{
+    struct blk *b = calloc(1, sizeof(*b));
+    b->vaddr = vaddr;
+    b->n = n;
+    b->ins = ins;
+    b->os = (uint8_t)os;
+    b->mode = (uint8_t)mode;
+    b->end = (uint8_t)end_of(&ins[n - 1]);
+    /* static schedule: the full portion of one execution */
+    uint32_t *s;
+    unsigned m = portion_seq(b, 0, n, &s);
+    b->nclocks = m;
+    b->first_k = s[0];
+    b->last_k = s[m - 1];
+    /* histogram and pairs (small blocks: quadratic is fine) */
+    b->hk = malloc(sizeof(uint32_t) * m * 2);
+    b->hc = b->hk + m;
+    b->pa = malloc(sizeof(uint32_t) * (m ? m : 1) * 3);
+    b->pb = b->pa + m;
+    b->pc = b->pb + m;
+    for (unsigned i = 0; i < m; i++) {
+        unsigned j;
+        for (j = 0; j < b->nk && b->hk[j] != s[i]; j++) {}
+        if (j == b->nk) { b->hk[b->nk] = s[i]; b->hc[b->nk++] = 0; }
+        b->hc[j]++;
+        if (i) {
+            for (j = 0; j < b->np && !(b->pa[j] == s[i - 1] && b->pb[j] == s[i]); j++) {}
+            if (j == b->np) { b->pa[b->np] = s[i - 1]; b->pb[b->np] = s[i]; b->pc[b->np++] = 0; }
+            b->pc[j]++;
+        }
+    }
+    free(s);
+    if (dyn_end(b) && b->end != END_REP) {
+        b->res = calloc((size_t)n_vcpus_max, sizeof(struct bres));
+        struct clk f;
+        final_fields(b, &f);
+        f.f[KF_BR] = b->end;
+        b->final_k = kind_intern(f.f);
+        for (int t = 0; t < 2; t++) {
+            for (int mp = 0; mp < 2; mp++) {
+                struct clk g = f;
+                g.f[KF_TAKEN] = (uint8_t)t;
+                g.f[KF_MISP] = (uint8_t)mp;
+                b->var[t * 2 + mp] = kind_intern(g.f);
+            }
+        }
+    }
+    b->maxclk = (uint32_t)maxclk_calc(b);
+    pthread_mutex_lock(&cnt_lock);
+    uint32_t id = n_blocks;
+    if (id >= MAX_BLOCKS) {
+        pthread_mutex_unlock(&cnt_lock);
+        if (!blocks_full_warned++) {
+            fprintf(stderr, "p4pmu: more than %u translated blocks: later blocks are not "
+                            "counted (see docs/guest-events.md, limits)\n", MAX_BLOCKS);
+        }
+        free(b->hk); free(b->pa); free(ins); free(b);
+        return 0;
+    }
+    blocks[id] = b;
+    __atomic_store_n(&n_blocks, id + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&cnt_lock);
+    return id;
+}
+
+static inline uint64_t maxclk(const struct blk *b)
+{
+    return b->maxclk;
+}
+
+static int find_insn(const struct blk *b, uint64_t addr)
+{
+    for (unsigned j = 0; j < b->n; j++) {
+        if (b->ins[j].addr == addr) return (int)j;
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Resolution of dynamic block ends                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+static uint64_t rd_rcx(struct vcpu *v); /* p4pmu_plugin.c */
+
+static void rep_resolve(unsigned vi, struct cvcpu *c, const struct blk *pb, uint64_t a_new,
+                        int regs_ok)
+{
+    const struct cinsn *r = &pb->ins[pb->n - 1];
+    int os = pb->os;
+    uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
+    uint64_t after = regs_ok ? (rd_rcx(&vcpus[vi]) & mask) : 0;
+    uint64_t iters = (c->rep_rcx - after) & mask;
+    int done = a_new != r->addr;
+    uint64_t uops = 2 + (uint64_t)r->rep_iter * iters;
+    uint64_t nfull = (uops - 1) / P4P_RETIRE_WIDTH;
+    struct clk f;
+    memset(&f, 0, sizeof(f));
+    f.f[KF_UOPS] = (uint8_t)(uops - P4P_RETIRE_WIDTH * nfull);
+    if (done) {
+        f.f[KF_INSTR] = 1;
+        f.f[KF_INSTR_LD] = r->loads > 0;
+        f.f[KF_INSTR_ST] = r->stores > 0;
+        f.f[KF_INSTR_LDST] = r->loads > 0 && r->stores > 0;
+    }
+    uint64_t ld = r->loads * iters, st = r->stores * iters;
+    f.f[KF_LD] = ld > 255 ? 255 : (uint8_t)ld;
+    f.f[KF_ST] = st > 255 ? 255 : (uint8_t)st;
+    uint32_t fk = kind_intern(f.f);
+    uint32_t prev = ext(pb->last_k, os);
+    if (nfull) {
+        acc_add(c, ext(k_rep_full, os), (int64_t)nfull);
+        ph_add(&c->pairs, prev, ext(k_rep_full, os), 1);
+        ph_add(&c->pairs, ext(k_rep_full, os), ext(k_rep_full, os), (int64_t)nfull - 1);
+        prev = ext(k_rep_full, os);
+    }
+    acc_add(c, ext(fk, os), 1);
+    ph_add(&c->pairs, prev, ext(fk, os), 1);
+    acc_last_add(c, ext(fk, os), 1);
+    c->res_last = ext(fk, os) + 1;
+    if (nfull + 1 <= 64) {
+        c->res_n = 0;
+        for (uint64_t i = 0; i < nfull; i++) c->res_seq[c->res_n++] = ext(k_rep_full, os);
+        c->res_seq[c->res_n++] = ext(fk, os);
+    } else {
+        c->res_n = -1;
+    }
+    sbv(vi)[SB_W] += nfull + 1;
+}
+
+static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, int regs_ok)
+{
+    const struct blk *pb = blocks[pid];
+    const struct cinsn *last = &pb->ins[pb->n - 1];
+    int os = pb->os;
+    int taken = 1, pred = 1;
+    c->resolutions++;
+    c->res_b = pid;
+    if (pb->res && pb->end != END_REP && c->sbase[SB_HDR + pid]) {
+        /* fast path: the block is on the dirty list; its outcomes are counted per variant and
+         * expanded at the fold */
+        struct bres *r = &pb->res[vi];
+        uint64_t nxt = last->addr + last->len;
+        switch (pb->end) {
+        case BRK_COND:
+            if (!r->pidx) {
+                uint64_t k = P4P_COND_ENTRIES
+                                 ? last->addr % (P4P_COND_ENTRIES ? P4P_COND_ENTRIES : 1)
+                                 : last->addr;
+                r->pidx = pent_of(c, &c->cond, k);
+            }
+            taken = a_new == last->target || last->target == nxt;
+            pred = pred_cond_e(pent(c, r->pidx), last->addr, last->target, taken);
+            break;
+        case BRK_CALL:
+            pred_call(c, nxt);
+            break;
+        case BRK_CALL_IND:
+        case BRK_JMP_IND:
+            if (!r->pidx) {
+                uint64_t k = P4P_BTB_ENTRIES
+                                 ? last->addr % (P4P_BTB_ENTRIES ? P4P_BTB_ENTRIES : 1)
+                                 : last->addr;
+                r->pidx = pent_of(c, &c->btb, k);
+            }
+            pred = pred_ind_e(pent(c, r->pidx), a_new);
+            if (pb->end == BRK_CALL_IND) pred_call(c, nxt);
+            break;
+        case BRK_RET:
+            pred = pred_ret(c, a_new);
+            break;
+        default:
+            return;
+        }
+        if (br_trace) {
+            fprintf(br_trace, "%u %#llx %#llx %#llx %#llx %d %d\n", pb->end,
+                    (unsigned long long)last->addr, (unsigned long long)last->target,
+                    (unsigned long long)nxt, (unsigned long long)a_new, taken, pred);
+        }
+        unsigned v = (unsigned)(taken * 2 + !pred);
+        r->n[v]++;
+        c->res_n = 1;
+        c->res_seq[0] = ext(pb->var[v], os);
+        c->res_last = ext(pb->var[v], os) + 1;
+        if (!pred) {
+            for (unsigned p = 0; p < n_penalty && c->res_n < 64; p++)
+                c->res_seq[c->res_n++] = ext(k_penalty[p], os);
+            if (n_penalty) c->res_last = ext(k_penalty[n_penalty - 1], os) + 1;
+            c->sbase[SB_W] += n_penalty;
+        }
+        return;
+    }
+    switch (pb->end) {
+    case BRK_COND:
+        taken = a_new == last->target || last->target == last->addr + last->len;
+        pred = pred_cond(c, last->addr, last->target, taken);
+        break;
+    case BRK_CALL:
+        pred_call(c, last->addr + last->len);
+        break;
+    case BRK_CALL_IND:
+        pred = pred_ind(c, last->addr, a_new);
+        pred_call(c, last->addr + last->len);
+        break;
+    case BRK_JMP_IND:
+        pred = pred_ind(c, last->addr, a_new);
+        break;
+    case BRK_RET:
+        pred = pred_ret(c, a_new);
+        break;
+    case END_REP:
+        rep_resolve(vi, c, pb, a_new, regs_ok);
+        return;
+    default:
+        return;
+    }
+    if (br_trace) {
+        fprintf(br_trace, "%u %#llx %#llx %#llx %#llx %d %d\n", pb->end,
+                (unsigned long long)last->addr, (unsigned long long)last->target,
+                (unsigned long long)(last->addr + last->len), (unsigned long long)a_new,
+                taken, pred);
+    }
+    uint32_t fin = pb->var[taken * 2 + !pred];
+    acc_add(c, ext(fin, os), 1);
+    ph_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), 1);
+    uint32_t lastk = fin;
+    c->res_n = 0;
+    c->res_seq[c->res_n++] = ext(fin, os);
+    if (!pred) {
+        for (unsigned p = 0; p < n_penalty; p++) {
+            acc_add(c, ext(k_penalty[p], os), 1);
+            ph_add(&c->pairs, ext(lastk, os), ext(k_penalty[p], os), 1);
+            lastk = k_penalty[p];
+            if (c->res_n < 64) c->res_seq[c->res_n++] = ext(lastk, os);
+        }
+        sbv(vi)[SB_W] += n_penalty;
+    }
+    acc_last_add(c, ext(lastk, os), 1);
+    c->res_last = ext(lastk, os) + 1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Splits (PMU accesses), cuts (exceptions, abandoned blocks)                                */
+/* ---------------------------------------------------------------------------------------- */
+
+/* start index of the open execution of block id in the current batch, and whether it is
+ * represented by the block's counter (else by a credited portion) */
+static unsigned open_start(struct cvcpu *c, uint32_t id, uint64_t *sb)
+{
+    if (c->open_b == id && c->open_stamp == sb[SB_HDR + id]) {
+        return c->open_a;
+    }
+    return 0;
+}
+
+/* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
+ * it).  Called on the vCPU's thread (exception callback, abandoned blocks). */
+static void counting_cut(unsigned vi, uint32_t id, unsigned e)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = sbv(vi);
+    const struct blk *b = blocks[id];
+    if (e >= b->n) return;
+    unsigned a = open_start(c, id, sb);
+    if (e < pos_insn(a)) e = pos_insn(a);
+    acc_portion(c, b, a, b->n, !dyn_end(b), -1);
+    acc_portion(c, b, a, e, 1, +1);
+    uint32_t *s;
+    unsigned n = portion_seq(b, a, e, &s);
+    c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    free(s);
+    if (sb[SB_PEND] == id) {
+        sb[SB_PEND] = 0;
+        sb[SB_W] -= W_PEND;
+    }
+    sb[SB_CUR] = 0;
+    c->open_b = 0;
+    c->batch_entry_b = 0;
+}
+
+/* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
+ * `retires`: the instruction there completes (INT n, our emulated RDPMC).  A hardware
+ * interrupt is taken between blocks: the block that ran last completed, and its pending end
+ * goes to `from`.  An exception is raised inside the current block (whose entry operations
+ * ran): its execution stops there. */
+static void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
+{
+    if (!cnt_instrument || !cv || !cv[vi].init) return;
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = sbv(vi);
+    uint32_t id = (uint32_t)sb[SB_CUR];
+    const struct blk *b = id ? blocks[id] : NULL;
+    int j = b && !interrupt && !sb[SB_PEND] ? find_insn(b, from) : -1;
+    if (b && !interrupt && sb[SB_PEND] && (uint32_t)sb[SB_PEND] == id) {
+        /* the current block has a pending end, so it has not finished: the exception is
+         * inside it */
+        j = find_insn(b, from);
+    }
+    if (j >= 0) {
+        if (!retires && b->ins[j].br == BRK_FAR) {
+            retires = 1; /* INT n, INT3, INTO, SYSCALL: trap-like, they complete */
+        }
+        counting_cut(vi, id, (unsigned)j + (retires ? 1 : 0));
+        return;
+    }
+    (void)c;
+    /* not inside the current block: the block that ended before completed; its pending
+     * end (if any) goes to `from` */
+    uint32_t pend = (uint32_t)sb[SB_PEND];
+    if (pend) {
+        sb[SB_PEND] = 0;
+        sb[SB_W] -= W_PEND;
+        resolve(vi, &cv[vi], pend, from, 1);
+    }
+}
+
+/* The bridge leaves the current block at instruction address `addr` (qemu_plugin_set_pc):
+ * that instruction retired (`retired`) or not, the rest of the block does not run. */
+static void counting_abandon(int vi, uint64_t addr, int retired)
+{
+    if (vi < 0 || !cnt_instrument || !cv || !cv[vi].init) return;
+    uint64_t *sb = sbv((unsigned)vi);
+    uint32_t id = (uint32_t)sb[SB_CUR];
+    if (!id) return;
+    int j = find_insn(blocks[id], addr);
+    if (j < 0) return;
+    counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Folds                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+struct p4c_out {
+    uint32_t *ext;
+    int64_t *cnt;
+    uint32_t n;
+    uint32_t *pa, *pb;
+    int64_t *pn;
+    uint32_t np;
+    uint32_t first, last;
+    int64_t clocks;
+    int bad;
+    int other_active, other_os;
+    /* written by Python */
+    int64_t budget;   /* clocks until the next deadline (<= 0: none) */
+    int pmi[2];       /* deliver a PMI to LP 0 / LP 1 of this core now */
+    int start;        /* count=auto: start instrumenting */
+    uint32_t *seq;    /* a batch of one block execution: its clocks in order (else NULL) */
+    uint32_t nseq;
+    /* written by Python: the counters that could overflow (or arm a PMI) and their exact
+     * per-clock increments per ext kind, so that deadlines can be checked in C
+     * (fast_check): nwatch counters, whead[w] = events that may still be counted before the
+     * next OVF 0 -> 1 or arming, wrate[w] = most events per clock, winc[ext * 18 + w] for
+     * ext < nkext; nwatch < 0: no C check possible (always ask Python) */
+    int nwatch;
+    uint32_t nkext;
+    int64_t whead[18];
+    int32_t wrate[18];
+    int32_t *winc;     /* [ext * 18 + counter] for all 18 counters */
+    int32_t widx[18];  /* watched w -> counter */
+    /* written by C at a fold: the batch's increment of every counter, from winc (exact when
+     * Python marked the table exact, i.e. no EDGE counter); tot_ok = 0: not available */
+    int tot_ok;
+    int64_t tot[18];
+};
+
+static struct p4c_out *outs;
+
+static void out_push(struct cvcpu *c, uint32_t e, int64_t n)
+{
+    if (c->o_n == c->o_cap) {
+        c->o_cap *= 2;
+        c->o_ext = realloc(c->o_ext, sizeof(uint32_t) * c->o_cap);
+        c->o_cnt = realloc(c->o_cnt, sizeof(int64_t) * c->o_cap);
+    }
+    c->o_ext[c->o_n] = e;
+    c->o_cnt[c->o_n++] = n;
+}
+
+static void out_pair(struct cvcpu *c, uint32_t a, uint32_t b, int64_t n)
+{
+    if (c->o_np == c->o_pcap) {
+        c->o_pcap *= 2;
+        c->o_pa = realloc(c->o_pa, sizeof(uint32_t) * c->o_pcap);
+        c->o_pb = realloc(c->o_pb, sizeof(uint32_t) * c->o_pcap);
+        c->o_pn = realloc(c->o_pn, sizeof(int64_t) * c->o_pcap);
+    }
+    c->o_pa[c->o_np] = a;
+    c->o_pb[c->o_np] = b;
+    c->o_pn[c->o_np++] = n;
+}
+
+/*
+ * Close the current batch of vCPU vi into its p4c_out (for Python).  `last` = ext kind + 1 of
+ * the batch's last clock, `last_is_end` = that clock ends an execution (it is then not paired
+ * with a following bubble inside this batch).
+ */
+static void fold_close(unsigned vi, uint32_t last, int last_is_end)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = sbv(vi);
+    c->folds++;
+    /* the block counters */
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        uint32_t id = c->dirty[i];
+        uint64_t n = sb[SB_HDR + id];
+        if (!n) continue;
+        sb[SB_HDR + id] = 0;
+        const struct blk *b = blocks[id];
+        for (uint32_t k = 0; k < b->nk; k++) acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
+        for (uint32_t k = 0; k < b->np; k++)
+            ph_add(&c->pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os), (int64_t)(n * b->pc[k]));
+        c->firsts[b->os ? 1 : 0] += (int64_t)n;
+        if (!dyn_end(b)) acc_last_add(c, ext(b->last_k, b->os), (int64_t)n);
+    }
+    /* outcomes counted by the fast resolution path */
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        const struct blk *b = blocks[c->dirty[i]];
+        if (!b->res) continue;
+        struct bres *r = &b->res[vi];
+        for (unsigned v = 0; v < 4; v++) {
+            int64_t n = (int64_t)r->n[v];
+            if (!n) continue;
+            r->n[v] = 0;
+            uint32_t e = ext(b->var[v], b->os);
+            acc_add(c, e, n);
+            ph_add(&c->pairs, ext(b->last_k, b->os), e, n);
+            if (v & 1) {
+                for (unsigned p = 0; p < n_penalty; p++) {
+                    uint32_t pe = ext(k_penalty[p], b->os);
+                    acc_add(c, pe, n);
+                    ph_add(&c->pairs, e, pe, n);
+                    e = pe;
+                }
+            }
+            acc_last_add(c, e, n);
+        }
+    }
+    c->ndirty = 0;
+    if (c->open_b) c->open_stamp = sb[SB_HDR + c->open_b];
+    /* batch boundaries */
+    struct p4c_out *o = &outs[vi];
+    c->o_n = c->o_np = 0;
+    c->o_bad = 0;
+    int64_t clocks = 0;
+    int tot_ok = o->winc != NULL && o->tot_ok >= 0;
+    int64_t tot[18];
+    memset(tot, 0, sizeof(tot));
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        uint32_t e = c->touched[i];
+        if (c->acc[e] < 0) { c->o_bad++; c->acc[e] = 0; }
+        if (c->acc[e]) {
+            out_push(c, e, c->acc[e]);
+            clocks += c->acc[e];
+            if (tot_ok) {
+                if (e >= o->nkext) {
+                    tot_ok = 0;
+                } else {
+                    const int32_t *row = o->winc + (size_t)e * 18;
+                    for (int k = 0; k < 18; k++) tot[k] += c->acc[e] * row[k];
+                }
+            }
+        }
+    }
+    if (!c->next_first) {
+        /* first batch (or after an access outside any known block): it starts with the
+         * first block execution in it */
+        if (c->firsts[1] > 0) c->next_first = ext(k_bubble, 1) + 1;
+        else if (c->firsts[0] > 0) c->next_first = ext(k_bubble, 0) + 1;
+        c->next_first_bubble = 1;
+    }
+    if (c->next_first && c->next_first_bubble) {
+        c->firsts[(c->next_first - 1) & 1]--;
+    }
+    if (last && last_is_end) c->acc_last[last - 1]--;
+    /* boundary pairs: execution ends -> bubbles, same CPL first */
+    int64_t cols[2] = {c->firsts[0], c->firsts[1]};
+    uint32_t bub[2] = {ext(k_bubble, 0), ext(k_bubble, 1)};
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < c->ntouched; i++) {
+            uint32_t e = c->touched[i];
+            int64_t r = c->acc_last[e];
+            if (r <= 0) continue;
+            int os = (int)(e & 1);
+            int col = pass == 0 ? os : !os;
+            int64_t t = r < cols[col] ? r : cols[col];
+            if (t > 0) {
+                ph_add(&c->pairs, e, bub[col], t);
+                cols[col] -= t;
+                c->acc_last[e] -= t;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        if (c->acc_last[c->touched[i]] > 0) c->o_bad++;
+    }
+    if (cols[0] > 0 || cols[1] > 0) c->o_bad++;
+    int64_t npairs = 0;
+    for (uint32_t i = 0; i < c->pairs.n; i++) {
+        uint32_t s = c->pairs.used[i];
+        int64_t v = c->pairs.val[s];
+        if (v < 0) { c->o_bad++; continue; }
+        if (!v) continue;
+        uint64_t k = c->pairs.key[s] - 1;
+        out_pair(c, (uint32_t)(k >> 32), (uint32_t)k, v);
+        npairs += v;
+    }
+    if (clocks && npairs != clocks - 1) c->o_bad++;
+    if (c->o_bad && debug) {
+        fprintf(stderr, "p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
+                "first=%u(b%d) last=%u end=%d\n", vi, c->o_bad, (long long)clocks,
+                (long long)npairs, (long long)cols[0], (long long)cols[1], c->next_first,
+                c->next_first_bubble, last, last_is_end);
+        for (uint32_t i = 0; i < c->ntouched; i++) {
+            uint32_t e = c->touched[i];
+            if (c->acc[e] || c->acc_last[e])
+                fprintf(stderr, "p4pmu-debug:   ext %u acc %lld last-left %lld\n", e,
+                        (long long)c->acc[e], (long long)c->acc_last[e]);
+        }
+    }
+    /* reset the accumulators */
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        uint32_t e = c->touched[i];
+        c->acc[e] = c->acc_last[e] = 0;
+        c->tmark[e] = 0;
+    }
+    c->ntouched = 0;
+    c->firsts[0] = c->firsts[1] = 0;
+    ph_clear(&c->pairs);
+    o->ext = c->o_ext;
+    o->cnt = c->o_cnt;
+    o->n = c->o_n;
+    o->pa = c->o_pa;
+    o->pb = c->o_pb;
+    o->pn = c->o_pn;
+    o->np = c->o_np;
+    o->first = c->next_first ? c->next_first - 1 : (c->o_n ? c->o_ext[0] : 0);
+    o->last = last ? last - 1 : o->first;
+    o->clocks = clocks;
+    o->bad = c->o_bad;
+    o->tot_ok = tot_ok ? 1 : 0;
+    memcpy(o->tot, tot, sizeof(tot));
+    int sib = cnt_threads == 2 ? (int)(vi ^ 1) : -1;
+    o->other_active = c->oth_active;
+    o->other_os = c->oth_os;
+    c->oth_active = sib >= 0 && sib < n_vcpus_max && cv[sib].init && !lp_halted(&cv[sib]);
+    c->oth_os = sib >= 0 && sib < n_vcpus_max ? cv[sib].cpl_os : 0;
+    /* budget, pmi[] and start keep what Python wrote last (it rewrites them whenever they
+     * may change) */
+    o->seq = NULL;
+    o->nseq = 0;
+}
+
+/* Fold at the entry of block `id` (before it runs): the batch ends with the previous
+ * execution. */
+static void fold_at_entry(unsigned vi, uint32_t id)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = sbv(vi);
+    uint32_t prev = (uint32_t)sb[SB_CUR];
+    uint32_t last = 0;
+    /* a batch of exactly one block execution (the previous fold was at its entry): give
+     * its clocks in order, so that an overflow inside it can be placed exactly */
+    uint32_t nseq = 0;
+    if (prev && c->batch_entry_b == prev && c->ndirty == 1 && c->dirty[0] == prev &&
+        sb[SB_HDR + prev] == 1 && (!dyn_end(blocks[prev]) || (c->res_b == prev && c->res_n > 0))) {
+        const struct blk *b = blocks[prev];
+        uint32_t *s;
+        unsigned n = portion_seq(b, 0, b->n, &s);
+        unsigned need = n + (dyn_end(b) ? (unsigned)c->res_n : 0);
+        if (need > c->seq_cap) {
+            c->seq_cap = need * 2;
+            c->seq = realloc(c->seq, sizeof(uint32_t) * c->seq_cap);
+        }
+        for (unsigned i = 0; i < n; i++) c->seq[nseq++] = ext(s[i], b->os);
+        if (dyn_end(b)) {
+            for (int i = 0; i < c->res_n; i++) c->seq[nseq++] = c->res_seq[i];
+        }
+        free(s);
+    }
+    if (!prev) {
+        last = c->cut_last;
+    } else if (dyn_end(blocks[prev])) {
+        last = c->res_b == prev ? c->res_last : 0;
+    } else {
+        last = ext(blocks[prev]->last_k, blocks[prev]->os) + 1;
+    }
+    fold_close(vi, last, last != 0 && prev != 0);
+    outs[vi].seq = nseq ? c->seq : NULL;
+    outs[vi].nseq = nseq;
+    c->next_first = ext(k_bubble, blocks[id]->os) + 1;
+    c->next_first_bubble = 1;
+    c->cut_last = 0;
+    c->batch_entry_b = id;
+}
+
+/* Fold at a PMU access at instruction address `addr` of the current block (before it):
+ * returns the clocks of the rest of the block (already in W). */
+static int64_t fold_at_access(unsigned vi, uint64_t addr)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = sbv(vi);
+    uint32_t id = (uint32_t)sb[SB_CUR];
+    const struct blk *b = id ? blocks[id] : NULL;
+    int i = b ? find_insn(b, addr) : -1;
+    if (i < 0) {
+        fold_close(vi, c->cut_last, 0);
+        c->next_first = 0;
+        c->batch_entry_b = 0;
+        return 0;
+    }
+    unsigned a = open_start(c, id, sb);
+    if ((unsigned)i < pos_insn(a)) i = (int)pos_insn(a);
+    acc_portion(c, b, a, b->n, !dyn_end(b), -1);
+    acc_portion(c, b, a, (unsigned)i, 0, +1);
+    uint32_t *s;
+    unsigned n = portion_seq(b, a, (unsigned)i, &s);
+    uint32_t last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    free(s);
+    fold_close(vi, last, 0);
+    /* the rest of this execution is credited to the next batch */
+    acc_portion(c, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
+    n = portion_seq(b, (unsigned)i + 1, b->n, &s);
+    c->next_first = n ? ext(s[0], b->os) + 1 : 0;
+    c->next_first_bubble = 0;
+    free(s);
+    c->open_b = id;
+    c->open_a = (unsigned)i + 1;
+    c->open_stamp = sb[SB_HDR + id];
+    c->cut_last = 0;
+    c->batch_entry_b = 0;
+    return n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* PMI delivery through the local APIC (pmi.c)                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+#include "pmi.c"
+
+/* ---------------------------------------------------------------------------------------- */
+/* After Python ran (access or deadline): arm the deadline, start counting, deliver PMIs     */
+/* ---------------------------------------------------------------------------------------- */
+
+static void counting_start(void); /* below */
+
+#define PMI_RECHECK 64 /* clocks between looks at the LVT while a request is asserted */
+
+/* threads=2: this vCPU's step raised the request of the sibling's LP.  A running sibling
+ * delivers it itself at its next block entry (it reads its own LVT).  A halted sibling
+ * cannot run anything: if its LVT entry (snapshot taken at its HLT, exact while it is
+ * halted) is unmasked, the MSI is sent from here, which wakes it, and the sibling sets its
+ * mask bit at its first block entry (the handler's), before the handler runs. */
+static void sibling_pmi(unsigned vi, unsigned sib)
+{
+    struct cvcpu *s = &cv[sib];
+    if (lp_halted(s) && s->hlt_valid && !same_thread(sib)) {
+        uint32_t lvt = s->hlt_lvt;
+        if (!(lvt & LVT_MASKED)) {
+            unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
+            s->hlt_lvt = lvt | LVT_MASKED;
+            __atomic_store_n(&s->mask_pending, 1, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&sbv(sib)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
+            apic_wr(V(vi), APIC_BASE | ((uint64_t)(s->hlt_apic >> 24) << 12), vec | (mode << 8));
+            n_pmi_delivered++;
+            DBG("PMI for halted vCPU %u sent from vCPU %u: LVT %#x\n", sib, vi, lvt);
+            return;
+        }
+    }
+    __atomic_store_n(&s->pmi_pending, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sbv(sib)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
+}
+
+/* Arm W: fire after min(py_left, PMI_RECHECK if a request is asserted) clocks from now;
+ * `rest` clocks already added to W belong after this point. */
+static void arm(unsigned vi, int64_t rest)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = sbv(vi);
+    int64_t h = c->py_left > 0 ? c->py_left : (int64_t)(W_THRESH >> 2);
+    if (c->pmi_level && pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
+    if (h > (int64_t)(W_THRESH >> 2)) h = (int64_t)(W_THRESH >> 2);
+    c->w_base = W_THRESH - (uint64_t)h;
+    sb[SB_W] = c->w_base + (uint64_t)rest + (sb[SB_PEND] ? W_PEND : 0);
+}
+
+/* Returns 1 if an interrupt was delivered to this vCPU. */
+static int after_python(unsigned vi, int64_t rest_clocks)
+{
+    struct p4c_out *o = &outs[vi];
+    struct cvcpu *c = &cv[vi];
+    if (o->start) {
+        o->start = 0;
+        if (cnt_mode && !cnt_instrument && !cnt_start_requested) counting_start();
+    }
+    c->py_left = o->budget > 0 ? o->budget : -1;
+    int lp = cnt_threads == 2 ? (int)(vi & 1) : 0;
+    c->pmi_level = o->pmi[lp] != 0;
+    arm(vi, rest_clocks);
+    int delivered = 0;
+    if (pmi_on) {
+        for (int t = 0; t < cnt_threads; t++) {
+            if (!o->pmi[t]) continue;
+            if (t == lp) {
+                delivered |= pmi_deliver_here(vi) == 1;
+            } else {
+                unsigned sib = vi ^ 1;
+                if ((int)sib < n_vcpus_max && cv[sib].init) {
+                    sibling_pmi(vi, sib);
+                }
+            }
+        }
+    }
+    return delivered;
+}
+
+static int py_deadline(unsigned vi)
+{
+    py_thread_ready();
+    return p4pmu_py_deadline(vi);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Execution callbacks                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+/* first execution of a block since the last fold: put it on the dirty list */
+static void cb_first(unsigned int vi, void *ud)
+{
+    struct cvcpu *c = &cv[vi];
+    if (c->ndirty == MAX_DIRTY) {
+        /* cannot happen: the fold request below empties the list first */
+        return;
+    }
+    c->dirty[c->ndirty++] = (uint32_t)(uintptr_t)ud;
+    if (c->ndirty == MAX_DIRTY - 1 && !c->force_fold) {
+        c->force_fold = 1;
+        sbv(vi)[SB_W] += W_PEND;
+    }
+}
+
+/* REP string instruction about to run: remember RCX */
+static void cb_rep(unsigned int vi, void *ud)
+{
+    const struct blk *b = blocks[(uint32_t)(uintptr_t)ud];
+    const struct cinsn *r = &b->ins[b->n - 1];
+    uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
+    cv[vi].rep_rcx = rd_rcx(V(vi)) & mask;
+}
+
+/* Deadline check without Python: the increments of the activity not yet folded, computed
+ * from the per-kind tables Python left in outs[vi].  Returns the clocks that may safely pass
+ * from here (> 0), or 0 when Python must look (an overflow may have happened, unknown kinds,
+ * or the next block may overflow). */
+static int64_t fast_check(unsigned vi, const struct blk *next)
+{
+    struct cvcpu *c = &cv[vi];
+    struct p4c_out *o = &outs[vi];
+    int nw = o->nwatch;
+    if (nw <= 0 || !o->winc) return 0;
+    const int32_t *inc = o->winc;
+    uint32_t nk = o->nkext;
+    int64_t U[18];
+    memset(U, 0, sizeof(U));
+    uint64_t *sb = c->sbase;
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        uint32_t id = c->dirty[i];
+        const struct blk *b = blocks[id];
+        int64_t n = (int64_t)sb[SB_HDR + id];
+        if (n) {
+            for (uint32_t k = 0; k < b->nk; k++) {
+                uint32_t e = ext(b->hk[k], b->os);
+                if (e >= nk) return 0;
+                const int32_t *row = inc + (size_t)e * 18;
+                for (int w = 0; w < nw; w++) U[w] += n * (int64_t)b->hc[k] * row[o->widx[w]];
+            }
+        }
+        if (b->res) {
+            const struct bres *r = &b->res[vi];
+            for (unsigned v = 0; v < 4; v++) {
+                if (!r->n[v]) continue;
+                uint32_t e = ext(b->var[v], b->os);
+                if (e >= nk) return 0;
+                for (int w = 0; w < nw; w++)
+                    U[w] += (int64_t)r->n[v] * inc[(size_t)e * 18 + o->widx[w]];
+                if (v & 1) {
+                    for (unsigned p = 0; p < n_penalty; p++) {
+                        uint32_t pe = ext(k_penalty[p], b->os);
+                        if (pe >= nk) return 0;
+                        for (int w = 0; w < nw; w++)
+                            U[w] += (int64_t)r->n[v] * inc[(size_t)pe * 18 + o->widx[w]];
+                    }
+                }
+            }
+        }
+    }
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        uint32_t e = c->touched[i];
+        if (!c->acc[e]) continue;
+        if (e >= nk) return 0;
+        for (int w = 0; w < nw; w++) U[w] += c->acc[e] * inc[(size_t)e * 18 + o->widx[w]];
+    }
+    /* the most the next block can add (REP: unbounded -> Python) */
+    int64_t N[18];
+    memset(N, 0, sizeof(N));
+    if (next->end == END_REP) return 0;
+    for (uint32_t k = 0; k < next->nk; k++) {
+        uint32_t e = ext(next->hk[k], next->os);
+        if (e >= nk) return 0;
+        for (int w = 0; w < nw; w++)
+            N[w] += (int64_t)next->hc[k] * inc[(size_t)e * 18 + o->widx[w]];
+    }
+    if (next->res) {
+        for (int w = 0; w < nw; w++) {
+            int64_t m = 0;
+            for (unsigned v = 0; v < 4; v++) {
+                uint32_t e = ext(next->var[v], next->os);
+                if (e >= nk) return 0;
+                int64_t x = inc[(size_t)e * 18 + o->widx[w]];
+                if (v & 1) {
+                    for (unsigned p = 0; p < n_penalty; p++) {
+                        uint32_t pe = ext(k_penalty[p], next->os);
+                        if (pe >= nk) return 0;
+                        x += inc[(size_t)pe * 18 + o->widx[w]];
+                    }
+                }
+                if (x > m) m = x;
+            }
+            N[w] += m;
+        }
+    }
+    int64_t best = INT64_MAX;
+    for (int w = 0; w < nw; w++) {
+        int64_t r = o->whead[w] - U[w];
+        if (r <= N[w]) return 0; /* the next block may take it over the edge: Python */
+        int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
+        int64_t clk = (r + rate - 1) / rate;
+        if (clk < best) best = clk;
+    }
+    c->fast_deadlines++;
+    return best > 0 ? best : 1;
+}
+
+/* block entry, conditional on W >= 2^62: a pending block end to resolve, a deadline, or a
+ * fold request */
+static void cb_sched(unsigned int vi, void *ud)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = c->sbase;
+    uint32_t id = (uint32_t)(uintptr_t)ud;
+    const struct blk *b = blocks[id];
+    c->cpl_os = b->os;
+    uint32_t pend = (uint32_t)sb[SB_PEND];
+    if (pend) {
+        sb[SB_PEND] = 0;
+        sb[SB_W] -= W_PEND;
+        resolve(vi, c, pend, b->vaddr, 1);
+    }
+    int need = 0;
+    if (c->force_fold) {
+        c->force_fold = 0;
+        sb[SB_W] -= W_PEND;
+        need = 1;
+    }
+    uint64_t mx = maxclk(b);
+    if (sb[SB_W] + mx < W_THRESH && !need) return;
+    /* clocks since the last arm; this block might take the deadline */
+    int64_t elapsed = (int64_t)(sb[SB_W] - c->w_base);
+    c->w_base = sb[SB_W];
+    if (c->py_left > 0) {
+        c->py_left -= elapsed;
+        if (c->py_left <= (int64_t)mx && !need) {
+            int64_t ok = fast_check(vi, b);
+            if (ok > 0) {
+                c->py_left = ok;
+            } else {
+                need = 1;
+            }
+        }
+    }
+    if (!need) {
+        /* only a look at the LVT: the request is still asserted */
+        int got = c->pmi_level && pmi_on ? pmi_deliver_here(vi) : 0;
+        arm(vi, 0);
+        if (got == 1) {
+            c->batch_entry_b = 0;
+            qemu_plugin_set_pc(rd(V(vi), R.rip));
+        }
+        return;
+    }
+    c->deadlines++;
+    fold_at_entry(vi, id);
+    if (py_deadline(vi) != P4_PY_OK) {
+        outs[vi].budget = 0;
+    }
+    if (after_python(vi, 0)) {
+        /* take the interrupt before this block runs (its counting ops have not run yet);
+         * the next batch starts with the handler's first block, not this one */
+        c->next_first = 0;
+        c->batch_entry_b = 0;
+        qemu_plugin_set_pc(rd(V(vi), R.rip));
+    }
+}
+
+/* Fold the activity of vCPU vi while it is between two blocks (round-robin TCG: called on
+ * its sibling's turn).  Its pending block end, if any, stays pending. */
+static void fold_between_blocks(unsigned vi)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = sbv(vi);
+    uint32_t prev = (uint32_t)sb[SB_CUR];
+    uint32_t last = 0;
+    if (!prev) {
+        last = c->cut_last;
+    } else if (!dyn_end(blocks[prev])) {
+        last = ext(blocks[prev]->last_k, blocks[prev]->os) + 1;
+    }
+    fold_close(vi, last, last != 0 && prev != 0);
+    c->next_first = 0;
+    c->batch_entry_b = 0;
+    c->cut_last = 0;
+}
+
+/* after_python for a vCPU that is not the current one (round robin): arm its deadline; its
+ * PMIs are delivered by itself at its next block entry */
+static void after_python_other(unsigned vi)
+{
+    struct p4c_out *o = &outs[vi];
+    struct cvcpu *c = &cv[vi];
+    c->py_left = o->budget > 0 ? o->budget : -1;
+    int lp = (int)(vi & 1);
+    c->pmi_level = o->pmi[lp] != 0;
+    arm(vi, 0);
+    for (int t = 0; t < 2; t++) {
+        if (o->pmi[t] && pmi_on) {
+            unsigned target = (vi & ~1u) | (unsigned)t;
+            if ((int)target < n_vcpus_max && cv[target].init) {
+                __atomic_store_n(&cv[target].pmi_pending, 1, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&sbv(target)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
+            }
+        }
+    }
+}
+
+/* vCPU vi's halted state changed: the sibling's clocks change label (ACTIVE_THREAD) */
+static void sibling_relabel(unsigned vi)
+{
+    if (cnt_threads != 2 || !cnt_instrument) return;
+    unsigned sib = vi ^ 1;
+    if ((int)sib >= n_vcpus_max || !cv[sib].init || lp_halted(&cv[sib])) return;
+    if (same_thread(sib)) {
+        fold_between_blocks(sib);
+        if (py_deadline(sib) != P4_PY_OK) outs[sib].budget = 0;
+        after_python_other(sib);
+        return;
+    }
+    __atomic_store_n(&cv[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sbv(sib)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
+}
+
+/* threads=2: the sibling asked for something (fold, PMI) -- block entry, before the block */
+static void cb_xpend(unsigned int vi, void *ud)
+{
+    struct vcpu *v = V(vi);
+    struct cvcpu *c = &cv[vi];
+    uint32_t id = (uint32_t)(uintptr_t)ud;
+    uint64_t *sb = sbv(vi);
+    __atomic_store_n(&sb[SB_XPEND], 0, __ATOMIC_SEQ_CST);
+    int delivered = 0;
+    if (c->hlt_halted) {
+        c->hlt_halted = 0; /* running again after the HLT */
+        c->hlt_valid = 0;
+        sibling_relabel(vi);
+    }
+    if (__atomic_exchange_n(&c->mask_pending, 0, __ATOMIC_SEQ_CST)) {
+        /* the sibling sent our PMI while we were halted: NetBurst's mask-on-delivery */
+        uint32_t lvt;
+        if (apic_rd(v, APIC_LVT_PERF, &lvt)) apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
+        c->pmi_level = 1;
+        __atomic_store_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST);
+    }
+    if (__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) {
+        fold_at_entry(vi, id);
+        DBG("xpend vCPU %u: fold %lld clocks (other active %d)\n", vi,
+            (long long)outs[vi].clocks, outs[vi].other_active);
+        if (py_deadline(vi) != P4_PY_OK) outs[vi].budget = 0;
+        delivered = after_python(vi, 0);
+        __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+    }
+    if (__atomic_exchange_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST)) {
+        c->pmi_level = 1;
+        if (!delivered) delivered = pmi_deliver_here(vi) == 1;
+        arm(vi, 0);
+    }
+    if (delivered) {
+        c->batch_entry_b = 0;
+        c->next_first = 0;
+        qemu_plugin_set_pc(rd(v, R.rip));
+    }
+}
+
+/* threads=2, before a PMU access of vCPU vi at instruction `addr`: make the sibling hand its
+ * activity to the shared PMU first (it folds at its next block entry), waiting at most
+ * SIBLING_WAIT_NS; a halted sibling folded before it halted.  While waiting, requests of the
+ * sibling for our own activity are served (both may access at the same time). */
+#define SIBLING_WAIT_NS 20000000ll
+static int64_t fold_at_access(unsigned vi, uint64_t addr); /* below */
+
+static void serve_fold_request(unsigned vi, uint64_t addr)
+{
+    struct cvcpu *c = &cv[vi];
+    if (!__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) return;
+    int64_t rest = fold_at_access(vi, addr);
+    if (py_deadline(vi) != P4_PY_OK) outs[vi].budget = 0;
+    after_python(vi, rest);
+    __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+}
+
+static void sibling_sync(unsigned vi, uint64_t addr)
+{
+    if (cnt_threads != 2 || !cnt_instrument) return;
+    unsigned sib = vi ^ 1;
+    if ((int)sib >= n_vcpus_max || !cv[sib].init) return;
+    struct cvcpu *s = &cv[sib];
+    serve_fold_request(vi, addr);
+    if (lp_halted(s)) {
+        DBG("sync vCPU %u: sibling halted\n", vi);
+        return;
+    }
+    if (same_thread(sib)) {
+        /* round robin: the sibling is between blocks; fold it from here */
+        fold_between_blocks(sib);
+        if (py_deadline(sib) != P4_PY_OK) outs[sib].budget = 0;
+        after_python_other(sib);
+        return;
+    }
+    uint32_t seq0 = __atomic_load_n(&s->fold_seq, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sbv(sib)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (__atomic_load_n(&s->fold_seq, __ATOMIC_SEQ_CST) != seq0 || lp_halted(s)) break;
+        serve_fold_request(vi, addr);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) > SIBLING_WAIT_NS) {
+            static int warned;
+            if (!warned++) {
+                fprintf(stderr, "p4pmu: note: vCPU %u did not fold its activity within 20 ms "
+                                "for a PMU access of its sibling (it may be blocked); reads "
+                                "may miss its latest events\n", sib);
+            }
+            break;
+        }
+        sched_yield();
+    }
+    DBG("sync vCPU %u: sibling seq %u -> %u halted %d\n", vi, seq0, s->fold_seq, lp_halted(s));
+}
+
+/* threads=2: HLT -- hand this LP's activity to the shared PMU before halting, and snapshot
+ * the LVT entry and APIC ID for the sibling (sibling_pmi) */
+static void cb_hlt(unsigned int vi, void *ud)
+{
+    struct vcpu *v = V(vi);
+    struct cvcpu *c = &cv[vi];
+    const struct blk *b = blocks[(uint32_t)(uintptr_t)ud];
+    (void)b;
+    uint64_t addr = (uint64_t)0;
+    /* the HLT is the last instruction of its block (it ends the block in QEMU) */
+    addr = b->ins[b->n - 1].addr;
+    for (unsigned j = 0; j < b->n; j++) {
+        if (b->ins[j].flags & CI_HLT) { addr = b->ins[j].addr; break; }
+    }
+    int64_t rest = fold_at_access(vi, addr);
+    DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)outs[vi].clocks);
+    if (py_deadline(vi) != P4_PY_OK) outs[vi].budget = 0;
+    after_python(vi, rest);
+    __atomic_store_n(&c->fold_req, 0, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+    uint32_t lvt, id;
+    if (apic_rd(v, APIC_LVT_PERF, &lvt) && apic_rd(v, APIC_ID_REG, &id)) {
+        c->hlt_lvt = lvt;
+        c->hlt_apic = id;
+        c->hlt_valid = 1;
+    }
+    c->hlt_halted = 1;
+    __atomic_store_n(&sbv(vi)[SB_XPEND], 1, __ATOMIC_SEQ_CST); /* cleared at the next entry */
+    sibling_relabel(vi);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Translation                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+static __thread int tl_mode_pref = -1;
+
+/* Classify the block's instructions and register its counting operations.  Called by
+ * translate() (p4pmu_plugin.c) after the bridge's entry hook, before anything else. */
+static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, unsigned vi)
+{
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    if (!n) return 0;
+    uint64_t cr0 = rd(v, R.cr0), efl = rd(v, R.eflags), efer = rd(v, R.efer);
+    int os, cands[3], nc = 0;
+    if (!(cr0 & CR0_PE)) {
+        os = 1;
+        cands[nc++] = 0; cands[nc++] = 1;
+    } else if (efl & EFL_VM) {
+        os = 0;
+        cands[nc++] = 0;
+    } else {
+        os = (rd(v, R.cs) & 3) == 0;
+        if (efer & EFER_LMA) { cands[nc++] = 2; cands[nc++] = 1; cands[nc++] = 0; }
+        else { cands[nc++] = 1; cands[nc++] = 0; }
+    }
+    if (tl_mode_pref >= 0) {
+        for (int i = 0; i < nc; i++) {
+            if (cands[i] == tl_mode_pref && i) { int t = cands[0]; cands[0] = cands[i]; cands[i] = t; }
+        }
+    }
+    struct cinsn *ins = calloc(n, sizeof(*ins));
+    uint8_t (*bytes)[16] = malloc(16 * n);
+    uint8_t *lens = malloc(n);
+    uint64_t *addrs = malloc(8 * n);
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        lens[i] = (uint8_t)qemu_plugin_insn_data(insn, bytes[i], 16);
+        addrs[i] = qemu_plugin_insn_vaddr(insn);
+    }
+    int best = -1;
+    size_t best_ok = 0;
+    for (int ci = 0; ci < nc && best < 0; ci++) {
+        int mi = cands[ci];
+        csh h;
+        cs_insn *x = cs_get(mi, &h);
+        size_t ok = 0;
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *p = bytes[i];
+            size_t sz = lens[i];
+            uint64_t ad = addrs[i];
+            if (x && cs_disasm_iter(h, &p, &sz, &ad, x) && x->size == lens[i]) {
+                classify_insn(h, x, addrs[i], &ins[i]);
+                ok++;
+            } else {
+                classify_unknown(addrs[i], lens[i], &ins[i]);
+            }
+        }
+        if (ok == n) {
+            best = mi;
+        } else if (ok > best_ok || ci == 0) {
+            best_ok = ok;
+        }
+    }
+    if (best < 0) {
+        /* no mode decodes every instruction to QEMU's length: use the first candidate */
+        int mi = cands[0];
+        csh h;
+        cs_insn *x = cs_get(mi, &h);
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *p = bytes[i];
+            size_t sz = lens[i];
+            uint64_t ad = addrs[i];
+            if (x && cs_disasm_iter(h, &p, &sz, &ad, x) && x->size == lens[i]) {
+                classify_insn(h, x, addrs[i], &ins[i]);
+            } else {
+                classify_unknown(addrs[i], lens[i], &ins[i]);
+            }
+        }
+        best = mi;
+    }
+    tl_mode_pref = best;
+    free(bytes);
+    free(lens);
+    free(addrs);
+    uint32_t id = block_new(qemu_plugin_tb_vaddr(tb), (unsigned)n, ins, os, best);
+    if (!id) return 0;
+    const struct blk *b = blocks[id];
+    void *ud = (void *)(uintptr_t)id;
+    p4_plugin_u64 eW = {sb_cnt, SB_W * 8}, eCur = {sb_cnt, SB_CUR * 8},
+                  ePend = {sb_cnt, SB_PEND * 8}, eX = {sb_cnt, SB_XPEND * 8},
+                  eN = {sb_cnt, (SB_HDR + id) * 8};
+    /* fires when this block might cross the deadline (and for a pending block end) */
+    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_sched, P4_CB_RW_REGS_PC, P4_COND_GE, eW,
+                                              W_THRESH - maxclk(b), ud);
+    if (cnt_threads == 2) {
+        qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
+                                                  eX, 0, ud);
+    }
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
+        tb, P4_INLINE_ADD_U64, eW, b->nclocks + (dyn_end(b) ? W_PEND : 0));
+    if (dyn_end(b)) {
+        qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_STORE_U64, ePend, id);
+    }
+    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_first, P4_CB_NO_REGS, P4_COND_EQ, eN, 0,
+                                              ud);
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, eN, 1);
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_STORE_U64, eCur, id);
+    if (b->end == END_REP) {
+        qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, n - 1), cb_rep,
+                                               P4_CB_R_REGS, ud);
+    }
+    if (cnt_threads == 2) {
+        for (size_t i = 0; i < n; i++) {
+            if (b->ins[i].flags & CI_HLT) {
+                DBG("HLT hook at %#llx (block %#llx, %zu insns)\n",
+                    (unsigned long long)b->ins[i].addr, (unsigned long long)b->vaddr, n);
+                qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, i), cb_hlt,
+                                                       P4_CB_RW_REGS, ud);
+            }
+        }
+    }
+    return id;
+}
+
+/* count=auto: counting starts with the WRMSR that first enables a counter, which ran in a
+ * block translated without instrumentation: credit that WRMSR's own clocks (it retires after
+ * the access, Interfaces I3) to the first batch. */
+static void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
+{
+    static const uint8_t code[2] = {0x0F, 0x30};
+    csh h;
+    cs_insn *x = cs_get(1, &h);
+    const uint8_t *p = code;
+    size_t sz = 2;
+    uint64_t ad = addr;
+    struct cinsn in;
+    if (!x || !cs_disasm_iter(h, &p, &sz, &ad, x)) return;
+    classify_insn(h, x, addr, &in);
+    struct clk c[64];
+    unsigned m = schedule(&in, 0, 1, c, 64);
+    struct cvcpu *cc = &cv[vi];
+    uint32_t prev = 0;
+    for (unsigned i = 0; i < m; i++) {
+        uint32_t k = kind_intern(c[i].f);
+        acc_add(cc, ext(k, os), 1);
+        if (i) ph_add(&cc->pairs, prev, ext(k, os), 1);
+        else {
+            cc->next_first = ext(k, os) + 1;
+            cc->next_first_bubble = 0;
+        }
+        prev = ext(k, os);
+    }
+    if (m) acc_last_add(cc, prev, 1);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Start / set-up                                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+static void register_callbacks(void); /* p4pmu_plugin.c */
+
+static void reset_done(void *ud)
+{
+    (void)ud;
+    __atomic_store_n(&cnt_instrument, 1, __ATOMIC_SEQ_CST);
+    register_callbacks();
+    DBG("counting: instrumentation on (translation cache flushed)\n");
+}
+
+/* count=auto: the guest enabled a counter for the first time.  qemu_plugin_reset flushes the
+ * translation cache (asynchronously, between blocks) and unregisters our callbacks;
+ * reset_done registers them again with instrumentation on. */
+static void counting_start(void)
+{
+    cnt_start_requested = 1;
+    qemu_plugin_reset(plugin_id, reset_done, NULL);
+}
+
+static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vcpus)
+{
+    plugin_id = id;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strncmp(a, "count=", 6)) {
+            cnt_mode = !strcmp(a + 6, "off") ? 0 : !strcmp(a + 6, "on") ? 2 : 1;
+        } else if (!strncmp(a, "pmi=", 4)) {
+            pmi_on = strcmp(a + 4, "off") != 0;
+        } else if (!strncmp(a, "bp_penalty=", 11)) {
+            bp_penalty = (unsigned)strtoul(a + 11, NULL, 0);
+            if (bp_penalty > 60) bp_penalty = 60;
+        } else if (!strncmp(a, "threads=", 8)) {
+            cnt_threads = atoi(a + 8) == 2 ? 2 : 1;
+        }
+    }
+    if (cs_setup() < 0) return -1;
+    if (getenv("P4PMU_BRANCH_TRACE")) br_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
+    cv = calloc((size_t)max_vcpus, sizeof(*cv));
+    outs = calloc((size_t)max_vcpus, sizeof(*outs));
+    sb_cnt = qemu_plugin_scoreboard_new(sizeof(uint64_t) * (SB_HDR + MAX_BLOCKS));
+    uint8_t f[KF_N];
+    memset(f, 0, sizeof(f));
+    k_bubble = kind_intern(f); /* the bubble and an empty stall clock are the same kind */
+    k_empty = k_bubble;
+    unsigned b = P4P_BOGUS_INSNS;
+    n_penalty = bp_penalty;
+    for (unsigned p = 0; p < n_penalty; p++) {
+        memset(f, 0, sizeof(f));
+        unsigned x = b < P4P_RETIRE_WIDTH ? b : P4P_RETIRE_WIDTH;
+        f[KF_BOGUS_INSTR] = (uint8_t)x;
+        f[KF_BOGUS_UOPS] = (uint8_t)x;
+        b -= x;
+        k_penalty[p] = kind_intern(f);
+    }
+    memset(f, 0, sizeof(f));
+    f[KF_UOPS] = P4P_RETIRE_WIDTH;
+    k_rep_full = kind_intern(f);
+    cnt_instrument = cnt_mode == 2;
+    return 0;
+}
+
+static void counting_vcpu_init(unsigned vi)
+{
+    cvcpu_init(&cv[vi]);
+    cv[vi].thread = pthread_self();
+    for (int i = 0; i < n_vcpus_max; i++) {
+        if (cv[i].init) cv[i].sbase = sbv((unsigned)i);
+    }
+    /* Single-threaded TCG with several vCPUs: QEMU 11.1 compiles the translating vCPU's
+     * index into the plugin code of a block (gen_cpu_index() without CF_PARALLEL) and
+     * multiplies that constant in place, so per-vCPU scoreboards and callbacks get wrong
+     * vCPU indices (seen: callbacks called with vCPU index = scoreboard element size).
+     * Counting cannot work there: turn it off and say so. */
+    for (unsigned o = 0; o < vi && cnt_mode; o++) {
+        if (cv[o].init && pthread_equal(cv[o].thread, cv[vi].thread)) {
+            fprintf(stderr, "p4pmu: several vCPUs on one TCG thread (-accel tcg,thread=single): "
+                            "event counting is off (QEMU 11.1 plugins need multi-threaded TCG "
+                            "for per-vCPU counters); MSR/RDPMC access still works\n");
+            cnt_mode = 0;
+            cnt_instrument = 0;
+        }
+    }
+}
+
+/* threads=2: vCPU vi halted (1) or resumed (0): the sibling's clocks change label
+ * (ACTIVE_THREAD), so it folds at its next block entry.  C only (QEMU holds the BQL). */
+static void counting_halt_change(unsigned vi, int halted)
+{
+    if (!cv || vi >= (unsigned)n_vcpus_max) return;
+    cv[vi].halted = halted;
+    DBG("vCPU %u %s\n", vi, halted ? "idle" : "resumes");
+    if (!halted) cv[vi].hlt_valid = 0;
+    if (cnt_threads != 2 || !cnt_instrument) return;
+    unsigned sib = vi ^ 1;
+    if ((int)sib >= n_vcpus_max || !cv[sib].init || lp_halted(&cv[sib])) return;
+    /* only a request: QEMU holds the BQL here, Python must not be called */
+    __atomic_store_n(&cv[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sbv(sib)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Functions Python calls (declared with ffi.cdef in build.py)                               */
+/* ---------------------------------------------------------------------------------------- */
+
+struct p4c_out *p4c_out(unsigned vi)
+{
+    return &outs[vi];
+}
+
+const uint8_t *p4c_kinds(uint32_t *n)
+{
+    *n = __atomic_load_n(&n_kinds, __ATOMIC_ACQUIRE);
+    return &kinds[0][0];
+}
+
+int p4c_instrumenting(void)
+{
+    return cnt_instrument || cnt_start_requested;
+}
+
+int p4c_mode(void)
+{
+    return cnt_mode;
+}
+
+void p4c_stats(unsigned vi, uint64_t *out4)
+{
+    out4[0] = cv[vi].folds;
+    out4[1] = cv[vi].deadlines;
+    out4[2] = cv[vi].resolutions;
+    out4[3] = n_blocks - 1;
+}

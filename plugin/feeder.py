@@ -1,0 +1,402 @@
+"""The guest-activity feeder inside QEMU (docs/guest-events.md).
+
+The C side (plugin/counting.c) counts block executions with inline operations and, at a PMU
+access or a deadline, closes the batch of activity since the last fold into a joint histogram
+over (clock kind, CPL) with adjacent-pair counts (`struct p4c_out`).  `Feeder.consume` turns
+that into an `activity.Activity` (zero-copy views of the C arrays) and steps the vCPU's PMU;
+`Feeder.after` tells the C side when the next deadline is (clocks until an armed counter
+could overflow), whether to deliver a PMI, and (count=auto) when to start instrumenting.
+
+Runs only at PMU accesses, deadlines and batch folds, never per block.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from p4pmu.emulator import clockmodel as CM
+from p4pmu.emulator import events as EV
+from p4pmu.emulator import tables as T
+from p4pmu.emulator.activity import Activity
+
+LIMIT = float(1 << T.COUNTER_BITS)
+MAX_BUDGET = 1 << 60
+
+# Largest value a class line can present in one clock under the clock model (I6): at most
+# retire_width instructions/uops, one branch; other classes (FP uops of microcoded
+# instructions, loads/stores of REP strings, execution tagging) up to the 15 cap.
+_W = CM.PARAMS["retire_width"]
+
+
+def _class_max() -> np.ndarray:
+    m = np.full(EV.NUM_CLASSES, 15.0)
+    for c in EV.CLASSES:
+        if c.event in ("instr_retired", "uops_retired"):
+            m[c.id] = _W
+        elif c.event in ("branch_retired", "mispred_branch_retired", "retired_branch_type",
+                         "retired_mispred_branch_type", "global_power_events"):
+            m[c.id] = 1.0
+    return m
+
+
+LINE_MAX = np.repeat(_class_max(), 4)  # line id = class * 4 + lp * 2 + priv
+
+
+def _chain(K: int) -> np.ndarray:
+    """Adjacent-pair counts of K clocks of kinds 0, 1, ..., K-1 in that order."""
+    t = np.zeros((K, K))
+    t[np.arange(K - 1), np.arange(1, K)] = 1.0
+    return t
+
+
+class Feeder:
+    def __init__(self, bridge, ffi, lib):
+        self.bridge = bridge
+        self.ffi = ffi
+        self.lib = lib
+        self.threads = bridge.threads
+        self.ht = self.threads == 2
+        self.mode = bridge.options.count
+        self._F = np.zeros((0, CM.NFEAT))  # features per kind id
+        self._tag_cache = {}
+        self.n_batches = self.n_clocks = self.n_bad = 0
+        self.n_deadline_calls = 0
+        self.started = self.mode == "on"
+        self._bad_noted = False
+        self._outs = {}
+        self._inc_cache = {}
+        self._winc = {}
+        self._winc_key = {}
+        self._table_nk = {}
+        self._st_cache = {}
+        self._prog_cache = {}
+        self._wkey = {}
+        self._whead, self._wrate, self._widx = {}, {}, {}
+        self.n_fast = 0
+        self._idle_key = {}  # vcpu -> (config, state) version for which nothing needs doing
+
+    # -- kinds -----------------------------------------------------------------------------
+
+    def _features(self, need: int) -> np.ndarray:
+        if need > self._F.shape[0]:
+            n = self.ffi.new("uint32_t *")
+            ptr = self.lib.p4c_kinds(n)
+            k = int(n[0])
+            raw = np.frombuffer(self.ffi.buffer(ptr, k * CM.NF), dtype=np.uint8).reshape(k, CM.NF)
+            self._F = CM.features(raw)
+        return self._F
+
+    # -- tagging (front-end: uop_type on RAT_ESCR0/1; execution: FIRM_ESCR0/1) ------------------
+
+    def _tagging(self, pmu, lp: int, os: bool) -> CM.Tagging:
+        key = (pmu.config_version, lp, os)
+        t = self._tag_cache.get(key)
+        if t is not None:
+            return t
+        tl = ts = False
+        tags: dict[str, int] = {}
+        tbit = (pmu.t0_os, pmu.t0_usr) if lp == 0 else (pmu.t1_os, pmu.t1_usr)
+        qual = tbit[0] if os else tbit[1]
+        for slot, escr in enumerate(pmu.escrs):
+            if not qual[slot]:
+                continue
+            ev = EV.event_for(escr.name, int(pmu.event_select[slot]), pmu.model.model)
+            if ev is None:
+                continue
+            mask = int(pmu.event_mask[slot])
+            if ev.name == "uop_type":
+                tl = tl or bool(mask >> 1 & 1)
+                ts = ts or bool(mask >> 2 & 1)
+            elif pmu.tag_enable[slot]:
+                for bit in ev.mask:
+                    feat = CM.UOP_EVENT_FEATURES.get((ev.name, bit))
+                    if feat and mask >> bit & 1:
+                        tags[feat] = tags.get(feat, 0) | int(pmu.tag_value[slot])
+        t = CM.Tagging(tl, ts, tuple(sorted(tags.items())))
+        if len(self._tag_cache) > 64:
+            self._tag_cache.clear()
+        self._tag_cache[key] = t
+        return t
+
+    # -- a batch -> the PMU ------------------------------------------------------------------
+
+    def _out(self, vcpu: int):
+        o = self._outs.get(vcpu)
+        if o is None:
+            o = self._outs[vcpu] = self.lib.p4c_out(vcpu)
+            ffi = self.ffi
+            self._whead[vcpu] = np.frombuffer(ffi.buffer(o.whead), dtype=np.int64)
+            self._wrate[vcpu] = np.frombuffer(ffi.buffer(o.wrate), dtype=np.int32)
+            self._widx[vcpu] = np.frombuffer(ffi.buffer(o.widx), dtype=np.int32)
+        return o
+
+    def consume(self, vcpu: int, pmu) -> None:
+        o = self._outs.get(vcpu) or self._out(vcpu)
+        n = o.n
+        if not n:
+            return
+        n = int(n)
+        clocks = int(o.clocks)
+        if clocks == 0:
+            o.n = 0
+            return
+        o.n = 0  # consumed (a second call before the next fold sees nothing)
+        self.n_batches += 1
+        self.n_clocks += clocks
+        if o.bad:
+            self.n_bad += 1
+            if not self._bad_noted:
+                self._bad_noted = True
+                self.bridge.note(vcpu, f"feeder: batch bookkeeping repaired ({int(o.bad)} "
+                                       "inconsistencies); edge counts of that batch may be off")
+        eng = pmu.engine
+        run = eng.running()
+        if not run.any() and not (pmu.edge & pmu.compare).any():
+            return  # nothing counts, no edge detector to keep up to date
+        if o.tot_ok == 1 and self._fast_add(vcpu, pmu, o, run):
+            return
+        ffi = self.ffi
+        ext = np.frombuffer(ffi.buffer(o.ext, 4 * n), dtype=np.uint32).astype(np.int64)
+        cnt = np.frombuffer(ffi.buffer(o.cnt, 8 * n), dtype=np.int64).astype(np.float64)
+        kid = ext >> 1
+        osf = (ext & 1).astype(bool)
+        F = self._features(int(kid.max()) + 1)[kid]
+        lp = vcpu % self.threads
+        cols, blocks = [], []
+        for priv, sel in ((EV.OS, osf), (EV.USR, ~osf)):
+            if not sel.any():
+                continue
+            ids, M = CM.line_matrix(self._tagging(pmu, lp, priv == EV.OS))
+            cols.append(ids * 4 + lp * 2 + priv)
+            v = np.zeros((n, ids.shape[0]))
+            v[sel] = F[sel] @ M
+            blocks.append(v)
+        colv = np.concatenate(cols)
+        vals = np.concatenate(blocks, axis=1)
+        active = np.zeros((n, 2), dtype=bool)
+        os_ = np.zeros((n, 2), dtype=bool)
+        active[:, lp] = True
+        os_[:, lp] = osf
+        if self.ht:
+            active[:, 1 - lp] = bool(o.other_active)
+            os_[:, 1 - lp] = bool(o.other_os)
+        # adjacent pairs
+        order = np.argsort(ext, kind="stable")
+        sext = ext[order]
+
+        def index(e):
+            i = np.searchsorted(sext, e)
+            return order[np.minimum(i, n - 1)]
+
+        trans = np.zeros((n, n))
+        np_ = int(o.np)
+        if np_:
+            pa = np.frombuffer(ffi.buffer(o.pa, 4 * np_), dtype=np.uint32).astype(np.int64)
+            pb = np.frombuffer(ffi.buffer(o.pb, 4 * np_), dtype=np.uint32).astype(np.int64)
+            pn = np.frombuffer(ffi.buffer(o.pn, 8 * np_), dtype=np.int64).astype(np.float64)
+            np.add.at(trans, (index(pa), index(pb)), pn)
+        first = int(index(np.array([int(o.first)]))[0])
+        last = int(index(np.array([int(o.last)]))[0])
+        if int(trans.sum()) != clocks - 1:
+            # should not happen (o.bad): keep totals exact, put the difference on the last
+            # kind's self-transition so the batch is consistent
+            d = clocks - 1 - int(trans.sum())
+            trans[last, last] = max(0.0, trans[last, last] + d)
+            if int(trans.sum()) != clocks - 1:
+                trans[:] = 0
+                trans[last, last] = clocks - 1
+        nseq = int(o.nseq)
+        if nseq and clocks >= pmu.horizon():
+            # one block execution that may overflow a counter: step it in clock order, one
+            # clock at a time while an OVF flag may go 0 -> 1 (exact cascades, docs/emulator.md
+            # "Exactness"), the rest as one exact batch
+            seq = index(np.frombuffer(ffi.buffer(o.seq, 4 * nseq), dtype=np.uint32)
+                        .astype(np.int64))
+            i = 0
+            while i < nseq:
+                h = pmu.horizon()
+                m = 1 if h <= 1 else int(min(nseq - i, h - 1))
+                part = seq[i:i + m]
+                pmu.advance(self._sub(part, active, os_, colv, vals))
+                i += m
+            return
+        act = Activity.from_arrays(cnt, active, os_, colv, vals, trans, first, last)
+        pmu.advance(act)
+
+    def _fast_add(self, vcpu: int, pmu, o, run) -> bool:
+        """The batch's per-counter totals computed by C from our per-kind table, when the step
+        would be the engine's plain case anyway: no EDGE counter (table exact), no OVF
+        0 -> 1, no PMI arming, no FORCE_OVF.  Returns False to take the full step."""
+        if self._winc_key.get(vcpu) != self._table_key(vcpu, pmu, o):
+            return False
+        tot = np.frombuffer(self.ffi.buffer(o.tot, 8 * 18), dtype=np.int64)
+        add = np.where(run, tot, 0)
+        if (add < 0).any():
+            return False
+        eng = pmu.engine
+        eng._cached()
+        pos = add > 0
+        if (pos & (eng.arm_cand | pmu.force_ovf)).any():
+            return False
+        new = pmu.counter + add.astype(np.uint64)
+        if (new >= np.uint64(1 << 40)).any():
+            return False
+        pmu.counter[:] = new
+        self.n_fast += 1
+        return True
+
+    @staticmethod
+    def _sub(part, active, os_, colv, vals) -> Activity:
+        """The activity of the clocks `part` (kind indices in clock order)."""
+        u, inv = np.unique(part, return_inverse=True)
+        K = u.shape[0]
+        count = np.bincount(inv, minlength=K).astype(np.float64)
+        trans = np.zeros((K, K))
+        if part.shape[0] > 1:
+            np.add.at(trans, (inv[:-1], inv[1:]), 1.0)
+        return Activity.from_arrays(count, active[u], os_[u], colv, vals[u], trans,
+                                    int(inv[0]), int(inv[-1]))
+
+    # -- after an access or a deadline: next deadline, PMI, start ------------------------------
+
+    def after(self, vcpu: int, pmu) -> None:
+        eng = pmu.engine
+        key = (pmu.config_version, eng._state_version)
+        if self._idle_key.get(vcpu) == key:
+            return  # nothing runs, no request: the values written last time still hold
+        o = self._outs.get(vcpu) or self._out(vcpu)
+        st = self._state(vcpu, pmu, key)
+        if not self.started and st["any_run"]:
+            self.started = True
+            o.start = 1
+        for t in range(self.threads):
+            o.pmi[t] = st["levels"][t]
+        if not st["any_run"]:
+            o.budget = 0
+            o.nwatch = 0
+            o.tot_ok = -1
+            if not any(st["levels"]):
+                self._idle_key[vcpu] = key
+            return
+        self._idle_key.pop(vcpu, None)
+        # the counter-dependent part: headrooms
+        idx = st["idx"]
+        b = 0
+        if self.started and idx.size:
+            head = np.where(st["arm_w"], 1.0, LIMIT - pmu.counter[idx].astype(np.float64))
+            need = np.ceil(head / st["rate_b"])
+            best = float(need.min())
+            if self.ht:
+                best = math.ceil(best / 2)
+                head = np.ceil(head / 2)
+            b = int(max(1, min(best, MAX_BUDGET)))
+            if st["watch_ok"]:
+                self._whead[vcpu][:idx.size] = head
+        o.budget = b
+        self._table(vcpu, pmu, o, st)
+        o.nwatch = int(idx.size) if (b and st["watch_ok"]) else (-1 if b else 0)
+
+    def _state(self, vcpu: int, pmu, key) -> dict:
+        """Everything after() needs that depends only on the programming and OVF/arming."""
+        hit = self._st_cache.get(vcpu)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        eng = pmu.engine
+        eng._cached()
+        run = eng.running()
+        ovf = pmu.ovf
+        arm = run & ovf & eng.pmi_any & ~pmu.pmi_armed
+        cand = run & ~ovf
+        idx = np.flatnonzero(cand | arm | (run & pmu.force_ovf))
+        # the most a counter can receive per clock under the clock model (feeder budget)
+        W = eng.W[:, idx]
+        rate = np.minimum(15.0, LINE_MAX @ (W > 0)) if idx.size else np.zeros(0)
+        rate = np.where(pmu.compare[idx] | pmu.force_ovf[idx] | arm[idx], 1.0,
+                        np.maximum(rate, 1.0))
+        head1 = arm[idx] | pmu.force_ovf[idx]
+        st = {"any_run": bool(run.any()), "idx": idx, "arm_w": head1, "rate_b": rate,
+              "levels": tuple(1 if pmu.pmi_request(t) else 0 for t in range(self.threads)),
+              "watch_ok": 0 < idx.size <= 18 and not pmu.force_ovf[idx].any(),
+              "exact": not bool(eng.edge_eff.any())}
+        self._st_cache[vcpu] = (key, st)
+        return st
+
+    def _table(self, vcpu: int, pmu, o, st) -> None:
+        """The per-kind increment table for C (fold totals, fast_check), its watched-counter
+        map and rates; rewritten only when it changes."""
+        table = self._kind_incs(vcpu, pmu, o)
+        tkey = self._inc_cache[vcpu][0]
+        o.tot_ok = 0 if st["exact"] else -1
+        if self._winc.get(vcpu) is not table:
+            self._winc[vcpu] = table  # keep it alive: C reads it until the next Python call
+            o.winc = self.ffi.cast("int32_t *", table.ctypes.data)
+            o.nkext = table.shape[0]
+        self._winc_key[vcpu] = tkey
+        self._table_nk[vcpu] = tkey[1]
+        idx = st["idx"]
+        wkey = (tkey, idx.tobytes())
+        if st["watch_ok"] and self._wkey.get(vcpu) != wkey:
+            self._wkey[vcpu] = wkey
+            rate = np.maximum(1, table[:, idx].max(axis=0)) if table.shape[0] else \
+                np.ones(idx.size, dtype=np.int64)
+            rate = np.where(st["arm_w"], 1, rate)
+            self._wrate[vcpu][:idx.size] = rate
+            self._widx[vcpu][:idx.size] = idx
+
+    # -- the C-side deadline check (counting.c fast_check) -------------------------------------
+
+    def _table_key(self, vcpu: int, pmu, o, nk: int | None = None):
+        """What the per-kind increment table depends on: the programming (CCCR writes that
+        only change OVF keep it), the kinds known, the LP and the other LP's state."""
+        if nk is None:
+            nk = self._table_nk.get(vcpu, -1)
+        oth = (bool(o.other_active), bool(o.other_os)) if self.ht else (False, False)
+        prog = self._prog_cache.get(id(pmu))
+        if prog is None or prog[0] != pmu.config_version:
+            prog = (pmu.config_version, (pmu.cccr_raw & ~np.uint64(1 << 31)).tobytes() +
+                    pmu.escr_raw.tobytes())
+            self._prog_cache[id(pmu)] = prog
+        return (prog[1], nk, vcpu % self.threads, oth)
+
+    def _kind_incs(self, vcpu: int, pmu, o) -> np.ndarray:
+        """(2 * n_kinds, 18) per-clock increments of every known (kind, CPL) on this LP, with
+        the current programming: exact for counters without EDGE, the passing clocks (an upper
+        bound of the edges) for EDGE counters."""
+        n = self.ffi.new("uint32_t *")
+        self.lib.p4c_kinds(n)
+        nk = int(n[0])
+        lp = vcpu % self.threads
+        oth = (bool(o.other_active), bool(o.other_os)) if self.ht else (False, False)
+        key = self._table_key(vcpu, pmu, o, nk)
+        hit = self._inc_cache.get(vcpu)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        F = self._features(nk)[:nk]
+        K = 2 * nk
+        ext = np.arange(K)
+        kid, osf = ext >> 1, (ext & 1).astype(bool)
+        cols, blocks = [], []
+        for priv, sel in ((EV.OS, osf), (EV.USR, ~osf)):
+            ids, M = CM.line_matrix(self._tagging(pmu, lp, priv == EV.OS))
+            cols.append(ids * 4 + lp * 2 + priv)
+            v = np.zeros((K, ids.shape[0]))
+            v[sel] = F[kid[sel]] @ M
+            blocks.append(v)
+        active = np.zeros((K, 2), dtype=bool)
+        os_ = np.zeros((K, 2), dtype=bool)
+        active[:, lp] = True
+        os_[:, lp] = osf
+        if self.ht:
+            active[:, 1 - lp], os_[:, 1 - lp] = oth
+        act = Activity.from_arrays(np.ones(K), active, os_, np.concatenate(cols),
+                                   np.concatenate(blocks, axis=1), np.zeros((K, K)) if K < 2
+                                   else _chain(K), 0, K - 1)
+        _, inc, _, _ = pmu.engine.increments(act)
+        table = np.ascontiguousarray(np.rint(inc), dtype=np.int32)
+        self._inc_cache[vcpu] = (key, table)
+        return table
+
+    def summary(self) -> str:
+        return (f"# feeder: {self.n_batches} batches ({self.n_fast} added up in C), "
+                f"{self.n_clocks} clocks, {self.n_bad} repaired")

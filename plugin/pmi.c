@@ -1,0 +1,56 @@
+/*
+ * p4pmu: delivering a performance-monitoring interrupt through the guest's local APIC
+ * (docs/guest-events.md, "PMI delivery").  Included by counting.c.
+ *
+ * Only ever called on the vCPU's own thread, from plugin callbacks, with no Python lock held:
+ * the APIC is reached through physical memory (qemu_plugin_read/write_memory_hwaddr), which
+ * takes QEMU's BQL for the MMIO access.
+ */
+#define APIC_BASE 0xFEE00000ull
+#define APIC_ID_REG 0x020
+#define APIC_LVT_PERF 0x340
+#define LVT_MASKED (1u << 16)
+
+
+static int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
+{
+    g_byte_array_set_size(v->buf, 0);
+    if ((int)qemu_plugin_read_memory_hwaddr(APIC_BASE + off, v->buf, 4) != 0 || v->buf->len < 4) {
+        return 0;
+    }
+    memcpy(out, v->buf->data, 4);
+    return 1;
+}
+
+static int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val)
+{
+    g_byte_array_set_size(v->buf, 0);
+    g_byte_array_append(v->buf, (const uint8_t *)&val, 4);
+    return (int)qemu_plugin_write_memory_hwaddr(addr, v->buf) == 0;
+}
+
+static uint64_t n_pmi_delivered, n_pmi_masked;
+
+/* Deliver this vCPU's PMI per its LVT performance-counter entry.  Returns 1 delivered,
+ * 0 masked (nothing sent), -1 the APIC could not be read. */
+static int pmi_deliver_here(unsigned vi)
+{
+    struct vcpu *v = V(vi);
+    uint32_t lvt, id;
+    if (!apic_rd(v, APIC_LVT_PERF, &lvt) || !apic_rd(v, APIC_ID_REG, &id)) {
+        return -1;
+    }
+    if (lvt & LVT_MASKED) {
+        n_pmi_masked++;
+        DBG("PMI for vCPU %u: LVT %#x masked\n", vi, lvt);
+        return 0;
+    }
+    unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
+    /* NetBurst sets the mask bit when it delivers (SDM 10.5.1) */
+    apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
+    /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
+    apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
+    n_pmi_delivered++;
+    DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u\n", vi, lvt, vec, mode);
+    return 1;
+}
