@@ -554,6 +554,15 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# bench (p4pmu.qemu_glue.bench)
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from p4pmu.qemu_glue import bench
+    return int(bench.main(a) or 0)
+
+
+# --------------------------------------------------------------------------------------------
 # Parser
 
 
@@ -637,6 +646,17 @@ def build_parser() -> argparse.ArgumentParser:
     if mod is not None and hasattr(mod, "add_arguments"):
         mod.add_arguments(d)
     d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", formatter_class=fmt,
+                       help="measure the plugin's cost on a CPU-bound guest (source checkout)",
+                       description="Run a CPU-bound test guest under plain QEMU and under the "
+                                   "plugin (nothing enabled, 18 counters, a PMI every 10,000 "
+                                   "instructions) and time intercepted MSR accesses; prints "
+                                   "CPU times and ratios. Needs the test guests of a source "
+                                   "checkout.")
+    from p4pmu.qemu_glue import bench as _bench
+    _bench.add_arguments(b)
+    b.set_defaults(func=cmd_bench)
 
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
     lx = sub.add_parser(

@@ -74,17 +74,23 @@ class GuestSpec:
 
 
 _COMMON = ("common/rt.c", "common/probe.c")
+# the guest-activity guests (issue 4): script interpreter, APIC/PMI/AP runtime, asm loops
+_EVENTS = ("common/rt.c", "common/evrt.c", "common/evasm.S", "common/loops.S",
+           "common/events.c")
 GUESTS: dict[str, GuestSpec] = {
     g.name: g for g in (
         GuestSpec("probe32", 32, ("arch32/boot.S",) + _COMMON, "arch32/link.ld", False),
         GuestSpec("probe64", 64, ("arch64/boot.S",) + _COMMON, "arch64/link.ld", True),
+        GuestSpec("events32", 32, ("arch32/boot.S",) + _EVENTS, "arch32/link.ld", False),
+        GuestSpec("events64", 64, ("arch64/boot.S",) + _EVENTS, "arch64/link.ld", True),
     )
 }
-HEADERS = ("common/rt.h", "common/regs.h")
+HEADERS = ("common/rt.h", "common/regs.h", "common/evrt.h")
 
 
 def guest_path(name: str) -> Path:
-    """The file to pass to QEMU's -kernel for guest `name` ("probe32", "probe64")."""
+    """The file to pass to QEMU's -kernel for guest `name` ("probe32", "probe64",
+    "events32", "events64")."""
     try:
         return GUESTS[name].output
     except KeyError:

@@ -64,6 +64,7 @@ ISR 8,1;  ISR 9,0;  ISR 10,1; ISR 11,1; ISR 12,1; ISR 13,1; ISR 14,1; ISR 15,0
 ISR 16,0; ISR 17,1; ISR 18,0; ISR 19,0; ISR 20,0; ISR 21,1; ISR 22,0; ISR 23,0
 ISR 24,0; ISR 25,0; ISR 26,0; ISR 27,0; ISR 28,0; ISR 29,1; ISR 30,1; ISR 31,0
 
+	.globl isr_common
 isr_common:
 	pushal
 	cld
@@ -187,7 +188,7 @@ rt_call_user:
 	movw %ax, %gs
 	pushl $SEL_UDATA
 	pushl $user_stack_top
-	pushl $0x2
+	pushl rt_user_flags
 	pushl $SEL_UCODE
 	pushl $user_call_tramp
 	iretl

@@ -3,7 +3,8 @@
  * QEMU's multiboot loader refuses ELF64 files, so this guest is a flat binary whose multiboot
  * header uses the "a.out kludge" (flag 16: load/entry addresses in the header).  The 32-bit
  * entry checks CPUID for long mode (prints NOLONGMODE and exits with status 5 without it),
- * identity-maps the first 1 GiB with 2 MiB pages (user-accessible, for ring 3), enables
+ * identity-maps the first 1 GiB with 2 MiB pages (user-accessible, for ring 3) and 3-4 GiB
+ * (local APIC, uncached, ring 0 only), enables
  * PAE + EFER.LME + paging and jumps to 64-bit code.  rt_init_cpu() (rt.c) then installs the
  * full GDT (with a 64-bit TSS) and the IDT.
  */
@@ -28,6 +29,7 @@ mb_header:
 pml4:	.skip 4096
 pdpt:	.skip 4096
 pd:	.skip 4096
+pd_hi:	.skip 4096	/* 3-4 GiB: the local APIC (FEE00000h), uncached */
 	.balign 16
 	.skip 32768
 	.globl stack_top
@@ -82,6 +84,17 @@ _start:
 	shll $21, %eax
 	orl $0x87, %eax			/* present, writable, user, 2 MiB page */
 	movl %eax, pd(,%ecx,8)
+	incl %ecx
+	cmpl $512, %ecx
+	jb 1b
+	/* PDPT[3] -> pd_hi: identity map 3-4 GiB (local APIC) with 2 MiB pages, PCD|PWT */
+	movl $pd_hi + 0x3, pdpt + 24	/* present, writable */
+	xorl %ecx, %ecx
+1:	movl %ecx, %eax
+	shll $21, %eax
+	addl $0xC0000000, %eax
+	orl $0x9B, %eax			/* present, writable, PWT, PCD, 2 MiB page */
+	movl %eax, pd_hi(,%ecx,8)
 	incl %ecx
 	cmpl $512, %ecx
 	jb 1b
@@ -147,6 +160,7 @@ ISR 8,1;  ISR 9,0;  ISR 10,1; ISR 11,1; ISR 12,1; ISR 13,1; ISR 14,1; ISR 15,0
 ISR 16,0; ISR 17,1; ISR 18,0; ISR 19,0; ISR 20,0; ISR 21,1; ISR 22,0; ISR 23,0
 ISR 24,0; ISR 25,0; ISR 26,0; ISR 27,0; ISR 28,0; ISR 29,1; ISR 30,1; ISR 31,0
 
+	.globl isr_common
 isr_common:				/* struct frame (rt.h), lowest address first */
 	pushq %rax
 	pushq %rcx
@@ -295,7 +309,7 @@ rt_call_user:
 	movq %rsi, user_arg(%rip)
 	pushq $SEL_UDATA
 	pushq $user_stack_top
-	pushq $0x2
+	pushq rt_user_flags(%rip)
 	pushq $SEL_UCODE
 	pushq $user_call_tramp
 	iretq

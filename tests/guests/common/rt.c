@@ -229,7 +229,7 @@ static u64 seg_desc(u32 base, u32 limit, u8 access, u8 flags)
            ((u64)(base >> 24) << 56);
 }
 
-static void set_gate(int n, ureg handler, int dpl)
+void rt_set_gate(int n, ureg handler, int dpl)
 {
     struct idt_gate *g = &idt[n];
     memset(g, 0, sizeof *g);
@@ -295,8 +295,8 @@ void rt_init_cpu(void)
 #endif
     __asm__ volatile("ltr %w0" ::"r"(SEL_TSS));
     for (int i = 0; i < 32; i++)
-        set_gate(i, isr_table[i], 0);
-    set_gate(0x80, (ureg)rt_int80, 3);
+        rt_set_gate(i, isr_table[i], 0);
+    rt_set_gate(0x80, (ureg)rt_int80, 3);
     struct dtr d = {sizeof idt - 1, (ureg)idt};
     __asm__ volatile("lidt %0" ::"m"(d));
 }
@@ -357,8 +357,18 @@ static ureg seg_base(ureg cs)
     return 0;
 }
 
+/* EFLAGS rt_call_user enters ring 3 with (IOPL 0; set IF to take interrupts in ring 3) */
+ureg rt_user_flags = 0x2;
+/* per-vector handlers installed by a guest program (interrupts, NMI); they take precedence
+ * over the probe recovery below */
+rt_vector_handler rt_vector_handlers[256];
+
 void isr_dispatch(struct frame *f)
 {
+    if (f->vec < 256 && rt_vector_handlers[f->vec]) {
+        rt_vector_handlers[f->vec](f);
+        return;
+    }
     if (probe_active) {
         probe_active = 0;
         probe_fault_vec = (int)f->vec;

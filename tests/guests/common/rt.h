@@ -100,8 +100,18 @@ int probe_wrmsr(u32 msr, u64 value);
 int probe_rdpmc(u32 ecx, u64 *value);
 void probe_default_regs(struct regs *r); /* sentinel values in every register */
 
-/* run fn(arg) at CPL 3 on the ring-3 stack; returns its result (back through int 0x80) */
+/* run fn(arg) at CPL 3 on the ring-3 stack; returns its result (back through int 0x80).
+ * Ring 3 starts with EFLAGS = rt_user_flags (default 2h: IF clear). */
 ureg rt_call_user(ureg (*fn)(ureg), ureg arg);
+extern ureg rt_user_flags;
+
+/* ---- interrupts ----
+ * rt_set_gate installs an interrupt gate (ring-0 code, DPL dpl) for vector n.  A vector whose
+ * stub goes through isr_common (vectors 0-31, and the extra stubs of a guest program) calls
+ * rt_vector_handlers[vector](frame) when one is installed, before anything else. */
+typedef void (*rt_vector_handler)(struct frame *f);
+extern rt_vector_handler rt_vector_handlers[256];
+void rt_set_gate(int n, ureg handler, int dpl);
 
 /* ---- provided by the guest program ---- */
 void guest_main(u32 mb_magic, const void *mb_info);

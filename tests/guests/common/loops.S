@@ -1,0 +1,363 @@
+/* The measured loops of the events guests: hand-written, so the instruction stream is known
+ * exactly.  Every loop is `ureg loop_NAME(ureg n)` (n >= 1 iterations; 32-bit cdecl or SysV
+ * x86-64), timer-free, with no memory access outside loop_data.  The same source builds both
+ * guests; the bodies use 32-bit registers, so the instruction sequence is the same in both
+ * (only the encodings and the prologues differ).
+ *
+ * Labels `loopname_lN` mark instructions the Python side (tests/guests/loops.py) needs to
+ * find: the body start (`_body`), branches, the end of the body (`_end`).  loops.py reads the
+ * instructions between them from the ELF with objdump and replays the control flow, so the
+ * expectations are computed from the bytes that really ran.  Keep the two in step.
+ */
+	.section .text.loops, "ax"
+#ifdef __x86_64__
+	.code64
+#define PROLOGUE \
+	pushq %rbx; pushq %rbp; pushq %r12; pushq %r13; pushq %r14; pushq %r15; \
+	movl %edi, %ecx
+#define EPILOGUE \
+	popq %r15; popq %r14; popq %r13; popq %r12; popq %rbp; popq %rbx
+#define RDX %rdx
+#define RSI %rsi
+#define RBX %rbx
+#define RDI_IDX %rdi
+#else
+	.code32
+#define PROLOGUE \
+	pushl %ebx; pushl %ebp; pushl %esi; pushl %edi; \
+	movl 20(%esp), %ecx
+#define EPILOGUE \
+	popl %edi; popl %esi; popl %ebp; popl %ebx
+#define RDX %edx
+#define RSI %esi
+#define RBX %ebx
+#define RDI_IDX %edi
+#endif
+
+#define LOOP(name) \
+	.globl loop_##name; .type loop_##name, @function; .balign 64; loop_##name:
+
+/* ---- nop4: 4 instructions per iteration, one conditional back-edge --------------------- */
+LOOP(nop4)
+	PROLOGUE
+	.globl nop4_body
+nop4_body:
+	nop
+	nop
+	decl %ecx
+	.globl nop4_br
+nop4_br:
+	jnz nop4_body
+	.globl nop4_end
+nop4_end:
+	EPILOGUE
+	xorl %eax, %eax
+	ret
+
+/* ---- alu: 8 integer instructions per iteration ----------------------------------------- */
+LOOP(alu)
+	PROLOGUE
+	xorl %eax, %eax
+	xorl %edx, %edx
+	.globl alu_body
+alu_body:
+	addl $3, %eax
+	xorl %edx, %eax
+	movl %eax, %edx
+	shll $1, %edx
+	subl %edx, %eax
+	leal 1(%eax), %eax
+	decl %ecx
+	.globl alu_br
+alu_br:
+	jnz alu_body
+	.globl alu_end
+alu_end:
+	EPILOGUE
+	ret
+
+/* ---- alt: a branch that alternates taken / not taken -----------------------------------
+ * First a priming phase of 4 iterations in which the same JZ is always taken (mask 0), so
+ * the predictor entries of alt_jz and alt_br reach a state that does not depend on what ran
+ * before (docs/guest-events.md I5: 2-bit counters); then n iterations with mask 1:
+ * ecx odd: test, jz (not taken), add, dec, jnz; ecx even: test, jz (taken), dec, jnz. */
+LOOP(alt)
+	PROLOGUE
+	xorl %eax, %eax
+	movl %ecx, %edi
+	movl $4, %ecx
+	xorl %ebp, %ebp
+	.globl alt_body
+alt_body:
+	testl %ebp, %ecx
+	.globl alt_jz
+alt_jz:
+	jz alt_skip
+	addl $1, %eax
+	.globl alt_skip
+alt_skip:
+	decl %ecx
+	.globl alt_br
+alt_br:
+	jnz alt_body
+	.globl alt_end
+alt_end:
+	testl %ebp, %ebp
+	jnz alt_done
+	movl $1, %ebp
+	movl %edi, %ecx
+	jmp alt_body
+alt_done:
+	EPILOGUE
+	ret
+
+/* ---- pat3: a branch taken on every third iteration (ecx % 3 == 0) ----------------------- */
+LOOP(pat3)
+	PROLOGUE
+	xorl %eax, %eax
+	movl $3, %ebx
+	.globl pat3_body
+pat3_body:
+	decl %ebx
+	.globl pat3_jnz1
+pat3_jnz1:
+	jnz pat3_skip
+	movl $3, %ebx
+	.globl pat3_skip
+pat3_skip:
+	decl %ecx
+	.globl pat3_br
+pat3_br:
+	jnz pat3_body
+	.globl pat3_end
+pat3_end:
+	EPILOGUE
+	ret
+
+/* ---- callret: a direct CALL and its RET per iteration ----------------------------------- */
+LOOP(callret)
+	PROLOGUE
+	.globl callret_body
+callret_body:
+	call callret_fn
+	decl %ecx
+	.globl callret_br
+callret_br:
+	jnz callret_body
+	.globl callret_end
+callret_end:
+	EPILOGUE
+	ret
+	.globl callret_fn
+callret_fn:
+	ret
+
+/* ---- indirect: an indirect JMP and an indirect CALL (+ RET) per iteration --------------- */
+LOOP(indirect)
+	PROLOGUE
+	movl $indirect_tgt, %edx
+	movl $indirect_fn, %esi
+	.globl indirect_body
+indirect_body:
+	jmp *RDX
+	.globl indirect_tgt
+indirect_tgt:
+	call *RSI
+	decl %ecx
+	.globl indirect_br
+indirect_br:
+	jnz indirect_body
+	.globl indirect_end
+indirect_end:
+	EPILOGUE
+	ret
+	.globl indirect_fn
+indirect_fn:
+	ret
+
+/* ---- x87: arithmetic, register moves, a load and a store per iteration ----------------- */
+LOOP(x87)
+	PROLOGUE
+	movl $loop_data, %ebx
+	fninit
+	fld1
+	fld1
+	.globl x87_body
+x87_body:
+	fadd %st(1), %st(0)
+	fmul %st(1), %st(0)
+	fxch %st(1)
+	fldl (RBX)
+	fstpl 8(RBX)
+	fsub %st(1), %st(0)
+	decl %ecx
+	.globl x87_br
+x87_br:
+	jnz x87_body
+	.globl x87_end
+x87_end:
+	fstp %st(0)
+	fstp %st(0)
+	EPILOGUE
+	ret
+
+/* ---- sse: packed/scalar single/double arithmetic, a move, a load and a store ----------- */
+LOOP(sse)
+	PROLOGUE
+	movl $loop_data, %ebx
+	xorps %xmm0, %xmm0
+	xorps %xmm1, %xmm1
+	.globl sse_body
+sse_body:
+	addps %xmm1, %xmm0
+	addpd %xmm1, %xmm2
+	addss %xmm1, %xmm3
+	addsd %xmm1, %xmm4
+	mulps %xmm1, %xmm5
+	movaps %xmm0, %xmm6
+	movss (RBX), %xmm7
+	movsd %xmm4, 16(RBX)
+	decl %ecx
+	.globl sse_br
+sse_br:
+	jnz sse_body
+	.globl sse_end
+sse_end:
+	EPILOGUE
+	ret
+
+/* ---- mmx: 64-bit MMX and 128-bit integer SIMD, moves, a load and a store --------------- */
+LOOP(mmx)
+	PROLOGUE
+	movl $loop_data, %ebx
+	pxor %mm0, %mm0
+	pxor %mm1, %mm1
+	.globl mmx_body
+mmx_body:
+	paddd %mm1, %mm0
+	psubw %mm1, %mm2
+	paddd %xmm1, %xmm0
+	pand %xmm1, %xmm2
+	movq %mm0, %mm3
+	movq (RBX), %mm4
+	movdqa %xmm0, 32(RBX)
+	decl %ecx
+	.globl mmx_br
+mmx_br:
+	jnz mmx_body
+	.globl mmx_end
+mmx_end:
+	emms
+	EPILOGUE
+	ret
+
+/* ---- mem: loads and stores ------------------------------------------------------------- */
+LOOP(mem)
+	PROLOGUE
+	movl $loop_data, %ebx
+	xorl %eax, %eax
+	.globl mem_body
+mem_body:
+	movl (RBX), %eax
+	addl %eax, 4(RBX)
+	movl %ecx, 8(RBX)
+	incl 12(RBX)
+	decl %ecx
+	.globl mem_br
+mem_br:
+	jnz mem_body
+	.globl mem_end
+mem_end:
+	EPILOGUE
+	ret
+
+/* ---- bench: the benchmark's CPU-bound mix (ALU, memory, a data-dependent branch, one
+ * scalar SSE add) -- 17 instructions per iteration, 18 when the INC runs (about half) */
+LOOP(bench)
+	PROLOGUE
+	movl $loop_data, %ebx
+	movl $0x12345678, %eax
+	xorl %edx, %edx
+	xorl %esi, %esi
+	xorps %xmm0, %xmm0
+	xorps %xmm1, %xmm1
+	.globl bench_body
+bench_body:
+	movl %eax, %edi
+	shll $13, %edi
+	xorl %edi, %eax
+	movl %eax, %edi
+	shrl $17, %edi
+	xorl %edi, %eax
+	addl %eax, %edx
+	movl %eax, %edi
+	andl $0x3c, %edi
+	addl %edx, 64(RBX, RDI_IDX)
+	testl $0x100, %eax
+	jz 1f
+	incl %esi
+1:	movl 64(RBX, RDI_IDX), %edi
+	addl %edi, %esi
+	addss %xmm1, %xmm0
+	decl %ecx
+	.globl bench_br
+bench_br:
+	jnz bench_body
+	.globl bench_end
+bench_end:
+	movl %esi, %eax
+	EPILOGUE
+	ret
+
+/* ---- rdmsr / wrmsr / rdmsr_other: one MSR access per iteration (MSR microbenchmark) ---- */
+LOOP(rdmsr)
+	PROLOGUE
+	movl %ecx, %esi
+	movl $0x300, %ecx
+	.globl rdmsr_body
+rdmsr_body:
+	rdmsr
+	decl %esi
+	jnz rdmsr_body
+	EPILOGUE
+	ret
+
+LOOP(wrmsr)
+	PROLOGUE
+	movl %ecx, %esi
+	movl $0x300, %ecx
+	xorl %eax, %eax
+	xorl %edx, %edx
+	.globl wrmsr_body
+wrmsr_body:
+	wrmsr
+	decl %esi
+	jnz wrmsr_body
+	EPILOGUE
+	ret
+
+/* RDMSR of an MSR the PMU does not own (IA32_SYSENTER_CS, 174h): the plugin's C check only */
+LOOP(rdmsr_other)
+	PROLOGUE
+	movl %ecx, %esi
+	movl $0x174, %ecx
+	.globl rdmsr_other_body
+rdmsr_other_body:
+	rdmsr
+	decl %esi
+	jnz rdmsr_other_body
+	EPILOGUE
+	ret
+
+/* ---- empty: nothing (the benchmark's start-up-only run) -------------------------------- */
+LOOP(empty)
+	xorl %eax, %eax
+	ret
+
+	.section .bss
+	.balign 64
+	.globl loop_data
+loop_data:
+	.skip 256
+
+	.section .note.GNU-stack, "", @progbits

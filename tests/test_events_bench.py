@@ -1,0 +1,56 @@
+"""The benchmark's guest set-ups do what `p4pmu bench` says they do (not a timing test):
+(c) all 18 counters count something in the benchmark loop, (d) one interrupt per 10,000
+instructions; and the report formats a result, including a stopped configuration."""
+from __future__ import annotations
+
+import pytest
+
+from guests.evscript import EvScript, parse_events
+from p4pmu.qemu_glue import bench as B
+
+pytestmark = pytest.mark.guest
+
+
+class _Text(EvScript):
+    def __init__(self, text: str):
+        super().__init__()
+        self.lines = text.rstrip("\n").split("\n")
+
+
+def test_all_18_counters_count_in_the_benchmark_loop(run_guest):
+    r = run_guest("events32", script=_Text(B.script("all18", "bench", 20_000)), timeout=60)
+    r.require_completed()
+    out = parse_events(r.out.lines)
+    counts = {n: out[f"c{n}"] for n in range(18)}
+    assert all(v > 0 for v in counts.values()), counts
+    # instructions (12, 16) and uops (14, 17): more than the loop's 17 per iteration
+    assert min(counts[12], counts[14]) > 17 * 20_000, counts
+
+
+def test_one_interrupt_every_10000_instructions(run_guest):
+    n = 60_000
+    r = run_guest("events32", script=_Text(B.script("pmi", "bench", n)), timeout=120)
+    r.require_completed()
+    out = parse_events(r.out.lines)
+    got = out.pmi_counts[-1][0]
+    # loop instructions plus the handler's own (counted: OS and USR), 17-18 per iteration
+    assert n * 17 // (B.PMI_PERIOD + 40) <= got <= n * 18 // B.PMI_PERIOD + 1, got
+
+
+def test_report_formats_results():
+    res = {"model": "0F_04", "iterations": 1000, "instructions": 17500, "repeat": 1,
+           "guest": {"plain": {"guest_s": 1.0, "ns_per_insn": 1.0, "ratio": 1.0},
+                     "none": {"guest_s": 1.01, "ns_per_insn": 1.0, "ratio": 1.01,
+                              "target": 1.05, "met": True},
+                     "all18": {"guest_s": 2.0, "ns_per_insn": 2.0, "ratio": 2.0,
+                               "target": 1.3, "met": False, "counts": {0: 5, 1: 0},
+                               "iterations": 100},
+                     "pmi": {"timed_out_s": 30.0, "ratio_above": 29.0, "target": 1.5,
+                             "met": False}},
+           "msr": {k: {"plugin_ns_median": 1500.0, "plain_ns_median": 10.0,
+                       "target_ns": 2000.0, "met": True}
+                   for k in ("rdmsr", "wrmsr", "rdmsr_counting", "rdmsr_other")},
+           "msr_k": [1, 2]}
+    text = B.report(res)
+    assert "MISSED" in text and "stopped" in text and "scaled" in text
+    assert "counters that stayed 0: [1]" in text
