@@ -67,14 +67,17 @@ def linux_sequence(S):
     step(s.wrmsr(T.COUNTER_BASE + 13, period), "perf stat -e instructions: preset counter 13")
     step(s.wrmsr(0x3B8, 0x04000A0C), "perf: instructions = instr_retired (untagged)")
     step(s.wrmsr(T.CCCR_BASE + 13, 0x04039000), "perf: enable counter 13")
-    step(s.rdpmc(13), "perf: read counter 13 with RDPMC (full 40 bits)")
+    step(s.rdpmc(13), "perf: read counter 13 with RDPMC (full 40 bits): instructions so far")
     step(s.rdpmc(13 | 1 << 31), "RDPMC fast read: low 32 bits, EDX = 0")
     step(s.rdmsr(T.CCCR_BASE + 13), "read back the CCCR")
     step(s.wrmsr(T.CCCR_BASE + 13, 0x1_0403_9000), "driver bug: a reserved bit (32) in a CCCR")
     step(s.rdmsr(0x3BA), "driver bug: IQ_ESCR0 does not exist on Prescott and later")
     step(s.rdpmc(18), "driver bug: RDPMC index 18")
     step(s.rdpmc(13, mode="ring3"), "user space: RDPMC at CPL 3 without CR4.PCE")
+    step(s.rdpmc(0), "NMI watchdog counter: clocks the guest ran since it was enabled")
     step(s.wrmsr(T.CCCR_BASE + 13, 0x04039000 & ~0x1000), "perf: disable counter 13")
+    step(s.rdpmc(13), "counter 13 stopped: reads the same until enabled again")
+    step(s.rdpmc(13), "... and again")
     return s, steps
 
 
@@ -120,6 +123,11 @@ def main(args: argparse.Namespace) -> int:
         return 1
     reasons = [m.group(1) for m in re.finditer(r"#GP\(0\): (.*)", log_text)]
     print("\nWhat the guest programmed and what it got back (decoded from the register tables):\n")
+    written = {}  # counter -> the value the guest last wrote
+    shown_steps = dict(steps)
+    for idx, op in enumerate(script.ops):
+        if op.op == "WRMSR" and T.COUNTER_BASE <= op.ecx < T.COUNTER_BASE + T.NUM_COUNTERS:
+            written[op.ecx - T.COUNTER_BASE] = (idx, op.value & MASK40)
     for n, (idx, caption) in enumerate(steps, 1):
         op, ans = script.ops[idx], out.answers.get(idx)
         print(f"{n:2d}. {caption}")
@@ -139,11 +147,15 @@ def main(args: argparse.Namespace) -> int:
         else:
             val = ans.val if isinstance(ans.val, int) else 0
             shown = describe(op.ecx, val, model) if op.op == "RDMSR" else f"{val:#x}"
+            ctr = op.ecx & 0x7FFFFFFF
+            if op.op == "RDPMC" and not op.ecx >> 31 and ctr in written and written[ctr][0] < idx:
+                shown += f" = written value + {(val - written[ctr][1]) & MASK40} counted"
             print(f"    -> {shown}")
     counts = re.search(r"# end: (.*)", log_text)
     print(f"\nPMU accesses served by the emulator: {counts.group(1) if counts else '?'}")
-    print("Counters here only change when the guest writes them: counting driven by guest "
-          "activity is the next capability (docs/architecture.md).")
+    print("Counts come from what the guest really executed (its script interpreter between the "
+          "accesses), through the plugin's instruction classification and clock model "
+          "(docs/guest-events.md); the same run gives the same counts every time.")
     return 0
 
 

@@ -20,8 +20,13 @@ def test_demo_replays_linux_and_reports_each_fault(model):
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "PERFMON_AVAILABLE" in out
-    assert "-> 0xfffffe7960" in out  # RDPMC of the perf preset, 40 bits
-    assert "-> 0xfffe7960" in out  # fast read
+    # RDPMC of counter 13 (preset -100000, counting instructions): 40 bits, counted upward
+    counted = [int(n) for n in re.findall(
+        r"RDPMC counter 13\n    -> 0x[0-9a-f]{10} = written value \+ (\d+) counted", out)]
+    assert len(counted) == 3 and 0 < counted[0] < counted[1] == counted[2], out
+    # the fast read returns bits 31:0 only (EDX = 0)
+    fast = re.search(r"RDPMC fast counter 13\n    -> 0x([0-9a-f]+)\n", out)
+    assert fast and len(fast.group(1)) <= 8 and int(fast.group(1), 16) >= 0xFFFE7960
     # The faults the emulator reports are the ones the model raises for the same accesses.
     pmu = PMU(get_model(model))
     expected = []
@@ -37,3 +42,6 @@ def test_demo_replays_linux_and_reports_each_fault(model):
     if model == "0F_02":  # IQ_ESCR0 exists on 0F_02: read back, no fault
         assert "RDMSR 0x3ba (MSR_IQ_ESCR0)" in out
     assert re.search(r"PMU accesses served by the emulator: .* 0 Python errors", out)
+    again = subprocess.run([str(P4PMU), "demo", "--model", model], capture_output=True,
+                           text=True, timeout=180)
+    assert again.stdout == out  # deterministic: the same guest run twice gives the same counts
