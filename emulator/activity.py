@@ -95,12 +95,15 @@ class Activity:
             raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
                              f"pairs, got {int(self.trans.sum())}")
         self.first, self.last = int(first), int(last)
-        # Precomputed per-kind selectors for the engine (with and without Hyper-Threading):
-        # gate index = number of active LPs (ACTIVE_THREAD, SDM 18.16.1); without HT only LP 0
-        # exists.  TI qualification looks at the CPL of every existing LP (Table 18-67).
+        self._derive()
+
+    def _derive(self) -> None:
+        """Precomputed per-kind selectors for the engine (with and without Hyper-Threading):
+        gate index = number of active LPs (ACTIVE_THREAD, SDM 18.16.1); without HT only LP 0
+        exists.  TI qualification index = 2 * (some LP at CPL 0) + (some LP at CPL 1-3): it
+        looks at the CPL of every existing LP (Table 18-67)."""
         self.gidx_ht = self.active.sum(axis=1).astype(np.int64)
         self.gidx_1 = self.active[:, 0].astype(np.int64)
-        # TI qualification index = 2 * (some LP at CPL 0) + (some LP at CPL 1-3)
         any_os = self.os.any(axis=1)
         any_usr = (~self.os).any(axis=1)
         self.tidx_ht = (2 * any_os + any_usr).astype(np.int64)
@@ -174,13 +177,7 @@ class Activity:
             raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
                              f"pairs, got {int(self.trans.sum())}")
         self.first, self.last = int(first), int(last)
-        self.gidx_ht = self.active.sum(axis=1).astype(np.int64)
-        self.gidx_1 = self.active[:, 0].astype(np.int64)
-        any_os = self.os.any(axis=1)
-        any_usr = (~self.os).any(axis=1)
-        self.tidx_ht = (2 * any_os + any_usr).astype(np.int64)
-        self.tidx_1 = (2 * self.os[:, 0] + ~self.os[:, 0]).astype(np.int64)
-        self.nonzero = self.count > 0
+        self._derive()
         return self
 
     @classmethod

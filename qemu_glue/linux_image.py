@@ -58,7 +58,8 @@ from typing import BinaryIO, Iterable
 
 from p4pmu.qemu_glue.provision import (DEBIAN_KEYRING, DEBIAN_MIRROR, ProvisionError, _AptEnv,
                                        _GET_RE, _Progress, _apt_failure, _check_tools,
-                                       _deb_name_version, _lock, _mb, _sha256, cache_root)
+                                       _deb_name_version, _lock, _mb, _sha256, cache_root,
+                                       finish_cache)
 
 # --------------------------------------------------------------------------------------------
 # The pins: the one place that names the kernel.  Both come from Debian 12 "bookworm".
@@ -1388,17 +1389,7 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
         "packages": [{"file": p.filename, "name": p.name, "version": p.version,
                       "size": p.size, "sha256": p.sha256} for p in pkgs],
     }
-    tmp = vdir / "stamp.tmp"
-    tmp.write_text(json.dumps(stamp, indent=1) + "\n")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, vdir / "stamp")
-    keep = {p.filename for p in pkgs}
-    for f in apt.archives.glob("*.deb"):  # older pins' packages
-        if f.name not in keep:
-            f.unlink(missing_ok=True)
-    for sub in ("lists", "cache"):  # indexes: refreshed by every build
-        shutil.rmtree(apt.base / sub, ignore_errors=True)
+    finish_cache(vdir, stamp, apt, pkgs)
     pr.say(f"{arch} Linux guest image ready in {time.monotonic() - t0:.1f} s: kernel "
            f"{_mb(stamp['kernel_bytes'])}, initramfs {_mb(stamp['initrd_bytes'])} "
            f"({len(facts['libraries'])} libraries, {len(facts['stubs'])} stubs) at {vdir}")

@@ -322,6 +322,22 @@ def find_qemu() -> Qemu | None:
     return None
 
 
+
+def finish_cache(vdir: Path, stamp: dict, apt, debs) -> None:
+    """Write `vdir/stamp` last and atomically (a cache folder without it is redone), keep only
+    these packages in the apt archive and drop the apt indexes (refreshed by every build)."""
+    tmp = vdir / "stamp.tmp"
+    tmp.write_text(json.dumps(stamp, indent=1) + "\n")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, vdir / "stamp")
+    keep = {d.filename for d in debs}
+    for f in apt.archives.glob("*.deb"):  # older pins' packages
+        if f.name not in keep:
+            f.unlink(missing_ok=True)
+    for sub in ("lists", "cache"):
+        shutil.rmtree(apt.base / sub, ignore_errors=True)
+
 def ensure_qemu(progress: bool = True) -> Qemu:
     """`find_qemu`, or provision the pinned Debian QEMU into the cache (see the module doc)."""
     q = _env_qemu()
@@ -751,17 +767,7 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
         "packages": [{"file": d.filename, "name": d.name, "version": d.version,
                       "size": d.size, "sha256": d.sha256} for d in debs],
     }
-    tmp = vdir / "stamp.tmp"
-    tmp.write_text(json.dumps(stamp, indent=1) + "\n")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, vdir / "stamp")
-    keep = {d.filename for d in debs}
-    for f in apt.archives.glob("*.deb"):  # older pins' packages
-        if f.name not in keep:
-            f.unlink(missing_ok=True)
-    for sub in ("lists", "cache"):  # ~60 MB of indexes, refreshed by every provisioning
-        shutil.rmtree(apt.base / sub, ignore_errors=True)
+    finish_cache(vdir, stamp, apt, debs)
     pr.say(f"QEMU {vs} ready in {time.monotonic() - t0:.1f} s ({len(debs)} packages, "
            f"{_mb(size)} unpacked) at {tree}")
     return q
