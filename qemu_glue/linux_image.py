@@ -58,8 +58,8 @@ from typing import BinaryIO, Iterable
 
 from p4pmu.qemu_glue.provision import (DEBIAN_KEYRING, DEBIAN_MIRROR, ProvisionError, _AptEnv,
                                        _GET_RE, _Progress, _apt_failure, _check_tools,
-                                       _deb_name_version, _lock, _mb, _sha256, cache_root,
-                                       finish_cache)
+                                       _deb_name_version, _lock, _mb, _safe_wipe, _sha256,
+                                       cache_root, finish_cache)
 
 # --------------------------------------------------------------------------------------------
 # The pins: the one place that names the kernel.  Both come from Debian 12 "bookworm".
@@ -299,26 +299,6 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None) -> Lin
             raise ImageError(f"cannot write the cache {root}: {e}. Make it writable or set "
                              "XDG_CACHE_HOME to a writable folder") from e
         raise
-
-
-def _safe_wipe(path: Path) -> None:
-    root = cache_root().resolve()
-    target = path.resolve()
-    if target.parent != root or not target.name.startswith("linux-"):
-        raise ImageError(f"refusing to remove {target}: not a p4pmu Linux image folder")
-
-    def onerror(func, p, exc):
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o755)
-            os.chmod(p, 0o755)
-            func(p)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(target, onexc=onerror)
-    else:
-        shutil.rmtree(target, onerror=onerror)
-    if target.exists():
-        raise ImageError(f"cannot remove {target}: remove it by hand and try again")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1320,7 +1300,7 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
         why = ("it was built from another recipe" if st else
                "it has no completion stamp (an interrupted build)")
         pr.say(f"{vdir}: {why}: rebuilding")
-        _safe_wipe(vdir)
+        _safe_wipe(vdir, prefix="linux-", what="Linux image", error=ImageError)
     pr.say(f"building the {arch} Linux guest image (Debian {pin.kernel_package} and "
            f"{PERF_PACKAGE} {pin.version}, {BUSYBOX_PACKAGE}) into {vdir}")
     apt = _BookwormApt(root / f"apt-bookworm-{arch}", arch, pin.suites)

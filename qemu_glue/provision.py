@@ -562,12 +562,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _safe_wipe(vdir: Path) -> None:
-    """Remove a half-finished version folder; only folders named qemu-* under the cache."""
+def _safe_wipe(vdir: Path, prefix: str = "qemu-", what: str = "QEMU cache",
+               error: type[Exception] = ProvisionError) -> None:
+    """Remove a half-finished cache folder: only folders named `prefix`* directly under the
+    cache root (QEMU trees, Linux images), so a bad path can never delete anything else."""
     root = cache_root().resolve()
     target = vdir.resolve()
-    if target.parent != root or not target.name.startswith("qemu-"):
-        raise ProvisionError(f"refusing to remove {target}: not a p4pmu QEMU cache folder")
+    if target.parent != root or not target.name.startswith(prefix):
+        raise error(f"refusing to remove {target}: not a p4pmu {what} folder")
 
     def onerror(func, p, exc):  # make read-only folders writable, then retry
         with contextlib.suppress(OSError):
@@ -580,8 +582,8 @@ def _safe_wipe(vdir: Path) -> None:
     else:
         shutil.rmtree(target, onerror=onerror)
     if target.exists():
-        raise ProvisionError(f"cannot remove the half-finished QEMU cache {target}: remove it "
-                             "by hand and try again")
+        raise error(f"cannot remove the half-finished {what} {target}: remove it by hand and "
+                    "try again")
 
 
 @contextlib.contextmanager
