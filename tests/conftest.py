@@ -111,7 +111,7 @@ def _plain_qemu_prefix(model: str) -> list[str]:
     from p4pmu.qemu_glue.provision import find_qemu
     q = find_qemu()
     if q is None:
-        pytest.skip("no plugin-capable QEMU provisioned (run `p4pmu setup`)")
+        pytest.fail("no plugin-capable QEMU provisioned (run `p4pmu setup`)", pytrace=False)
     try:
         from p4pmu.qemu_glue.cpu import cpu_args
         cpu = cpu_args(model)

@@ -216,10 +216,7 @@ def test_missing_headers_are_explained(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def plugin():
-    try:
-        return build.ensure_built(progress=False)
-    except build.BuildError as e:
-        pytest.skip(str(e))
+    return build.ensure_built(progress=False)  # a build error fails the tests that need it
 
 
 def test_built_plugin_exports_the_qemu_entry_points(plugin):
@@ -233,7 +230,7 @@ def test_built_plugin_keeps_runpath_to_its_libpython(plugin):
         pytest.skip("readelf not installed")
     out = subprocess.run(["readelf", "-d", str(plugin)], capture_output=True, text=True).stdout
     info = build.python_build_info()
-    assert f"RUNPATH" in out and info["libdir"] in out
+    assert "RUNPATH" in out and info["libdir"] in out
     assert "libpython" in out
 
 

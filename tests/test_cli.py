@@ -182,14 +182,6 @@ def brand(leaves) -> str:
     return raw.rstrip(b"\0").decode().strip()
 
 
-def plugin_available() -> bool:
-    try:
-        import p4pmu.plugin.build  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
-
-
 # --------------------------------------------------------------------------------------------
 # info, help, usage errors
 
@@ -406,10 +398,9 @@ def test_signals_are_forwarded(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# With the plugin (when the plugin build module exists)
+# With the plugin
 
 
-@pytest.mark.skipif(not plugin_available(), reason="p4pmu.plugin.build not written yet")
 @pytest.mark.parametrize("exitval", [0x00, 0x21])
 def test_exit_status_passthrough_with_plugin(bios, exitval, tmp_path):
     r = boot_bios(bios, "0F_02", exitval, "--plugin-opt", f"log={tmp_path}/pmu.log",
@@ -419,7 +410,6 @@ def test_exit_status_passthrough_with_plugin(bios, exitval, tmp_path):
     assert (tmp_path / "pmu.log").exists()
 
 
-@pytest.mark.skipif(not plugin_available(), reason="p4pmu.plugin.build not written yet")
 @pytest.mark.parametrize("key", ["0F_02", "0F_04"])
 def test_plugin_serves_the_model(bios, key):
     """The -plugin option reaches the bridge: IA32_MISC_ENABLE is what the emulator says
