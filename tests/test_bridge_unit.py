@@ -14,7 +14,7 @@ import sysconfig
 
 import pytest
 
-from p4pmu.plugin import bridge, build
+from p4pmu.plugin import build
 from p4pmu.plugin.bridge import FAULT, OK, Bridge, OptionError, parse_options
 
 # --------------------------------------------------------------------------------------------
