@@ -9,7 +9,6 @@ tables, what the guest got back, and for each #GP the emulator's reason.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -124,7 +123,6 @@ def main(args: argparse.Namespace) -> int:
     reasons = [m.group(1) for m in re.finditer(r"#GP\(0\): (.*)", log_text)]
     print("\nWhat the guest programmed and what it got back (decoded from the register tables):\n")
     written = {}  # counter -> the value the guest last wrote
-    shown_steps = dict(steps)
     for idx, op in enumerate(script.ops):
         if op.op == "WRMSR" and T.COUNTER_BASE <= op.ecx < T.COUNTER_BASE + T.NUM_COUNTERS:
             written[op.ecx - T.COUNTER_BASE] = (idx, op.value & MASK40)
