@@ -19,6 +19,8 @@ Plugin options (``-plugin libp4pmu_plugin.so,opt=val,...``; Contract 2 of docs/a
   pmi=on|off      deliver overflow interrupts                    default: on
   bp_penalty=N    branch misprediction penalty in clocks         default: clockmodel's
   errata=on|off   emulate the model's errata (cascade-PMI)       default: on
+  mirror=on|off   let the C-side register mirror serve accesses and deadlines of simple
+                  programmings (plugin/mirror.c; docs/bridge.md)  default: on
 
 Every method returns a status the C side understands (OK = 1, FAULT = 2); an exception is
 reported by the embedding's error handler and the C side then leaves the access to QEMU.
@@ -57,10 +59,11 @@ class Options:
     pmi: bool = True
     bp_penalty: int | None = None
     errata: bool = True
+    mirror: bool = True
 
 
 OPTION_NAMES = ("model", "stepping", "strict", "log", "threads", "pypath", "verbose", "count",
-                "pmi", "bp_penalty", "errata")
+                "pmi", "bp_penalty", "errata", "mirror")
 
 
 def _bool(name: str, value: str) -> bool:
@@ -113,6 +116,8 @@ def parse_options(args: list[str]) -> Options:
             o.pmi = _bool(k, v)
         elif k == "errata":
             o.errata = _bool(k, v)
+        elif k == "mirror":
+            o.mirror = _bool(k, v)
         elif k == "bp_penalty":
             try:
                 o.bp_penalty = int(v, 0)
@@ -193,9 +198,40 @@ class Bridge:
                     pmu = self.pmus[core] = self._factory()
         return pmu
 
+    @property
+    def logging(self) -> bool:
+        return self._log is not None
+
     def _write(self, line: str) -> None:
         if self._log is not None:
             self._log.write(line + "\n")
+
+    def _served(self, vcpu: int) -> None:
+        """Log the accesses the C mirror served since this vCPU's last Python call (they
+        come before anything this call writes: the log keeps each vCPU's order)."""
+        recs = self.feeder.served(vcpu)
+        if not recs:
+            return
+        pmu = self.pmu_of(vcpu)
+        who = self._who(vcpu)
+        for op, reg, value in recs:
+            if op == 1:
+                self._write(f"{who}: RDMSR 0x{reg:X}{self._name(pmu, reg)} -> 0x{value:X}")
+            elif op == 2:
+                self._write(f"{who}: WRMSR 0x{reg:X}{self._name(pmu, reg)} <- 0x{value:X}")
+            else:
+                self._write(f"{who}: RDPMC ECX=0x{reg:X} -> 0x{value:X}")
+
+    def _enter(self, vcpu: int, pmu, feeder) -> None:
+        """Start of a Python call that may use the PMU: the C mirror's values come back."""
+        if feeder.mirror_on:
+            if self._log is not None:
+                self._served(vcpu)
+            feeder.pull(vcpu, pmu)
+
+    def _leave(self, vcpu: int, pmu, feeder) -> None:
+        feeder.after(vcpu, pmu)
+        feeder.handover(vcpu, pmu)
 
     def _who(self, vcpu: int) -> str:
         core, lp = self.core_lp(vcpu)
@@ -225,6 +261,7 @@ class Bridge:
         if feeder is not None:
             if self._profile is not None:
                 self._prof()
+            self._enter(vcpu, pmu, feeder)
             feeder.consume(vcpu, pmu)
         try:
             value = int(pmu.rdmsr(vcpu % self.threads, msr)) & U64
@@ -232,7 +269,7 @@ class Bridge:
             return self._fault(vcpu, f"RDMSR 0x{msr:X}{self._name(pmu, msr)}", f), 0
         finally:
             if feeder is not None:
-                feeder.after(vcpu, pmu)
+                self._leave(vcpu, pmu, feeder)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDMSR 0x{msr:X}{self._name(pmu, msr)} -> "
                         f"0x{value:X}")
@@ -243,6 +280,7 @@ class Bridge:
         self.n_wrmsr += 1
         feeder = self.feeder
         if feeder is not None:
+            self._enter(vcpu, pmu, feeder)
             feeder.consume(vcpu, pmu)
         try:
             pmu.wrmsr(vcpu % self.threads, msr, value)
@@ -250,7 +288,7 @@ class Bridge:
             return self._fault(vcpu, f"WRMSR 0x{msr:X}{self._name(pmu, msr)} <- 0x{value:X}", f)
         finally:
             if feeder is not None:
-                feeder.after(vcpu, pmu)
+                self._leave(vcpu, pmu, feeder)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: WRMSR 0x{msr:X}{self._name(pmu, msr)} <- "
                         f"0x{value:X}")
@@ -261,6 +299,7 @@ class Bridge:
         self.n_rdpmc += 1
         feeder = self.feeder
         if feeder is not None:
+            self._enter(vcpu, pmu, feeder)
             feeder.consume(vcpu, pmu)
         try:
             value = int(pmu.rdpmc(vcpu % self.threads, ecx)) & U64
@@ -268,7 +307,7 @@ class Bridge:
             return self._fault(vcpu, f"RDPMC ECX=0x{ecx:X}", f), 0
         finally:
             if feeder is not None:
-                feeder.after(vcpu, pmu)
+                self._leave(vcpu, pmu, feeder)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDPMC ECX=0x{ecx:X} -> 0x{value:X}")
         return OK, value
@@ -276,6 +315,8 @@ class Bridge:
     def misc_enable(self, vcpu: int, qemu_value: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_misc += 1
+        if self._log is not None and self.feeder is not None and self.feeder.mirror_on:
+            self._served(vcpu)  # the log keeps this vCPU's order
         value = int(pmu.misc_enable(qemu_value)) & U64
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDMSR 0x1A0 IA32_MISC_ENABLE: QEMU 0x{qemu_value:X}"
@@ -293,12 +334,16 @@ class Bridge:
         if self._profile is not None:
             self._prof()
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
-        if self.feeder is not None:
-            self.feeder.consume(vcpu, pmu)
-            self.feeder.after(vcpu, pmu)
+        feeder = self.feeder
+        if feeder is not None:
+            self._enter(vcpu, pmu, feeder)
+            feeder.consume(vcpu, pmu)
+            self._leave(vcpu, pmu, feeder)
         return OK
 
     def note(self, vcpu: int, message: str) -> None:
+        if self._log is not None and self.feeder is not None and self.feeder.mirror_on:
+            self._served(vcpu)
         self._write(f"{self._who(vcpu)}: note: {message}")
 
     def log_error(self, where: str, text: str) -> None:
@@ -313,10 +358,17 @@ class Bridge:
             self._profile.disable()
             self._profile.dump_stats(os.environ["P4PMU_PYPROFILE"])
             self._profile = None
+        n_rd, n_wr, n_pmc = self.n_rdmsr, self.n_wrmsr, self.n_rdpmc
         if self.feeder is not None:
+            if self.feeder.mirror_on:
+                for vcpu in self.feeder.mirror_vcpus():
+                    if self._log is not None:
+                        self._served(vcpu)
+                r, w, p, *_ = self.feeder.mirror_counts()
+                n_rd, n_wr, n_pmc = n_rd + r, n_wr + w, n_pmc + p
             self._write(self.feeder.summary())
         if self._log is not None:
-            self._write(f"# end: {self.n_rdmsr} RDMSR, {self.n_wrmsr} WRMSR, {self.n_rdpmc} "
+            self._write(f"# end: {n_rd} RDMSR, {n_wr} WRMSR, {n_pmc} "
                         f"RDPMC, {self.n_misc} MISC_ENABLE reads, {self.n_faults} faults, "
                         f"{self.n_errors} Python errors")
             self._log.close()

@@ -35,7 +35,8 @@ from pathlib import Path
 PLUGIN_DIR = Path(__file__).resolve().parent
 LIB_NAME = "libp4pmu_plugin.so"
 MODULE_NAME = "_p4pmu_bridge"
-C_SOURCES = ("p4pmu_plugin.c", "p4pmu_plugin.h", "qemu_plugin_api.h", "counting.c", "pmi.c")
+C_SOURCES = ("p4pmu_plugin.c", "p4pmu_plugin.h", "qemu_plugin_api.h", "counting.c", "pmi.c",
+             "mirror.c")
 GENERATED_HEADER = "p4_tables.h"
 
 # C functions of counting.c that the Python half calls (bridge.py Feeder); the struct must
@@ -56,6 +57,17 @@ const uint8_t *p4c_kinds(uint32_t *n);
 int p4c_instrumenting(void);
 int p4c_mode(void);
 void p4c_stats(unsigned vi, uint64_t *out4);
+struct p4c_mrec { uint32_t op; uint32_t reg; uint64_t value; };
+struct p4c_mirror {
+    uint64_t ctr_limit; uint64_t ovf_mask; uint32_t ctr_msr[18], cccr_msr[18];
+    int active; int any_run; int log_on; uint32_t nkext;
+    uint64_t ctr[18]; uint64_t cccr[18]; uint64_t ctr_fault[18], cccr_fault[18];
+    uint8_t ovf[18], armed[18], run[18], pmi[18];
+    int32_t rate_b[18]; int32_t tmax[18];
+    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
+    uint32_t nrec; struct p4c_mrec rec[...];
+};
+struct p4c_mirror *p4c_mirror(unsigned vi);
 """
 STAMP_SUFFIX = ".stamp"
 

@@ -1706,6 +1706,8 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     return best > 0 ? best : 1;
 }
 
+static int mirror_deadline(unsigned vi); /* mirror.c: the deadline served in C, or 0 */
+
 /* block entry, conditional on W >= 2^62: a pending block end to resolve, a deadline, or a
  * fold request */
 static void cb_sched(unsigned int vi, void *ud)
@@ -1755,7 +1757,7 @@ static void cb_sched(unsigned int vi, void *ud)
     }
     c->deadlines++;
     fold_at_entry(vi, id);
-    if (py_deadline(vi) != P4_PY_OK) {
+    if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
         outs[vi].budget = 0;
     }
     if (after_python(vi, 0)) {

@@ -8,10 +8,17 @@ that into an `activity.Activity` (zero-copy views of the C arrays) and steps the
 could overflow), whether to deliver a PMI, and (count=auto) when to start instrumenting.
 
 Runs only at PMU accesses, deadlines and batch folds, never per block.
+
+With a simple programming (`Feeder.mirror_rule`) and the option mirror=on, the register
+values are handed to the C-side mirror (plugin/mirror.c) after each Python call
+(`Feeder.handover`); C then serves counter/CCCR reads, RDPMC, counter writes, OVF-only CCCR
+writes and counting deadlines by itself, and Python takes the values back (`Feeder.pull`)
+before it does anything else with that PMU.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,6 +48,23 @@ def _class_max() -> np.ndarray:
 
 
 LINE_MAX = np.repeat(_class_max(), 4)  # line id = class * 4 + lp * 2 + priv
+
+
+@dataclass
+class _MirrorView:
+    """numpy views of one vCPU's `struct p4c_mirror` (plugin/mirror.c)."""
+    m: object
+    ctr: np.ndarray
+    cccr: np.ndarray
+    ovf: np.ndarray
+    armed: np.ndarray
+    run: np.ndarray
+    pmi: np.ndarray
+    rate_b: np.ndarray
+    tmax: np.ndarray
+    ctr_fault: np.ndarray
+    cccr_fault: np.ndarray
+    key: object = None  # what the static part (run ... cccr_fault) was written for
 
 
 def _chain(K: int) -> np.ndarray:
@@ -75,6 +99,12 @@ class Feeder:
         self._whead, self._wrate, self._widx = {}, {}, {}
         self.n_fast = 0
         self._idle_key = {}  # vcpu -> (config, state) version for which nothing needs doing
+        # the C-side register mirror (plugin/mirror.c): one LP per core only
+        self.mirror_on = bool(getattr(bridge.options, "mirror", False)) and not self.ht
+        self._mv: dict[int, _MirrorView] = {}
+        self._mrule: dict[int, tuple] = {}
+        self._mstatic: dict[int, tuple] = {}
+        self.n_handovers = self.n_pulls = 0
 
     # -- kinds -----------------------------------------------------------------------------
 
@@ -335,7 +365,11 @@ class Feeder:
         self._winc_key[vcpu] = tkey
         self._table_nk[vcpu] = tkey[1]
         idx = st["idx"]
-        wkey = (tkey, idx.tobytes())
+        # the rate of an arming counter is 1, of the others the table's largest increment:
+        # keyed on the arming state too (an arming counter becomes a counting one again
+        # with the same watched set when software clears OVF), and rewritten after the C
+        # mirror wrote these fields
+        wkey = (tkey, idx.tobytes(), st["arm_w"].tobytes())
         if st["watch_ok"] and self._wkey.get(vcpu) != wkey:
             self._wkey[vcpu] = wkey
             rate = np.maximum(1, table[:, idx].max(axis=0)) if table.shape[0] else \
@@ -397,6 +431,137 @@ class Feeder:
         self._inc_cache[vcpu] = (key, table)
         return table
 
+    # -- the C-side register mirror (plugin/mirror.c; docs/bridge.md "The register mirror") ---
+
+    @staticmethod
+    def mirror_rule(pmu) -> bool:
+        """The programmings whose counting the C mirror does exactly (docs/bridge.md):
+        one logical processor per core (no Hyper-Threading: nothing is shared with a sibling);
+        no counter with CASCADE or the extended-cascade bit (a counter started by another's
+        overflow, and the cascade-PMI erratum, need the engine's overflow ordering: SDM
+        18.15.5.6/7); no FORCE_OVF; no EDGE with COMPARE (the edge detector depends on
+        adjacent clocks, so the per-kind table is only an upper bound: SDM 18.15.5.2).
+        COMPARE, THRESHOLD and COMPLEMENT without EDGE are per-clock functions of the clock
+        kind and are exact in the per-kind table."""
+        return not pmu.ht and not (pmu.cascade | pmu.ext_cascade | pmu.force_ovf |
+                                   (pmu.edge & pmu.compare)).any()
+
+    def _simple(self, vcpu: int, pmu) -> bool:
+        hit = self._mrule.get(vcpu)
+        if hit is None or hit[0] != pmu.config_version:
+            hit = self._mrule[vcpu] = (pmu.config_version, self.mirror_rule(pmu))
+        return hit[1]
+
+    def _mview(self, vcpu: int) -> _MirrorView:
+        mv = self._mv.get(vcpu)
+        if mv is None:
+            ffi = self.ffi
+            m = self.lib.p4c_mirror(vcpu)
+
+            def view(field, dtype):
+                return np.frombuffer(ffi.buffer(getattr(m, field)), dtype=dtype)
+
+            assert T.NUM_COUNTERS == 18 == view("ctr", np.uint64).size
+            m.ctr_limit = 1 << T.COUNTER_BITS
+            m.ovf_mask = T.CCCR_FIELD["OVF"].mask
+            view("ctr_msr", np.uint32)[:] = [c.counter_msr for c in T.COUNTERS]
+            view("cccr_msr", np.uint32)[:] = [c.cccr_msr for c in T.COUNTERS]
+            m.log_on = 1 if self.bridge.logging else 0
+            mv = self._mv[vcpu] = _MirrorView(
+                m, view("ctr", np.uint64), view("cccr", np.uint64), view("ovf", np.uint8),
+                view("armed", np.uint8), view("run", np.uint8), view("pmi", np.uint8),
+                view("rate_b", np.int32), view("tmax", np.int32), view("ctr_fault", np.uint64),
+                view("cccr_fault", np.uint64))
+        return mv
+
+    def handover(self, vcpu: int, pmu) -> None:
+        """After a Python call: give the register values to the C mirror when the
+        programming is simple (they stay there until `pull`)."""
+        if not self.mirror_on or not self._simple(vcpu, pmu):
+            return
+        mv = self._mview(vcpu)
+        m = mv.m
+        table = self._winc.get(vcpu)
+        o = self._outs.get(vcpu) or self._out(vcpu)
+        key = (pmu.config_version, id(pmu), id(table))
+        if mv.key != key:
+            eng = pmu.engine
+            eng._cached()
+            run = eng.running()
+            # Feeder._state's budget rate of a counter that is not arming
+            rate = np.minimum(15.0, LINE_MAX @ (eng.W > 0))
+            mv.rate_b[:] = np.where(pmu.compare | pmu.force_ovf, 1.0, np.maximum(rate, 1.0))
+            # Feeder._table's wrate of a counting counter
+            if table is not None and table.shape[0]:
+                mv.tmax[:] = np.maximum(1, table.max(axis=0))
+            else:
+                mv.tmax[:] = 1
+            mv.run[:] = run
+            mv.pmi[:] = pmu.pmi_t0 if vcpu % self.threads == 0 else pmu.pmi_t1
+            for n, c in enumerate(T.COUNTERS):
+                mv.ctr_fault[n] = pmu.registers[c.counter_msr].fault_mask
+                mv.cccr_fault[n] = pmu.registers[c.cccr_msr].fault_mask
+            m.any_run = 1 if run.any() else 0
+            mv.key = key
+        m.nkext = o.nkext
+        mv.ctr[:] = pmu.counter
+        mv.cccr[:] = pmu.cccr_raw
+        mv.ovf[:] = pmu.ovf
+        mv.armed[:] = pmu.pmi_armed
+        m.active = 1
+        self.n_handovers += 1
+
+    def pull(self, vcpu: int, pmu) -> None:
+        """Before a Python call: take the register values back from the C mirror."""
+        mv = self._mv.get(vcpu)
+        if mv is None or not mv.m.active:
+            return
+        mv.m.active = 0
+        self.n_pulls += 1
+        pmu.counter[:] = mv.ctr
+        pmu.cccr_raw[:] = mv.cccr
+        ovf, armed = mv.ovf.view(bool), mv.armed.view(bool)
+        if not (np.array_equal(ovf, pmu.ovf) and np.array_equal(armed, pmu.pmi_armed)):
+            pmu.ovf[:] = ovf
+            pmu.pmi_armed[:] = armed
+            pmu.engine._state_version += 1  # OVF / arming changed: the caches key on it
+        # fast_check's rates were (re)written by C: write ours again at the next after()
+        self._wkey.pop(vcpu, None)
+
+    def served(self, vcpu: int) -> list[tuple[int, int, int]]:
+        """The accesses the C mirror served since the last call (op 1 RDMSR, 2 WRMSR,
+        3 RDPMC; register or ECX; value), for the log; clears them."""
+        mv = self._mv.get(vcpu)
+        if mv is None or not mv.m.nrec:
+            return []
+        m = mv.m
+        n = int(m.nrec)
+        rec = np.frombuffer(self.ffi.buffer(m.rec, 16 * n), dtype=np.uint64).reshape(n, 2)
+        out = [(int(a & 0xFFFFFFFF), int(a >> 32), int(v)) for a, v in rec.tolist()]
+        m.nrec = 0
+        return out
+
+    def mirror_vcpus(self) -> list[int]:
+        return sorted(self._mv)
+
+    def mirror_counts(self) -> tuple[int, int, int, int, int, int]:
+        """(RDMSR, WRMSR, RDPMC, deadlines, overflow walks, declined) served by C."""
+        t = [0] * 6
+        for mv in self._mv.values():
+            m = mv.m
+            for i, x in enumerate((m.n_rdmsr, m.n_wrmsr, m.n_rdpmc, m.n_deadline, m.n_walks,
+                                   m.n_declined)):
+                t[i] += int(x)
+        return tuple(t)
+
     def summary(self) -> str:
-        return (f"# feeder: {self.n_batches} batches ({self.n_fast} added up in C), "
-                f"{self.n_clocks} clocks, {self.n_bad} repaired")
+        s = (f"# feeder: {self.n_batches} batches ({self.n_fast} added up in C), "
+             f"{self.n_clocks} clocks, {self.n_bad} repaired")
+        if self.mirror_on:
+            r, w, p, d, k, x = self.mirror_counts()
+            s += (f"\n# mirror: {r} RDMSR, {w} WRMSR, {p} RDPMC, {d} deadlines served in C "
+                  f"({k} overflow walks); {x} declined; {self.n_handovers} hand-overs, "
+                  f"{self.n_pulls} pulls")
+        else:
+            s += "\n# mirror: off"
+        return s

@@ -262,6 +262,10 @@ static uint64_t rd_rcx(struct vcpu *v)
 /* Event counting from guest activity, deadlines and PMI delivery (docs/guest-events.md) */
 #include "counting.c"
 
+/* The C-side register mirror: PMU accesses and deadlines of simple configurations served
+ * without Python (docs/bridge.md, "The register mirror") */
+#include "mirror.c"
+
 /* ---------------------------------------------------------------------------------------- */
 /* Call-site descriptor packed into the callback's userdata (no allocation per block)        */
 /*   bits 0-47 linear address (sign-extended), 48-51 length, 52-53 kind, 54 first, 55 last   */
@@ -443,7 +447,7 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     int was = cnt_instrument || cnt_start_requested;
     sibling_sync(vi, s.linear);
     int64_t rest = cnt_instrument ? fold_at_access(vi, s.linear) : 0;
-    int r = py_wrmsr(vi, msr, value);
+    int r = pmu_wrmsr(vi, msr, value);
     after_python(vi, rest);
     if (!was && cnt_start_requested) {
         counting_credit_wrmsr(vi, s.linear, current_cpl(v) == 0);
@@ -474,7 +478,7 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         }
         sibling_sync(vi, unpack_site(ud).linear);
         int64_t rest = cnt_instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
-        int r = py_rdmsr(vi, msr, &value);
+        int r = pmu_rdmsr(vi, msr, &value);
         after_python(vi, rest);
         if (r == P4_PY_FAULT) {
             struct site s = unpack_site(ud);
@@ -548,7 +552,7 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     } else {
         sibling_sync(vi, s.linear);
         int64_t rest = cnt_instrument ? fold_at_access(vi, s.linear) : 0;
-        r = py_rdpmc(vi, (uint32_t)rcx, &value);
+        r = pmu_rdpmc(vi, (uint32_t)rcx, &value);
         after_python(vi, rest);
     }
     v->refault_linear = 0;
@@ -948,10 +952,21 @@ static void at_exit(void *ud)
     if (debug && cv) {
         for (int i = 0; i < n_vcpus_max; i++) {
             if (cv[i].init)
-                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks, "
-                        "%llu resolutions; %u blocks, %u kinds\n", i,
+                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
+                        "(%llu re-armed by the C check), %llu resolutions; %u blocks, %u "
+                        "kinds\n", i,
                         (unsigned long long)cv[i].folds, (unsigned long long)cv[i].deadlines,
+                        (unsigned long long)cv[i].fast_deadlines,
                         (unsigned long long)cv[i].resolutions, n_blocks - 1, n_kinds);
+            if (mirrors)
+                fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
+                        "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "
+                        "declined\n", i, (unsigned long long)mirrors[i].n_rdmsr,
+                        (unsigned long long)mirrors[i].n_wrmsr,
+                        (unsigned long long)mirrors[i].n_rdpmc,
+                        (unsigned long long)mirrors[i].n_deadline,
+                        (unsigned long long)mirrors[i].n_walks,
+                        (unsigned long long)mirrors[i].n_declined);
         }
     }
     p4pmu_py_exit();
@@ -992,6 +1007,7 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
     if (counting_setup(id, argc, argv, n_vcpus_max) < 0) {
         return -1;
     }
+    mirror_setup(n_vcpus_max);
     sb_pending = qemu_plugin_scoreboard_new(sizeof(uint64_t));
     pending_entry.score = sb_pending;
     pending_entry.offset = 0;

@@ -156,7 +156,8 @@ def _run(cmd: list[str], timeout: float) -> Run:
 
 class Bench:
     def __init__(self, model: str, repeat: int, iterations: int, msr_k: tuple[int, int],
-                 progress: bool = True, max_ratio: float = 20.0):
+                 progress: bool = True, max_ratio: float = 20.0,
+                 plugin_opts: dict[str, str] | None = None):
         from p4pmu.qemu_glue import cli
         from p4pmu.qemu_glue.provision import ensure_qemu
         self.model = get_model(model)
@@ -165,6 +166,7 @@ class Bench:
         self.msr_k = msr_k
         self.progress = progress
         self.max_ratio = max_ratio
+        self.plugin_opts = dict(plugin_opts or {})
         self.qemu = ensure_qemu(progress=progress)
         self.plugin = cli.plugin_file(build=True, progress=progress)
         mod, why = cli._guest_builder()
@@ -183,7 +185,8 @@ class Bench:
         serial = self.tmp / f"o{self.n}.txt"
         qargs = [*MACHINE_ARGS, "-serial", f"file:{serial}", "-kernel", str(self.guest),
                  "-initrd", str(s)]
-        cmd = self._cli.compose_qemu_command(self.qemu, self.model, qargs, {},
+        cmd = self._cli.compose_qemu_command(self.qemu, self.model, qargs,
+                                             self.plugin_opts if plugin else {},
                                              self.plugin if plugin else None)
         return cmd, serial
 
@@ -377,6 +380,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-ratio", type=float, default=20.0,
                    help="stop a configuration whose run takes longer than this many times "
                         "plain QEMU's (reported as stopped; default 20)")
+    p.add_argument("--plugin-opt", action="append", default=[], metavar="K=V",
+                   help="plugin option for every run with the plugin (repeatable), e.g. "
+                        "mirror=off to measure without the C-side register mirror")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--show-commands", action="store_true",
                    help="print one QEMU command line of each kind")
@@ -385,8 +391,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(a: argparse.Namespace) -> int:
     if a.quick:
         a.repeat, a.iterations = 2, 20_000_000
+    opts = {}
+    for kv in a.plugin_opt:
+        if "=" not in kv:
+            raise SystemExit(f"p4pmu bench: --plugin-opt {kv!r} is not K=V")
+        k, v = kv.split("=", 1)
+        opts[k] = v
     b = Bench(a.model, a.repeat, a.iterations, tuple(a.msr_accesses),
-              max_ratio=a.max_ratio)
+              max_ratio=a.max_ratio, plugin_opts=opts)
     res = b.run()
     print(report(res))
     if a.show_commands:

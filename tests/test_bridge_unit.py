@@ -35,6 +35,12 @@ def test_options_all():
     assert o.log == "/tmp/x.log" and o.threads == 2 and o.pypath == "/a:/b"
 
 
+def test_option_mirror():
+    assert parse_options([]).mirror is True
+    assert parse_options(["mirror=off"]).mirror is False
+    assert parse_options(["mirror=on"]).mirror is True
+
+
 @pytest.mark.parametrize("arg, words", [
     ("bogus=1", "unknown plugin option 'bogus'"),
     ("model", "not key=value"),
@@ -43,6 +49,7 @@ def test_options_all():
     ("stepping=x", "0-15"),
     ("strict=maybe", "expected on or off"),
     ("log=", "needs a file name"),
+    ("mirror=sometimes", "expected on or off"),
 ])
 def test_options_errors(arg, words):
     with pytest.raises(OptionError, match=words):
@@ -246,3 +253,31 @@ def test_embedding_api_matches_header():
                  "p4pmu_py_misc_enable", "p4pmu_py_note", "p4pmu_py_exit"):
         assert name in api
         assert f"def {name}(" in build.INIT_CODE
+
+
+# --------------------------------------------------------------------------------------------
+# The C mirror's rule (plugin/feeder.py Feeder.mirror_rule; docs/bridge.md)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields, simple", [
+    ({}, True),
+    ({"compare": True, "threshold": 2, "complement": True}, True),
+    ({"pmi_t0": True}, True),
+    ({"compare": True, "edge": True}, False),
+    ({"edge": True}, True),             # EDGE without COMPARE does nothing (SDM 18.15.5.2)
+    ({"force_ovf": True}, False),
+    ({"cascade": True, "enable": False}, False),
+    ({"ext_cascade": True, "enable": False}, False),
+])
+def test_mirror_rule(fields, simple):
+    from p4pmu.emulator.models import get_model
+    from p4pmu.emulator.pmu import PMU
+    from p4pmu.emulator import tables as T
+    from p4pmu.plugin.feeder import Feeder
+    from guests.evscript import cccr_value
+    pmu = PMU(get_model("0F_04"))
+    counter = 12
+    pmu.wrmsr(0, T.COUNTERS[counter].cccr_msr, cccr_value(counter, "MSR_CRU_ESCR0", **fields))
+    assert Feeder.mirror_rule(pmu) is simple
+    assert Feeder.mirror_rule(PMU(get_model("0F_04"), ht=True)) is False

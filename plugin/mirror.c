@@ -1,0 +1,354 @@
+/*
+ * p4pmu: the C-side register mirror (docs/bridge.md, "The register mirror").
+ *
+ * Included by p4pmu_plugin.c after counting.c (one translation unit for cffi).
+ *
+ * While the PMU of a vCPU is programmed "simply" (rule decided and checked in Python:
+ * plugin/feeder.py Feeder.mirror_rule -- one LP per core, no CASCADE / extended cascade, no
+ * FORCE_OVF, no EDGE), every counter's per-clock increment is a function of the clock kind
+ * alone, given exactly by the per-kind table Python already hands C (p4c_out.winc).  Python
+ * then hands the counters, CCCRs, OVF flags and PMI arming to this mirror after each of its
+ * calls (Feeder.handover), and until Python is called again the mirror is the authority:
+ *
+ *  - the folds of PMU accesses and deadlines are consumed here instead of by Feeder.consume:
+ *    a batch's totals from the table (fold_close's tot[]); a batch of one block execution
+ *    whose totals take a counter over 2^40 is walked clock by clock (overflow clock, OVF,
+ *    arming of the PMI on the next counted event: SDM 18.15.5.8, behaviour.md 3/5) -- the
+ *    same result as the engine's one-clock sub-batches (Feeder.consume, "seq");
+ *  - RDMSR of a counter or CCCR, RDPMC of counter 0-17, WRMSR of a counter value and WRMSR of
+ *    a CCCR that changes nothing but OVF are served here;
+ *  - Feeder.after's work (the next deadline, the watched counters and their headroom, the
+ *    PMI request level) is done here, line by line, so that after_python() arms the same
+ *    deadlines and delivers the same PMIs as with Python.
+ *
+ * Anything else -- an access the mirror does not serve (ESCRs, other registers, a write that
+ * changes a configuration or faults, an RDPMC index that faults), a batch with an OVF 0 -> 1
+ * transition that is not one block execution, a batch with bookkeeping repairs, a per-kind
+ * table older than the kinds now known (Python would rebuild it) -- is declined: the C side
+ * calls Python as before, and Python first takes the values back (Feeder.pull), so the Python
+ * engine stays the authority for the semantics.  Declining is all-or-nothing: nothing of the
+ * mirror changes before it is known that the whole access or deadline can be served.
+ *
+ * Threading: threads=1 only (Python never hands over with threads=2), so a vCPU's mirror is
+ * touched only by its own vCPU thread and by Python called from that thread.
+ */
+
+#define MREC_CAP 4096 /* access records kept for the log between two Python calls */
+
+/* one access served here, for the log (Python writes the line at its next call) */
+struct p4c_mrec {
+    uint32_t op;    /* 1 RDMSR, 2 WRMSR, 3 RDPMC */
+    uint32_t reg;   /* MSR, or ECX for RDPMC */
+    uint64_t value; /* value read or written */
+};
+
+/* Layout shared with Python (plugin/build.py PYTHON_CALLS_C declares the same struct). */
+struct p4c_mirror {
+    /* written by Python once (constants from p4pmu.emulator.tables) */
+    uint64_t ctr_limit;        /* 2^40: counters are 40 bits (SDM 18.15.5.4) */
+    uint64_t ovf_mask;         /* the CCCR's OVF bit (bit 31) */
+    uint32_t ctr_msr[18], cccr_msr[18];
+    /* written by Python at each hand-over */
+    int active;                /* 1: the values below are the authority; Python pulls them */
+    int any_run;               /* some counter runs */
+    int log_on;                /* record served accesses for the log */
+    uint32_t nkext;            /* rows of the per-kind table handed over (p4c_out.nkext) */
+    uint64_t ctr[18];          /* 40-bit values */
+    uint64_t cccr[18];         /* as written (OVF is in ovf[]) */
+    uint64_t ctr_fault[18], cccr_fault[18]; /* bits whose setting faults (reserved policy) */
+    uint8_t ovf[18], armed[18], run[18], pmi[18]; /* pmi: OVF_PMI for this LP */
+    int32_t rate_b[18];        /* Feeder.after's budget rate of a counter that is not arming */
+    int32_t tmax[18];          /* max(1, the table's largest per-clock increment) */
+    /* statistics (C) */
+    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
+    /* accesses served here since Python last looked (log) */
+    uint32_t nrec;
+    struct p4c_mrec rec[MREC_CAP];
+};
+
+static struct p4c_mirror *mirrors;
+
+static void mirror_setup(int max_vcpus)
+{
+    mirrors = calloc((size_t)max_vcpus, sizeof(*mirrors));
+}
+
+/* the mirror of vCPU vi if it is the authority now */
+static inline struct p4c_mirror *mirror_of(unsigned vi)
+{
+    if (!mirrors || !mirrors[vi].active) return NULL;
+    return &mirrors[vi];
+}
+
+/* The per-kind table is what Python would use at this call: it rebuilds it whenever kinds
+ * were interned since (Feeder._table_key), so an older one means "ask Python". */
+static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
+{
+    const struct p4c_out *o = &outs[vi];
+    return o->winc && o->nkext == m->nkext &&
+           o->nkext == 2 * __atomic_load_n(&n_kinds, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Consume the pending fold (outs[vi], left by fold_at_access / fold_at_entry) into the
+ * counters, as Feeder.consume + PMU.advance would.  Returns 0 (nothing changed) when Python
+ * must do it.
+ */
+static int mirror_consume(unsigned vi, struct p4c_mirror *m)
+{
+    struct p4c_out *o = &outs[vi];
+    if (!o->n) return 1;
+    if (!o->clocks || !m->any_run) {
+        o->n = 0; /* no clock, or nothing counts (no EDGE detector to keep in simple mode) */
+        return 1;
+    }
+    if (o->bad || o->tot_ok != 1 || !mirror_table_ok(vi, m)) return 0;
+    const uint64_t lim = m->ctr_limit;
+    int64_t add[18];
+    int cross = 0;
+    for (int n = 0; n < 18; n++) {
+        add[n] = m->run[n] ? o->tot[n] : 0;
+        if (add[n] < 0) return 0;
+        if (add[n] && !m->ovf[n] && m->ctr[n] + (uint64_t)add[n] >= lim) cross = 1;
+    }
+    if (!cross) {
+        /* no OVF 0 -> 1: the engine's plain step (counters wrap mod 2^40 with OVF already
+         * set; a counted event with OVF set and OVF_PMI arms the request: behaviour.md 5) */
+        for (int n = 0; n < 18; n++) {
+            if (!add[n]) continue;
+            m->ctr[n] = (m->ctr[n] + (uint64_t)add[n]) % lim;
+            if (m->ovf[n] && m->pmi[n]) m->armed[n] = 1;
+        }
+        o->n = 0;
+        return 1;
+    }
+    /* an OVF 0 -> 1 transition: exact only for a batch of one block execution in clock
+     * order (o->seq), as in Feeder.consume; otherwise Python (PMU.advance apportions) */
+    if (!o->seq || !o->nseq) return 0;
+    const int32_t *inc = o->winc;
+    for (uint32_t i = 0; i < o->nseq; i++) {
+        if (o->seq[i] >= o->nkext) return 0;
+    }
+    uint64_t v[18];
+    uint8_t ovf[18], armed[18];
+    for (int n = 0; n < 18; n++) {
+        v[n] = m->ctr[n];
+        ovf[n] = m->ovf[n];
+        armed[n] = m->armed[n];
+    }
+    for (uint32_t i = 0; i < o->nseq; i++) {
+        const int32_t *row = inc + (size_t)o->seq[i] * 18;
+        for (int n = 0; n < 18; n++) {
+            int32_t x = row[n];
+            if (x <= 0 || !m->run[n]) {
+                if (x < 0 && m->run[n]) return 0;
+                continue;
+            }
+            if (ovf[n]) {
+                if (m->pmi[n]) armed[n] = 1; /* an event after the overflow clock */
+                v[n] = (v[n] + (uint64_t)x) % lim;
+            } else {
+                v[n] += (uint64_t)x;
+                if (v[n] >= lim) { /* the overflow clock: OVF set, not yet armed */
+                    v[n] -= lim;
+                    ovf[n] = 1;
+                }
+            }
+        }
+    }
+    for (int n = 0; n < 18; n++) {
+        m->ctr[n] = v[n];
+        m->ovf[n] = ovf[n];
+        m->armed[n] = armed[n];
+    }
+    m->n_walks++;
+    o->n = 0;
+    return 1;
+}
+
+/* Feeder.after, line by line: the PMI request level, the next deadline (budget), the watched
+ * counters with their headroom and rates for fast_check.  In simple mode a counter runs iff
+ * ENABLE, the table is exact, and nothing has FORCE_OVF. */
+static void mirror_after(unsigned vi, struct p4c_mirror *m)
+{
+    struct p4c_out *o = &outs[vi];
+    int level = 0;
+    for (int n = 0; n < 18; n++) {
+        if (m->ovf[n] && m->armed[n] && m->pmi[n]) level = 1;
+    }
+    o->pmi[0] = level;
+    if (!m->any_run) {
+        o->budget = 0;
+        o->nwatch = 0;
+        o->tot_ok = -1;
+        return;
+    }
+    int nw = 0;
+    int64_t best = INT64_MAX;
+    for (int n = 0; n < 18; n++) {
+        if (!m->run[n]) continue;
+        int arming = m->ovf[n] && m->pmi[n] && !m->armed[n];
+        if (m->ovf[n] && !arming) continue; /* neither an overflow nor an arming ahead */
+        int64_t head = arming ? 1 : (int64_t)(m->ctr_limit - m->ctr[n]);
+        int64_t rate = arming ? 1 : m->rate_b[n];
+        int64_t need = (head + rate - 1) / rate;
+        if (need < best) best = need;
+        o->whead[nw] = head;
+        o->wrate[nw] = arming ? 1 : m->tmax[n];
+        o->widx[nw] = n;
+        nw++;
+    }
+    int64_t b = nw ? (best > 1 ? best : 1) : 0;
+    o->budget = b;
+    o->tot_ok = 0;
+    o->nwatch = b ? nw : 0;
+}
+
+static inline void mirror_record(struct p4c_mirror *m, uint32_t op, uint32_t reg, uint64_t value)
+{
+    if (m->log_on) {
+        struct p4c_mrec *r = &m->rec[m->nrec++];
+        r->op = op;
+        r->reg = reg;
+        r->value = value;
+    }
+}
+
+/* can an access be served at all (before anything changes) */
+static inline struct p4c_mirror *mirror_for_access(unsigned vi)
+{
+    struct p4c_mirror *m = mirror_of(vi);
+    if (!m) return NULL;
+    if (m->log_on && m->nrec >= MREC_CAP) return NULL; /* Python writes the log first */
+    if (m->any_run && !mirror_table_ok(vi, m)) return NULL;
+    return m;
+}
+
+static int mirror_counter_index(const uint32_t *msrs, uint32_t msr)
+{
+    for (int n = 0; n < 18; n++) {
+        if (msrs[n] == msr) return n;
+    }
+    return -1;
+}
+
+static inline void mirror_declined(unsigned vi)
+{
+    if (mirrors && mirrors[vi].active) mirrors[vi].n_declined++;
+}
+
+/* RDMSR of a counter or CCCR (PMU.rdmsr).  Returns P4_PY_OK with *out, or 0: ask Python. */
+static int mirror_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
+{
+    struct p4c_mirror *m = mirror_for_access(vi);
+    if (!m) return 0;
+    int c = mirror_counter_index(m->ctr_msr, msr);
+    int k = c < 0 ? mirror_counter_index(m->cccr_msr, msr) : -1;
+    if ((c < 0 && k < 0) || !mirror_consume(vi, m)) {
+        mirror_declined(vi);
+        return 0;
+    }
+    if (c >= 0) {
+        *out = m->ctr[c];
+    } else {
+        *out = (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0);
+    }
+    mirror_after(vi, m);
+    m->n_rdmsr++;
+    mirror_record(m, 1, msr, *out);
+    return P4_PY_OK;
+}
+
+/* WRMSR of a counter value (all 40 bits, OVF unchanged: SDM 18.15.5.4) or of a CCCR with its
+ * configuration unchanged (only OVF may change; clearing OVF ends the request: behaviour.md
+ * 5).  Returns P4_PY_OK or 0: ask Python (configuration change, reserved bits: #GP). */
+static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
+{
+    struct p4c_mirror *m = mirror_for_access(vi);
+    if (!m) return 0;
+    int c = mirror_counter_index(m->ctr_msr, msr);
+    int k = c < 0 ? mirror_counter_index(m->cccr_msr, msr) : -1;
+    int ok = 0;
+    if (c >= 0) {
+        ok = !(value & m->ctr_fault[c]);
+    } else if (k >= 0) {
+        ok = !(value & m->cccr_fault[k]) && !((value ^ m->cccr[k]) & ~m->ovf_mask);
+    }
+    if (!ok || !mirror_consume(vi, m)) {
+        mirror_declined(vi);
+        return 0;
+    }
+    if (c >= 0) {
+        m->ctr[c] = value;
+    } else {
+        m->cccr[k] = value;
+        m->ovf[k] = (value & m->ovf_mask) != 0;
+        if (!m->ovf[k]) m->armed[k] = 0;
+    }
+    mirror_after(vi, m);
+    m->n_wrmsr++;
+    mirror_record(m, 2, msr, value);
+    return P4_PY_OK;
+}
+
+/* RDPMC (PMU.rdpmc): ECX[30:0] = counter 0-17, ECX[31] = fast read (EAX = bits 31:0, EDX =
+ * 0).  A bad index is Python's (#GP with its reason). */
+static int mirror_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
+{
+    struct p4c_mirror *m = mirror_for_access(vi);
+    if (!m) return 0;
+    uint32_t index = ecx & 0x7FFFFFFFu;
+    if (index >= 18 || !mirror_consume(vi, m)) {
+        mirror_declined(vi);
+        return 0;
+    }
+    uint64_t v = m->ctr[index];
+    *out = (ecx >> 31) ? (v & 0xFFFFFFFFull) : v;
+    mirror_after(vi, m);
+    m->n_rdpmc++;
+    mirror_record(m, 3, ecx, *out);
+    return P4_PY_OK;
+}
+
+/* A counting deadline (cb_sched, after fold_at_entry): Bridge.deadline's work.  Returns 1
+ * when done here, 0: ask Python. */
+static int mirror_deadline(unsigned vi)
+{
+    struct p4c_mirror *m = mirror_of(vi);
+    if (!m) return 0;
+    if ((m->any_run && !mirror_table_ok(vi, m)) || !mirror_consume(vi, m)) {
+        m->n_declined++;
+        return 0;
+    }
+    mirror_after(vi, m);
+    m->n_deadline++;
+    return 1;
+}
+
+/* the bridge's PMU calls: the mirror first, Python when it declines */
+static int pmu_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
+{
+    int r = mirror_rdmsr(vi, msr, out);
+    return r ? r : py_rdmsr(vi, msr, out);
+}
+
+static int pmu_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
+{
+    int r = mirror_wrmsr(vi, msr, value);
+    return r ? r : py_wrmsr(vi, msr, value);
+}
+
+static int pmu_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
+{
+    int r = mirror_rdpmc(vi, ecx, out);
+    return r ? r : py_rdpmc(vi, ecx, out);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Functions Python calls (declared with ffi.cdef in build.py)                               */
+/* ---------------------------------------------------------------------------------------- */
+
+struct p4c_mirror *p4c_mirror(unsigned vi)
+{
+    return &mirrors[vi];
+}
