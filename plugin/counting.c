@@ -393,7 +393,37 @@ static inline int dyn_end(const struct blk *b)
  * just before instruction p - 1 (after the bubble). */
 static inline unsigned pos_insn(unsigned p) { return p ? p - 1 : 0; }
 
+/* The kind sequences of the portions split by PMU accesses recur at every access (a block
+ * and its instructions never change, interning is idempotent): a small direct-mapped cache
+ * per thread keeps the last ones, so an access does not schedule and intern again. */
+#define PSEQ_CACHE 256
+struct pseq_entry {
+    const struct blk *b;
+    unsigned a, e, n;
+    uint32_t *s;
+};
+static __thread struct pseq_entry tl_pseq[PSEQ_CACHE];
+
+static unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t **seq);
+
 static unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, uint32_t **seq)
+{
+    uintptr_t h = ((uintptr_t)b >> 4) * 31u + a * 7u + e;
+    struct pseq_entry *x = &tl_pseq[h % PSEQ_CACHE];
+    if (x->b != b || x->a != a || x->e != e) {
+        free(x->s);
+        x->n = portion_seq_calc(b, a, e, &x->s);
+        x->b = b;
+        x->a = a;
+        x->e = e;
+    }
+    uint32_t *s = malloc(sizeof(*s) * (x->n ? x->n : 1));
+    memcpy(s, x->s, sizeof(*s) * x->n);
+    *seq = s;
+    return x->n;
+}
+
+static unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t **seq)
 {
     unsigned cap = sched_cap(b);
     struct clk *c = malloc(sizeof(*c) * cap);
@@ -873,7 +903,7 @@ static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os,
     b->end = (uint8_t)end_of(&ins[n - 1]);
     /* static schedule: the full portion of one execution */
     uint32_t *s;
-    unsigned m = portion_seq(b, 0, n, &s);
+    unsigned m = portion_seq_calc(b, 0, n, &s);
     b->nclocks = m;
     b->first_k = s[0];
     b->last_k = s[m - 1];
@@ -1613,6 +1643,36 @@ static void cb_rep(unsigned int vi, void *ud)
     cv[vi].rep_rcx = rd_rcx(V(vi)) & mask;
 }
 
+/* per vCPU: the increments of the n_penalty clocks after a misprediction, summed, per CPL and
+ * counter, for the per-kind table they were summed from (fast_check adds a penalty once
+ * instead of clock by clock) */
+struct pensum {
+    const int32_t *winc;
+    uint32_t nkext;
+    int ok;
+    int64_t v[2][18];
+};
+static struct pensum *pensums;
+
+static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
+{
+    struct pensum *p = &pensums[vi];
+    if (p->winc != o->winc || p->nkext != o->nkext) {
+        p->winc = o->winc;
+        p->nkext = o->nkext;
+        p->ok = 1;
+        memset(p->v, 0, sizeof(p->v));
+        for (int os = 0; os < 2; os++) {
+            for (unsigned q = 0; q < n_penalty; q++) {
+                uint32_t pe = ext(k_penalty[q], os);
+                if (pe >= o->nkext) { p->ok = 0; break; }
+                for (int k = 0; k < 18; k++) p->v[os][k] += o->winc[(size_t)pe * 18 + k];
+            }
+        }
+    }
+    return p;
+}
+
 /* Deadline check without Python: the increments of the activity not yet folded, computed
  * from the per-kind tables Python left in outs[vi].  Returns the clocks that may safely pass
  * from here (> 0), or 0 when Python must look (an overflow may have happened, unknown kinds,
@@ -1625,6 +1685,8 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     if (nw <= 0 || !o->winc) return 0;
     const int32_t *inc = o->winc;
     uint32_t nk = o->nkext;
+    const struct pensum *pen = pen_sum(vi, o);
+    if (!pen->ok) return 0;
     int64_t U[18];
     memset(U, 0, sizeof(U));
     uint64_t *sb = c->sbase;
@@ -1649,12 +1711,8 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
                 for (int w = 0; w < nw; w++)
                     U[w] += (int64_t)r->n[v] * inc[(size_t)e * 18 + o->widx[w]];
                 if (v & 1) {
-                    for (unsigned p = 0; p < n_penalty; p++) {
-                        uint32_t pe = ext(k_penalty[p], b->os);
-                        if (pe >= nk) return 0;
-                        for (int w = 0; w < nw; w++)
-                            U[w] += (int64_t)r->n[v] * inc[(size_t)pe * 18 + o->widx[w]];
-                    }
+                    for (int w = 0; w < nw; w++)
+                        U[w] += (int64_t)r->n[v] * pen->v[b->os ? 1 : 0][o->widx[w]];
                 }
             }
         }
@@ -1682,13 +1740,7 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
                 uint32_t e = ext(next->var[v], next->os);
                 if (e >= nk) return 0;
                 int64_t x = inc[(size_t)e * 18 + o->widx[w]];
-                if (v & 1) {
-                    for (unsigned p = 0; p < n_penalty; p++) {
-                        uint32_t pe = ext(k_penalty[p], next->os);
-                        if (pe >= nk) return 0;
-                        x += inc[(size_t)pe * 18 + o->widx[w]];
-                    }
-                }
+                if (v & 1) x += pen->v[next->os ? 1 : 0][o->widx[w]];
                 if (x > m) m = x;
             }
             N[w] += m;
@@ -2153,6 +2205,7 @@ static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vc
     if (getenv("P4PMU_BRANCH_TRACE")) br_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     cv = calloc((size_t)max_vcpus, sizeof(*cv));
     outs = calloc((size_t)max_vcpus, sizeof(*outs));
+    pensums = calloc((size_t)max_vcpus, sizeof(*pensums));
     sb_cnt = qemu_plugin_scoreboard_new(sizeof(uint64_t) * (SB_HDR + MAX_BLOCKS));
     uint8_t f[KF_N];
     memset(f, 0, sizeof(f));
