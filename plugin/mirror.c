@@ -219,8 +219,11 @@ static inline struct p4c_mirror *mirror_for_access(unsigned vi)
 {
     struct p4c_mirror *m = mirror_of(vi);
     if (!m) return NULL;
-    if (m->log_on && m->nrec >= MREC_CAP) return NULL; /* Python writes the log first */
-    if (m->any_run && !mirror_table_ok(vi, m)) return NULL;
+    if ((m->log_on && m->nrec >= MREC_CAP) || /* Python writes the log first */
+        (m->any_run && !mirror_table_ok(vi, m))) {
+        m->n_declined++;
+        return NULL;
+    }
     return m;
 }
 
