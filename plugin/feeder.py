@@ -91,6 +91,7 @@ class Feeder:
         self._outs = {}
         self._inc_cache = {}
         self._winc = {}
+        self._wgen = {}  # vcpu -> generation of the table in self._winc (the mirror keys on it)
         self._winc_key = {}
         self._table_nk = {}
         self._st_cache = {}
@@ -360,6 +361,7 @@ class Feeder:
         o.tot_ok = 0 if st["exact"] else -1
         if self._winc.get(vcpu) is not table:
             self._winc[vcpu] = table  # keep it alive: C reads it until the next Python call
+            self._wgen[vcpu] = self._wgen.get(vcpu, 0) + 1
             o.winc = self.ffi.cast("int32_t *", table.ctypes.data)
             o.nkext = table.shape[0]
         self._winc_key[vcpu] = tkey
@@ -483,7 +485,7 @@ class Feeder:
         m = mv.m
         table = self._winc.get(vcpu)
         o = self._outs.get(vcpu) or self._out(vcpu)
-        key = (pmu.config_version, id(pmu), id(table))
+        key = (pmu.config_version, id(pmu), self._wgen.get(vcpu, 0))
         if mv.key != key:
             eng = pmu.engine
             eng._cached()
