@@ -41,11 +41,11 @@
  * XPEND (threads=2 requests), X (the address the last block's "silent" outcome continues
  * at, see "Silent branch outcomes" below) */
 enum { SB_W = 0, SB_CUR = 1, SB_PEND = 2, SB_XPEND = 3, SB_X = 4 };
-/* per-block execution counters at SB_HDR + id; gate words of silent-capable conditional
- * blocks at SB_GATE0 + gate index */
+/* per-block execution counters at SB_HDR + id; the "banked" executions of silent-capable
+ * conditional blocks at SB_BANK0 + gate index (see "Silent branch outcomes") */
 #define MAX_GATES (1u << 18)
-#define SB_GATE0 (SB_HDR + MAX_BLOCKS)
-#define SB_WORDS (SB_GATE0 + MAX_GATES)
+#define SB_BANK0 (SB_HDR + MAX_BLOCKS)
+#define SB_WORDS (SB_BANK0 + MAX_GATES)
 /* X values that are no block's address (not canonical): the last block's outcome has been
  * accounted (X_DONE), or it must be resolved at the next block entry whatever that is
  * (X_FORCE: calls, returns, indirect branches, REP, far transfers) */
@@ -1154,6 +1154,34 @@ static void rep_resolve(unsigned vi, struct cvcpu *c, const struct blk *pb, uint
     sbv(vi)[SB_W] += nfull + 1;
 }
 
+/* a silent-capable block's bank word */
+static inline uint64_t *bank_w(struct cvcpu *c, const struct blk *b)
+{
+    return &c->sbase[SB_BANK0 + b->gate - 1];
+}
+
+/* the executions of block id in the current batch */
+static inline uint64_t en_total(const struct cvcpu *c, uint32_t id)
+{
+    const struct blk *b = blocks[id];
+    return c->sbase[SB_HDR + id] + (b->gate ? c->sbase[SB_BANK0 + b->gate - 1] : 0);
+}
+
+/* gate (its next entry fires cb_first) / ungate a member */
+static inline void gate_close(struct cvcpu *c, uint32_t id)
+{
+    uint64_t *sb = c->sbase;
+    *bank_w(c, blocks[id]) += sb[SB_HDR + id];
+    sb[SB_HDR + id] = 0;
+}
+
+static inline void gate_open(struct cvcpu *c, uint32_t id)
+{
+    uint64_t *sb = c->sbase, *bk = bank_w(c, blocks[id]);
+    sb[SB_HDR + id] += *bk;
+    *bk = 0;
+}
+
 /* The outcome variant v (taken * 2 + mispredicted) of an execution of b as the last
  * resolved one; res_seq is filled only when a fold needs it (res_fill). */
 static inline void res_set(struct cvcpu *c, uint32_t pid, const struct blk *b, unsigned v)
@@ -1205,7 +1233,7 @@ static void expand_outcomes(struct cvcpu *c, const struct blk *b, unsigned v, in
 static inline void record(struct cvcpu *c, uint32_t id, const struct blk *b, struct bres *r,
                           unsigned v, int64_t n)
 {
-    if (c->sbase[SB_HDR + id]) r->n[v] += (uint64_t)n;
+    if (en_total(c, id)) r->n[v] += (uint64_t)n;
     else expand_outcomes(c, b, v, n);
 }
 
@@ -1236,11 +1264,14 @@ static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred,
  * touches it (an explicit outcome, a fold, a deadline check).  When several blocks end in
  * branches using the same entry, their silent outcomes interleave in an unknown order; that
  * is harmless only while the entry is saturated in the silent direction (all predicted, no
- * change).  Hence the gates: a member block B runs at its entry "cond cb_gate if
- * gate[B] == 0"; gates are open (1) for every member while the entry is saturated in the
- * silent direction ("open" group), else only for one member, the owner.  A closed member
- * entering makes itself the owner after the previous owner's silent outcomes were replayed.
- * Silent outcomes are therefore replayed exactly, in order, per entry.
+ * change).  Hence gates: every member may run silently while the entry is saturated in the
+ * silent direction ("open" group), else only one member, the owner.  A member is gated by
+ * zeroing its execution counter (its count moves to its bank word, SB_BANK0 + gate - 1):
+ * its next entry then fires cb_first (the dirty-list callback, "counter == 0"), which makes
+ * it the owner after the previous owner's silent outcomes were replayed (and banks that
+ * one).  No extra operation per block.  Silent outcomes are therefore replayed exactly, in
+ * order, per entry.  A block's executions in the batch = counter + bank (en_total); only a
+ * gated member has a bank.
  *
  * W must not fall behind the clocks: an owner's silent outcomes can be mispredicted (at
  * most cond_mmax in a row from the entry's state); their penalty clocks are reserved in W
@@ -1259,11 +1290,6 @@ static inline struct gst *bgst(struct cvcpu *c, const struct blk *b, struct bres
 {
     if (__builtin_expect(!r->g, 0)) r->g = gst_of(c, b->gid);
     return r->g;
-}
-
-static inline uint64_t *gate_w(struct cvcpu *c, const struct blk *b)
-{
-    return &c->sbase[SB_GATE0 + b->gate - 1];
 }
 
 /* reserve in W the penalties the owner's coming silent outcomes may have (branch-free:
@@ -1301,7 +1327,7 @@ catch_up_b(unsigned vi, struct cvcpu *c, uint32_t id, const struct blk *b, int p
 {
     struct bres *r = &b->res[vi];
     uint64_t *sb = c->sbase;
-    uint64_t nb = sb[SB_HDR + id];
+    uint64_t nb = sb[SB_HDR + id] + sb[SB_BANK0 + b->gate - 1];
     int64_t k = (int64_t)nb - r->acc - pending;
     if (__builtin_expect(k < 0, 0)) {
         c->silent_bad++;
@@ -1334,14 +1360,15 @@ static int catch_up(unsigned vi, struct cvcpu *c, uint32_t id, int pending)
     return catch_up_b(vi, c, id, blocks[id], pending);
 }
 
-/* open: every member's gate 1; close: every member's but `keep`'s 0 (their silent
- * outcomes must have been replayed: they happened while the entry was saturated) */
+/* open: every member's gate; close: every member's but `keep`'s (their silent outcomes
+ * must have been replayed: they happened while the entry was saturated) */
 static void group_gates(struct cvcpu *c, const struct grp *gr, int open, uint32_t keep)
 {
     uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < nm; i++) {
         uint32_t m = gr->mem[i];
-        *gate_w(c, blocks[m]) = open || m == keep;
+        if (open || m == keep) gate_open(c, m);
+        else gate_close(c, m);
     }
 }
 
@@ -1374,8 +1401,8 @@ static void group_change(struct cvcpu *c, const struct blk *pb, struct gst *g, u
         set_owner(g, own);
         group_gates(c, gr, 0, own);
     } else {
-        if (g->owner) *gate_w(c, blocks[g->owner]) = 0;
-        if (own) *gate_w(c, blocks[own]) = 1;
+        if (g->owner) gate_close(c, g->owner);
+        if (own) gate_open(c, own);
         set_owner(g, own);
     }
 }
@@ -1445,7 +1472,7 @@ static void resolve_cond(unsigned vi, struct cvcpu *c, uint32_t pid, const struc
     if (__builtin_expect(ct.trace, 0)) trace_line(pb, a_new, taken, pred, 1);
     r->acc++;
     uint64_t *sb = c->sbase;
-    if (__builtin_expect(sb[SB_HDR + pid] != 0, 1)) r->n[v]++;
+    if (__builtin_expect(en_total(c, pid) != 0, 1)) r->n[v]++;
     else expand_outcomes(c, pb, v, 1);
     sb[SB_W] += (uint64_t)!pred * ct.pen;
     res_set(c, pid, pb, v);
@@ -1574,7 +1601,7 @@ static void silent_catch_up_all(unsigned vi)
         if (blocks[id]->gate) catch_up(vi, c, id, cur_pending(c, id));
     }
     uint32_t cb = c->carry_b;
-    if (cb && !sb[SB_HDR + cb]) catch_up(vi, c, cb, cur_pending(c, cb));
+    if (cb && !en_total(c, cb)) catch_up(vi, c, cb, cur_pending(c, cb));
     (void)cur;
 }
 
@@ -1591,7 +1618,7 @@ static void silent_before_fold(unsigned vi)
         if (b->end == BRK_COND) b->res[vi].acc = -cur_pending(c, c->dirty[i]);
     }
     uint32_t cur = (uint32_t)sb[SB_CUR];
-    if (c->carry_b && c->carry_b != cur && !sb[SB_HDR + c->carry_b]) {
+    if (c->carry_b && c->carry_b != cur && !en_total(c, c->carry_b)) {
         blocks[c->carry_b]->res[vi].acc = 0;
     }
     c->carry_b = cur && blocks[cur]->gate && cur_pending(c, cur) ? cur : 0;
@@ -1605,7 +1632,8 @@ static void silent_before_fold(unsigned vi)
  * represented by the block's counter (else by a credited portion) */
 static unsigned open_start(struct cvcpu *c, uint32_t id, uint64_t *sb)
 {
-    if (c->open_b == id && c->open_stamp == sb[SB_HDR + id]) {
+    (void)sb;
+    if (c->open_b == id && c->open_stamp == en_total(c, id)) {
         return c->open_a;
     }
     return 0;
@@ -1758,10 +1786,11 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     /* the block counters */
     for (uint32_t i = 0; i < c->ndirty; i++) {
         uint32_t id = c->dirty[i];
-        uint64_t n = sb[SB_HDR + id];
+        uint64_t n = en_total(c, id);
         if (!n) continue;
         sb[SB_HDR + id] = 0;
         const struct blk *b = blocks[id];
+        if (b->gate) *bank_w(c, b) = 0;
         for (uint32_t k = 0; k < b->nk; k++) acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
         for (uint32_t k = 0; k < b->np; k++)
             ph_add(&c->pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os), (int64_t)(n * b->pc[k]));
@@ -1792,7 +1821,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
         }
     }
     c->ndirty = 0;
-    if (c->open_b) c->open_stamp = sb[SB_HDR + c->open_b];
+    if (c->open_b) c->open_stamp = en_total(c, c->open_b);
     /* batch boundaries */
     struct p4c_out *o = &outs[vi];
     c->o_n = c->o_np = 0;
@@ -1919,7 +1948,7 @@ static void fold_at_entry(unsigned vi, uint32_t id)
      * its clocks in order, so that an overflow inside it can be placed exactly */
     uint32_t nseq = 0;
     if (prev && c->batch_entry_b == prev && c->ndirty == 1 && c->dirty[0] == prev &&
-        sb[SB_HDR + prev] == 1 && (!dyn_end(blocks[prev]) || (c->res_b == prev && c->res_n > 0))) {
+        en_total(c, prev) == 1 && (!dyn_end(blocks[prev]) || (c->res_b == prev && c->res_n > 0))) {
         const struct blk *b = blocks[prev];
         uint32_t *s;
         unsigned n = portion_seq(b, 0, b->n, &s);
@@ -1982,7 +2011,7 @@ static int64_t fold_at_access(unsigned vi, uint64_t addr)
     free(s);
     c->open_b = id;
     c->open_a = (unsigned)i + 1;
-    c->open_stamp = sb[SB_HDR + id];
+    c->open_stamp = en_total(c, id);
     c->cut_last = 0;
     c->batch_entry_b = 0;
     /* W holds the final clock of a dynamic end from the block's entry on (not REP's) */
@@ -2084,10 +2113,20 @@ static int py_deadline(unsigned vi)
 /* Execution callbacks                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-/* first execution of a block since the last fold: put it on the dirty list */
+/* first execution of a block since the last fold (or a gated silent-capable block): put it
+ * on the dirty list */
+static void member_entry(unsigned vi, struct cvcpu *c, uint32_t id, const struct blk *b);
+
 static void cb_first(unsigned int vi, void *ud)
 {
     struct cvcpu *c = &cv[vi];
+    const struct blk *b = blocks[(uint32_t)(uintptr_t)ud];
+    if (b->gate) {
+        /* a gated member: executions banked in this batch mean it is listed already */
+        int listed = *bank_w(c, b) != 0;
+        member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
+        if (listed) return;
+    }
     if (c->ndirty == MAX_DIRTY) {
         /* cannot happen: the fold request below empties the list first */
         return;
@@ -2120,32 +2159,31 @@ static void cb_xcheck(unsigned int vi, void *ud)
     else if (dyn_end(pb)) resolve(vi, c, prev, vaddr, 1);
 }
 
-/* block entry of a silent-capable block, conditional on its gate word == 0: its group is
- * not open and it is not the owner.  Replay the owner's silent outcomes, then open the
- * group (entry saturated) or take over as the owner. */
-static void cb_gate(unsigned int vi, void *ud)
+/* Entry of a silent-capable block whose counter is 0 (cb_first): the first execution in
+ * the batch, or the block is gated (its group is not open and it is not the owner).  Replay
+ * the owner's silent outcomes, then open the group (entry saturated) or take over as the
+ * owner (the previous owner is gated). */
+static void member_entry(unsigned vi, struct cvcpu *c, uint32_t id, const struct blk *b)
 {
-    struct cvcpu *c = &cv[vi];
-    uint32_t id = (uint32_t)(uintptr_t)ud;
-    const struct blk *b = blocks[id];
     entry_settle(vi, c);
-    c->gates++;
-    const struct grp *gr = groups[b->gid];
     struct gst *g = bgst(c, b, &b->res[vi]);
     if (g->open) {
-        *gate_w(c, b) = 1; /* a member that joined the group while it was open */
+        gate_open(c, id); /* (a member that joined the group while it was open) */
         return;
     }
     uint32_t o = g->owner;
-    if (o && o != id) catch_up(vi, c, o, 0);
+    if (o == id) return;
+    c->gates++;
+    const struct grp *gr = groups[b->gid];
+    if (o) catch_up(vi, c, o, 0);
     if (g->e == (gr->silent_t ? 4u : 1u)) {
         g->open = 1;
         set_owner(g, 0);
         group_gates(c, gr, 1, 0);
     } else {
-        if (o && o != id) *gate_w(c, blocks[o]) = 0;
+        if (o) gate_close(c, o);
         set_owner(g, id);
-        *gate_w(c, b) = 1;
+        gate_open(c, id);
     }
     silent_reserve(c, gr->silent_t, g);
 }
@@ -2174,11 +2212,10 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     uint32_t nk = o->nkext;
     int64_t U[18];
     memset(U, 0, sizeof(U));
-    uint64_t *sb = c->sbase;
     for (uint32_t i = 0; i < c->ndirty; i++) {
         uint32_t id = c->dirty[i];
         const struct blk *b = blocks[id];
-        int64_t n = (int64_t)sb[SB_HDR + id];
+        int64_t n = (int64_t)en_total(c, id);
         if (n) {
             for (uint32_t k = 0; k < b->nk; k++) {
                 uint32_t e = ext(b->hk[k], b->os);
@@ -2586,8 +2623,7 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
     void *ud = (void *)(uintptr_t)id;
     p4_plugin_u64 eW = {sb_cnt, SB_W * 8}, eCur = {sb_cnt, SB_CUR * 8},
                   eXp = {sb_cnt, SB_XPEND * 8}, eX = {sb_cnt, SB_X * 8},
-                  eN = {sb_cnt, (SB_HDR + id) * 8},
-                  eG = {sb_cnt, (SB_GATE0 + (b->gate ? b->gate - 1 : 0)) * 8};
+                  eN = {sb_cnt, (SB_HDR + id) * 8};
     /* in this order (TB entry operations run in registration order): */
     /* the previous block's outcome unless it is the silent one (or none is needed) */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE, eX,
@@ -2600,11 +2636,8 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
                                                   eXp, 0, ud);
     }
-    if (b->gate) {
-        qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_gate, P4_CB_NO_REGS, P4_COND_EQ, eG,
-                                                  0, ud);
-    }
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, eW, b->wadd);
+    /* the first execution in the batch (dirty list), or a gated silent-capable block */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_first, P4_CB_NO_REGS, P4_COND_EQ, eN, 0,
                                               ud);
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, eN, 1);
