@@ -1310,13 +1310,14 @@ static inline void set_owner(struct gst *g, uint32_t id)
     g->oback = id ? blocks[id]->back : 0;
 }
 
-static void trace_silent(const struct blk *b, unsigned x, int64_t k)
+/* the trace of k silent outcomes as counted: the first m mispredicted (a run of identical
+ * outcomes is mispredicted at its start only), then predicted ones */
+static void trace_silent(const struct blk *b, unsigned m, int64_t k)
 {
     int t = b->silent_t;
     uint64_t to = t ? b->btarget : b->bnext;
-    uint64_t e = x;
-    for (int64_t j = 0; j < k && j < 3; j++) trace_line(b, to, t, cond_step(&e, b->back, t), 1);
-    if (k > 3) trace_line(b, to, t, 1, (uint64_t)(k - 3));
+    if (m) trace_line(b, to, t, 0, m);
+    if (k > (int64_t)m) trace_line(b, to, t, 1, (uint64_t)k - m);
 }
 
 /* Replay the silent outcomes of member b (block `id`) not yet accounted (`pending`: its
@@ -1338,10 +1339,10 @@ catch_up_b(unsigned vi, struct cvcpu *c, uint32_t id, const struct blk *b, int p
     unsigned x = (unsigned)g->e;
     unsigned kk = k < 3 ? (unsigned)k : 3;
     unsigned rp = ct.replay[t][b->back][x][kk];
-    if (__builtin_expect(ct.trace, 0) && k) trace_silent(b, x, k);
     r->acc += k;
     g->e = RP_E(rp);
     unsigned m = RP_M(rp);
+    if (__builtin_expect(ct.trace, 0) && k) trace_silent(b, m, k);
     if (__builtin_expect(nb != 0, 1)) {
         r->n[t * 2 + 1] += m;
         r->n[t * 2] += (uint64_t)k - m;
@@ -1425,7 +1426,7 @@ resolve_cond_fast(unsigned vi, struct cvcpu *c, uint32_t pid, const struct blk *
     uint64_t *sb = c->sbase;
     uint64_t nb = sb[SB_HDR + pid];
     int64_t k = (int64_t)nb - r->acc - 1;
-    if (__builtin_expect(!g || g->open || g->owner != pid || !nb || k < 0 || ct.trace, 0)) {
+    if (__builtin_expect(!g || g->open || g->owner != pid || !nb || k < 0, 0)) {
         resolve_cond(vi, c, pid, pb, a_new);
         return;
     }
@@ -1437,6 +1438,10 @@ resolve_cond_fast(unsigned vi, struct cvcpu *c, uint32_t pid, const struct blk *
         return;
     }
     unsigned m = RP_M(u), pred = RP_LP(u), want = (u >> 6) & 3u;
+    if (__builtin_expect(ct.trace, 0)) {
+        if (k) trace_silent(pb, m, k);
+        trace_line(pb, a_new, taken, (int)pred, 1);
+    }
     r->n[t * 2 + 1] += m;
     r->n[t * 2] += (uint64_t)k - m;
     unsigned v = (unsigned)taken * 2 + !pred;
@@ -1664,6 +1669,42 @@ static void counting_cut(unsigned vi, uint32_t id, unsigned e)
     c->batch_entry_b = 0;
 }
 
+/* The next instruction is at `a`, an instruction of the block `id` that ran last other than
+ * its first, and not where that block's last instruction goes: QEMU left the block there
+ * without a discontinuity callback and went on at that instruction in a new block.  That
+ * happens when an instruction in the middle of a block accesses MMIO (e.g. the local APIC):
+ * QEMU stops, runs the instructions up to the access in a block built for that alone
+ * (CF_MEMI_ONLY, which plugins see no block callbacks of) and continues after it.  The
+ * block's execution is then cut there (the instructions before `a` retired, the rest did
+ * not: it runs again as the new block).  Returns 1 if so. */
+static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+{
+    const struct blk *b = blocks[id];
+    if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
+    const struct cinsn *last = &b->ins[b->n - 1];
+    switch (b->end) {
+    case BRK_COND:
+        if (a == b->btarget || a == b->bnext) return 0;
+        break;
+    case BRK_JMP:
+    case BRK_CALL:
+        if (a == last->target) return 0;
+        break;
+    case BRK_JMP_IND:
+    case BRK_CALL_IND:
+        return 0; /* may go anywhere, also into its own block: taken as its outcome */
+    case END_REP:
+        if (a == last->addr) return 0; /* the REP itself again (left for an interrupt) */
+        break;
+    default:
+        break;
+    }
+    int j = find_insn(b, a);
+    if (j < 1) return 0;
+    counting_cut(vi, id, (unsigned)j);
+    return 1;
+}
+
 /* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
  * `retires`: the instruction there completes (INT n, our emulated RDPMC).  A hardware
  * interrupt is taken between blocks: the block that ran last completed, and its pending end
@@ -1688,7 +1729,8 @@ static void counting_discon(unsigned vi, uint64_t from, int retires, int interru
     }
     /* not inside the current block: the block that ended before completed; its outcome,
      * if still pending (even a silent one: the next block has not started), goes to
-     * `from` */
+     * `from` -- unless QEMU left it in the middle (abandoned_at) */
+    if (b && sb[SB_X] != X_DONE && interrupt && abandoned_at(vi, id, from)) return;
     if (b && dyn_end(b) && sb[SB_X] != X_DONE) {
         sb[SB_X] = X_DONE;
         resolve(vi, c, id, from, 1);
@@ -2155,6 +2197,12 @@ static void cb_xcheck(unsigned int vi, void *ud)
     uint32_t prev = (uint32_t)sb[SB_CUR];
     if (!prev) return;
     const struct blk *pb = blocks[prev];
+    if (__builtin_expect(pb->end == BRK_COND && (vaddr == pb->btarget || vaddr == pb->bnext),
+                         1)) {
+        resolve_cond_fast(vi, c, prev, pb, vaddr);
+        return;
+    }
+    if (abandoned_at(vi, prev, vaddr)) return;
     if (pb->end == BRK_COND) resolve_cond_fast(vi, c, prev, pb, vaddr);
     else if (dyn_end(pb)) resolve(vi, c, prev, vaddr, 1);
 }
