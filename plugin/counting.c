@@ -72,17 +72,32 @@ struct cinsn {
     uint8_t fp[FPI_N];
 };
 
+/* cb_xcheck's one-entry cache, per block (as a successor) and vCPU: the silent-capable
+ * block it resolved last and what resolving it again needs, so that the usual explicit
+ * outcome (the same branch going the same non-silent way again) reads no block structure */
+struct xcache {
+    uint32_t prev;              /* 0: empty */
+    uint8_t t, back, pad[2];    /* the silent direction, the branch goes backward */
+    uint64_t btarget, bnext;
+    struct bres *r;
+    struct gst *g;
+};
+
 struct blk {
-    /* what an explicit resolution reads: one cache line */
+    /* first cache line: what cb_xcheck reads of this block (its user data) */
     uint64_t vaddr;
+    uint8_t os, end, back, silent_t;
+    /* silent branch outcomes (conditional ends): the gate/bank index + 1 (0: not
+     * silent-capable); back: the branch goes backward (static prediction); silent_t: the
+     * group's silent direction */
+    uint32_t gate;
+    struct xcache xc0;          /* vCPU 0 */
+    struct xcache *xcv;         /* vCPUs 1.. (allocated when first needed) */
+    /* what an explicit resolution of this block's own outcome reads */
     uint64_t btarget, bnext;    /* the last instruction's branch target and next address */
     struct bres *res;           /* per vCPU: outcomes since the last fold, predictor slot */
     uint32_t var[4];            /* dynamic final clock: [taken*2 + mispredicted] */
-    /* silent branch outcomes (conditional ends): the predictor entry's group, the gate word
-     * (index + 1; 0: not silent-capable), the branch goes backward (static prediction), the
-     * group's silent direction */
-    uint32_t gid, gate;
-    uint8_t os, end, back, silent_t;
+    uint32_t gid;               /* the predictor entry's group */
     /* the rest */
     uint32_t n;
     uint8_t mode, pad[3];
@@ -1414,42 +1429,48 @@ static void group_change(struct cvcpu *c, const struct blk *pb, struct gst *g, u
 static void resolve_cond(unsigned vi, struct cvcpu *c, uint32_t pid, const struct blk *pb,
                          uint64_t a_new);
 
+static __attribute__((noinline, cold)) void trace_fast(const struct blk *pb, uint64_t a_new,
+                                                       int64_t k, unsigned u, int taken)
+{
+    if (k) trace_silent(pb, RP_M(u), k);
+    trace_line(pb, a_new, taken, (int)RP_LP(u), 1);
+}
+
 /* The usual case of resolve_cond in a few instructions: the group is closed, this block is
  * its owner, the entry does not become saturated, on the dirty list, no trace.  The same
- * arithmetic as catch_up_b + cond_step + silent_reserve, from one table (ct.fast). */
+ * arithmetic as catch_up_b + cond_step + silent_reserve, from one table (ct.fast).  Reads
+ * the block's constants from the xcache entry (xc). */
 static inline __attribute__((always_inline)) void
-resolve_cond_fast(unsigned vi, struct cvcpu *c, uint32_t pid, const struct blk *pb,
+resolve_cond_fast(unsigned vi, struct cvcpu *c, uint32_t pid, const struct xcache *xc,
                   uint64_t a_new)
 {
-    struct bres *r = &pb->res[vi];
-    struct gst *g = r->g;
+    struct bres *r = xc->r;
+    struct gst *g = xc->g;
     uint64_t *sb = c->sbase;
     uint64_t nb = sb[SB_HDR + pid];
     int64_t k = (int64_t)nb - r->acc - 1;
-    if (__builtin_expect(!g || g->open || g->owner != pid || !nb || k < 0, 0)) {
-        resolve_cond(vi, c, pid, pb, a_new);
+    if (__builtin_expect(g->open || g->owner != pid || !nb || k < 0, 0)) {
+        resolve_cond(vi, c, pid, blocks[pid], a_new);
         return;
     }
-    int taken = a_new == pb->btarget || pb->btarget == pb->bnext;
-    int t = pb->silent_t;
-    unsigned u = ct.fast[t][pb->back][g->e][k < 3 ? k : 3][taken];
+    uint64_t taken = a_new == xc->btarget || xc->btarget == xc->bnext;
+    uint64_t t = xc->t;
+    /* (all 64-bit: a narrower spill and a wider reload of the table entry stalled here) */
+    uint64_t u = ct.fast[t][xc->back][g->e][k < 3 ? k : 3][taken];
     if (__builtin_expect(u >> 8, 0)) { /* saturated: the group opens */
-        resolve_cond(vi, c, pid, pb, a_new);
+        resolve_cond(vi, c, pid, blocks[pid], a_new);
         return;
     }
-    unsigned m = RP_M(u), pred = RP_LP(u), want = (u >> 6) & 3u;
-    if (__builtin_expect(ct.trace, 0)) {
-        if (k) trace_silent(pb, m, k);
-        trace_line(pb, a_new, taken, (int)pred, 1);
-    }
+    if (__builtin_expect(ct.trace, 0)) trace_fast(blocks[pid], a_new, k, (unsigned)u, (int)taken);
+    uint64_t m = (u >> 3) & 3u, mis = !((u >> 5) & 1u), want = (u >> 6) & 3u;
+    g->e = u & 7u;
     r->n[t * 2 + 1] += m;
     r->n[t * 2] += (uint64_t)k - m;
-    unsigned v = (unsigned)taken * 2 + !pred;
+    uint64_t v = taken * 2 + mis;
     r->n[v]++;
     r->acc = (int64_t)nb;
-    g->e = RP_E(u);
     int64_t d = (int64_t)want - (int64_t)g->resv;
-    sb[SB_W] += (uint64_t)(((int64_t)m + !pred + d) * (int64_t)ct.pen);
+    sb[SB_W] += (uint64_t)(((int64_t)(m + mis) + d) * (int64_t)ct.pen);
     c->w_resv += (uint64_t)d;
     g->resv = (uint8_t)want;
     c->res_b = pid;
@@ -2183,27 +2204,55 @@ static void cb_first(unsigned int vi, void *ud)
 /* block entry, conditional on SB_X != this block's address: the previous block's outcome
  * was not silent (or it was a call, return, indirect branch, REP, far transfer, or followed
  * by a discontinuity): resolve it with this block as its successor */
+static struct xcache *xcache_of(unsigned vi, struct blk *b)
+{
+    if (!vi) return &b->xc0;
+    struct xcache *v = __atomic_load_n(&b->xcv, __ATOMIC_ACQUIRE);
+    if (!v) {
+        struct xcache *n = calloc((size_t)n_vcpus_max, sizeof(*n));
+        if (!__atomic_compare_exchange_n(&b->xcv, &v, n, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            free(n); /* another vCPU was first: v holds its array */
+        } else {
+            v = n;
+        }
+    }
+    return &v[vi - 1];
+}
+
 static void cb_xcheck(unsigned int vi, void *ud)
 {
     struct cvcpu *c = &cv[vi];
     uint64_t *sb = c->sbase;
-    /* ud = this block's address * 2 + os (addresses are canonical: bit 63 = bit 62) */
-    uint64_t vaddr = (uint64_t)((int64_t)(uintptr_t)ud >> 1);
+    struct blk *b = ud; /* this block */
+    uint64_t vaddr = b->vaddr;
     uint64_t x = sb[SB_X];
     sb[SB_X] = X_DONE;
-    c->cpl_os = (int)((uintptr_t)ud & 1); /* every CPL change passes here (far transfers,
-                                           * interrupts, faults) */
+    c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
     if (x == X_DONE) return;
     uint32_t prev = (uint32_t)sb[SB_CUR];
     if (!prev) return;
+    const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
+    if (__builtin_expect(xc && xc->prev == prev, 1)) {
+        /* the silent-capable block resolved here last time, going the same way */
+        resolve_cond_fast(vi, c, prev, xc, vaddr);
+        return;
+    }
     const struct blk *pb = blocks[prev];
-    if (__builtin_expect(pb->end == BRK_COND && (vaddr == pb->btarget || vaddr == pb->bnext),
-                         1)) {
-        resolve_cond_fast(vi, c, prev, pb, vaddr);
+    if (pb->end == BRK_COND && (vaddr == pb->btarget || vaddr == pb->bnext)) {
+        if (pb->gate && vaddr != (pb->silent_t ? pb->btarget : pb->bnext)) {
+            struct xcache *w = xcache_of(vi, b);
+            struct bres *r = &pb->res[vi];
+            *w = (struct xcache){prev, pb->silent_t, pb->back, {0, 0}, pb->btarget, pb->bnext,
+                                 r, bgst(c, pb, r)};
+            resolve_cond_fast(vi, c, prev, w, vaddr);
+        } else {
+            resolve_cond(vi, c, prev, pb, vaddr);
+        }
         return;
     }
     if (abandoned_at(vi, prev, vaddr)) return;
-    if (pb->end == BRK_COND) resolve_cond_fast(vi, c, prev, pb, vaddr);
+    if (pb->end == BRK_COND) resolve_cond(vi, c, prev, pb, vaddr);
     else if (dyn_end(pb)) resolve(vi, c, prev, vaddr, 1);
 }
 
@@ -2675,8 +2724,7 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
     /* in this order (TB entry operations run in registration order): */
     /* the previous block's outcome unless it is the silent one (or none is needed) */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE, eX,
-                                              b->vaddr,
-                                              (void *)(uintptr_t)(b->vaddr << 1 | b->os));
+                                              b->vaddr, (void *)b);
     /* fires when this block might cross the deadline */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_sched, P4_CB_RW_REGS_PC, P4_COND_GE, eW,
                                               W_THRESH - maxclk(b), ud);
