@@ -1201,7 +1201,7 @@ static inline void gate_open(struct cvcpu *c, uint32_t id)
  * resolved one; res_seq is filled only when a fold needs it (res_fill). */
 static inline void res_set(struct cvcpu *c, uint32_t pid, const struct blk *b, unsigned v)
 {
-    (void)b;
+    (void)b; /* (res_fill looks it up) */
     c->res_b = pid;
     c->res_v = (int)v;
     c->res_n = RES_LAZY;
@@ -1289,7 +1289,7 @@ static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred,
  * gated member has a bank.
  *
  * W must not fall behind the clocks: an owner's silent outcomes can be mispredicted (at
- * most cond_mmax in a row from the entry's state); their penalty clocks are reserved in W
+ * most ct.mmax in a row from the entry's state); their penalty clocks are reserved in W
  * (gst.resv, cvcpu.w_resv, also re-added by arm()) until the replay knows them.
  */
 
