@@ -11,8 +11,10 @@
  *   list of blocks executed since the last fold (registered by a conditional callback that
  *   fires at the first execution of a block after each fold);
  * - dynamic block ends (conditional branches, calls, returns, indirect branches, REP string
- *   instructions), resolved by a conditional block-entry callback in the *next* block; the
- *   branch predictor of clockmodel.Predictor, in C;
+ *   instructions), resolved by a conditional block-entry callback in the *next* block
+ *   (cb_xcheck); a conditional branch's outcomes in one direction ("silent") cost no
+ *   callback and are replayed per predictor entry later (see "Silent branch outcomes");
+ *   the branch predictor of clockmodel.Predictor, in C;
  * - the deadline accumulator W (block clocks, inline ADD) that makes the same callback fire
  *   when an armed counter could have overflowed;
  * - folds: the activity since the last fold as a joint histogram over (kind, CPL) with
@@ -35,7 +37,23 @@
 #define MAX_KINDS (1u << 16)
 #define NEXT (2u * MAX_KINDS) /* ext kind = kind * 2 + os */
 #define SB_HDR 8u
-enum { SB_W = 0, SB_CUR = 1, SB_PEND = 2, SB_XPEND = 3 };
+/* scoreboard words: W (deadline clocks), CUR (the block running or run last), PEND (unused),
+ * XPEND (threads=2 requests), X (the address the last block's "silent" outcome continues
+ * at, see "Silent branch outcomes" below) */
+enum { SB_W = 0, SB_CUR = 1, SB_PEND = 2, SB_XPEND = 3, SB_X = 4 };
+/* per-block execution counters at SB_HDR + id; the "banked" executions of silent-capable
+ * conditional blocks at SB_BANK0 + gate index (see "Silent branch outcomes") */
+#define MAX_GATES (1u << 18)
+#define SB_BANK0 (SB_HDR + MAX_BLOCKS)
+#define SB_WORDS (SB_BANK0 + MAX_GATES)
+/* X values that are no block's address (not canonical): the last block's outcome has been
+ * accounted (X_DONE), or it must be resolved at the next block entry whatever that is
+ * (X_FORCE: calls, returns, indirect branches, REP, far transfers) */
+#define X_DONE 0x8000000000000001ull
+#define X_FORCE 0x8000000000000002ull
+#define MAX_GROUPS MAX_BLOCKS
+#define GCHUNK 4096u
+#define GMAX 32 /* silent-capable blocks per conditional predictor entry */
 #define W_THRESH (1ull << 62)
 #define W_PEND (1ull << 62)
 #define W_IDLE 0ull /* W value when no deadline is armed: 2^62 clocks away */
@@ -54,10 +72,35 @@ struct cinsn {
     uint8_t fp[FPI_N];
 };
 
+/* cb_xcheck's one-entry cache, per block (as a successor) and vCPU: the silent-capable
+ * block it resolved last and what resolving it again needs, so that the usual explicit
+ * outcome (the same branch going the same non-silent way again) reads no block structure */
+struct xcache {
+    uint32_t prev;              /* 0: empty */
+    uint8_t t, back, pad[2];    /* the silent direction, the branch goes backward */
+    uint64_t btarget, bnext;
+    struct bres *r;
+    struct gst *g;
+};
+
 struct blk {
+    /* first cache line: what cb_xcheck reads of this block (its user data) */
     uint64_t vaddr;
+    uint8_t os, end, back, silent_t;
+    /* silent branch outcomes (conditional ends): the gate/bank index + 1 (0: not
+     * silent-capable); back: the branch goes backward (static prediction); silent_t: the
+     * group's silent direction */
+    uint32_t gate;
+    struct xcache xc0;          /* vCPU 0 */
+    struct xcache *xcv;         /* vCPUs 1.. (allocated when first needed) */
+    /* what an explicit resolution of this block's own outcome reads */
+    uint64_t btarget, bnext;    /* the last instruction's branch target and next address */
+    struct bres *res;           /* per vCPU: outcomes since the last fold, predictor slot */
+    uint32_t var[4];            /* dynamic final clock: [taken*2 + mispredicted] */
+    uint32_t gid;               /* the predictor entry's group */
+    /* the rest */
     uint32_t n;
-    uint8_t os, end, mode, pad;
+    uint8_t mode, pad[3];
     struct cinsn *ins;
     /* full static portion [0, n) incl. bubble, excluding the final clock of a dynamic end */
     uint32_t nk, np;
@@ -66,17 +109,41 @@ struct blk {
     uint32_t first_k, last_k;   /* bubble kind; last static clock kind */
     uint32_t nclocks;           /* static clocks (W increment) */
     uint32_t maxclk;            /* most clocks one execution can add (maxclk()) */
-    uint32_t var[4];            /* dynamic final clock: [taken*2 + mispredicted] */
     uint32_t final_k;           /* the final clock before the outcome (dynamic ends) */
-    struct bres *res;           /* per vCPU: outcomes since the last fold, predictor slot */
+    uint32_t wadd;              /* W increment per execution (static clocks + final clock) */
+    uint64_t xval;              /* SB_X stored at entry: where the silent outcome goes */
 };
 
 /* per block and vCPU: resolved outcomes of the current batch (expanded at the fold) and the
- * block's branch's predictor entry (index + 1 into the vCPU's entry arena, 0 = not looked up) */
+ * block's branch's predictor entry (index + 1 into the vCPU's entry arena, 0 = not looked up);
+ * conditional ends: `acc` = executions of the current batch whose outcome is accounted
+ * (resolved, replayed as silent, or cut), minus an execution carried over pending */
 struct bres {
     uint64_t n[4];
+    int64_t acc;
+    struct gst *g;  /* this vCPU's state of the block's group (looked up once) */
     uint32_t pidx;
     uint32_t pad;
+} __attribute__((aligned(64)));
+
+/* A conditional predictor entry (address, or address mod cond_entries) and the blocks that
+ * end in a branch using it ("members", the silent-capable ones), global; per vCPU its state
+ * (struct gst).  silent_t: the direction whose outcomes run without a callback. */
+struct grp {
+    uint64_t key;
+    uint8_t silent_t;
+    volatile uint32_t nmem;
+    uint32_t mem[GMAX];
+};
+
+/* per vCPU and group: the predictor entry (0 invalid, else the 2-bit counter + 1), whether
+ * the group is open (entry saturated in the silent direction: every member runs silently),
+ * else the owner (the one member that may run silently), and the reserved penalty clocks
+ * (the silent mispredictions the owner may still have, in W) */
+struct gst {
+    uint64_t e;
+    uint32_t owner;
+    uint8_t open, resv, oback; /* oback: the owner's branch goes backward */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -99,11 +166,15 @@ static volatile uint32_t n_kinds;
 static uint32_t khash[2 * MAX_KINDS]; /* kind id + 1, 0 empty */
 static uint32_t k_bubble, k_empty;    /* bubble clock kind, empty stall clock kind */
 static uint32_t k_penalty[64];        /* penalty clocks (bogus retirement then empty) */
+static uint32_t k_pen_last;           /* the last of them */
 static unsigned n_penalty;
 static uint32_t k_rep_full;           /* REP: a clock retiring 3 uops and nothing else */
 
 static struct blk *blocks[MAX_BLOCKS];
 static volatile uint32_t n_blocks = 1; /* id 0 = none */
+static struct grp *groups[MAX_GROUPS];
+static uint32_t n_groups = 1;          /* id 0 = none */
+static uint32_t n_gates;
 static int blocks_full_warned;
 
 /* Capstone: id -> table row (by name), per SSE-ness */
@@ -152,11 +223,20 @@ static uint64_t *umap_get(struct umap *m, uint64_t k, int create)
 }
 
 struct cvcpu {
+    /* what an explicit resolution touches first: one cache line */
+    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
+    uint64_t w_resv;       /* penalties reserved in W for silent outcomes (silent_reserve) */
+    uint64_t resolutions, silent;
+    uint32_t res_b;        /* the block resolved last ... */
+    uint32_t res_last;     /* ... ext kind +1 of the last clock of that execution */
+    int res_n;             /* res_seq's length, -1: too many to list (long REP), RES_LAZY */
+    int res_v;             /* res_n == RES_LAZY: the variant of res_b's last outcome */
+    volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
     int init;
     /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
      * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
-     * the 2-bit counter; indirect: the target) */
-    struct umap cond, btb;
+     * the 2-bit counter; indirect: the target); conditional entries: per group (gch) */
+    struct umap btb;
     uint64_t *pchunk[4096];
     uint32_t pn;
     uint64_t rsb[P4P_RSB_DEPTH];
@@ -182,10 +262,7 @@ struct cvcpu {
     uint32_t next_first;   /* ext kind of the first clock of the current batch (+1; 0 none) */
     int next_first_bubble;
     uint32_t cut_last;     /* ext kind +1 of the last clock of an execution cut by an exception */
-    uint32_t res_last;     /* ext kind +1 of the last clock of the execution resolved last */
-    uint32_t res_b;        /* ... and its block */
     uint32_t res_seq[64];  /* the clocks the last resolution added (ext kinds), in order */
-    int res_n;             /* their number, -1: too many to list (long REP) */
     uint32_t batch_entry_b;/* the current batch started at the entry of this block (0: no) */
     uint32_t *seq;         /* output: a one-execution batch in clock order */
     uint32_t seq_cap;
@@ -201,7 +278,6 @@ struct cvcpu {
     int o_bad;             /* bookkeeping repaired (should not happen) */
     /* state seen by the sibling */
     volatile int halted;
-    volatile int cpl_os;
     /* PMI requests for this vCPU raised by the sibling (threads=2) */
     volatile int pmi_pending;
     /* deadline scheduling: W was armed at w_base (W >= W_THRESH fires); py_left = clocks
@@ -226,9 +302,14 @@ struct cvcpu {
      * covers single-threaded TCG, where no idle callback runs while another vCPU runs */
     volatile int hlt_halted;
     pthread_t thread;      /* the host thread running this vCPU */
-    uint64_t folds, deadlines, fast_deadlines, resolutions;
-    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
-};
+    uint64_t folds, deadlines, fast_deadlines;
+    /* silent branch outcomes: per-group state, the block whose outcome was pending at the
+     * last fold (carried into this batch) */
+    struct gst *gch[MAX_GROUPS / GCHUNK];
+    uint32_t carry_b;
+    uint64_t gates, silent_bad;
+} __attribute__((aligned(64)));
+#define RES_LAZY (-2)
 
 static struct cvcpu *cv;
 
@@ -808,29 +889,75 @@ static uint32_t pent_of(struct cvcpu *c, struct umap *m, uint64_t key)
     return (uint32_t)*v;
 }
 
-/* e: the entry (0 = invalid, else counter + 1) */
-static int pred_cond_e(uint64_t *e, uint64_t addr, uint64_t target, int taken)
+/* Conditional entries (clockmodel.Predictor.cond, docs/guest-events.md I5), as tables over
+ * e = 0 (invalid) or counter + 1: the next entry after an outcome, and whether the entry
+ * predicts taken (invalid: the static prediction, backward taken).  Together with what the
+ * resolution path reads besides, in two cache lines (ct). */
+static struct {
+    /* k identical outcomes `taken` from entry x, for k = 0, 1, 2, >= 3 (three saturate the
+     * counter from any state; later ones are predicted and change nothing): the entry after
+     * (bits 0-2), the mispredictions among them (3-4), whether the last one was predicted
+     * (5).  [taken][back][x][min(k, 3)], filled at set-up by cond_step itself. */
+    uint8_t replay[2][2][5][4];
+    uint8_t next[2][5];         /* [taken][e] */
+    uint8_t pt[2][5];           /* [back][e]: predicts taken */
+    uint8_t mmax[2][2][5];      /* the most mispredictions a run of identical outcomes
+                                 * `taken` can still have from x: [taken][back][x] */
+    uint8_t pen;                /* n_penalty */
+    uint8_t trace;              /* br_trace != NULL */
+    uint32_t pen_last;          /* k_pen_last */
+    /* the usual explicit outcome in one look-up: min(k, 3) silent outcomes of the owner
+     * then one outcome `taken`, from entry x: the entry after (bits 0-2), the silent
+     * mispredictions (3-4), the last one predicted (5), the penalties to reserve for the
+     * owner's next silent outcomes (6-7), the entry saturated in the silent direction (8).
+     * [silent][back][x][min(k, 3)][taken] */
+    uint16_t fast[2][2][5][4][2];
+} __attribute__((aligned(64))) ct = {
+    .next = {{2, 1, 1, 2, 3}, {3, 2, 3, 4, 4}},
+    .pt = {{0, 0, 0, 1, 1}, {1, 0, 0, 1, 1}},
+};
+
+/* one outcome: returns 1 if it was predicted */
+static inline int cond_step(uint64_t *e, int back, int taken)
 {
-    if (!*e) {
-        int pred = target < addr;
-        *e = (taken ? 2 : 1) + 1;
-        return pred == taken;
-    }
-    uint64_t ctr = *e - 1;
-    int pred = ctr >= 2;
-    if (taken) {
-        if (ctr < 3) ctr++;
-    } else if (ctr > 0) {
-        ctr--;
-    }
-    *e = ctr + 1;
-    return pred == taken;
+    unsigned x = (unsigned)*e; /* always < 5: only these tables write entries */
+    int pred = ct.pt[back][x] == taken;
+    *e = ct.next[taken][x];
+    return pred;
 }
 
-static int pred_cond(struct cvcpu *c, uint64_t addr, uint64_t target, int taken)
+#define RP_E(r) ((r) & 7u)
+#define RP_M(r) (((r) >> 3) & 3u)
+#define RP_LP(r) (((r) >> 5) & 1u)
+
+static void cond_tables(void)
 {
-    uint64_t i = P4P_COND_ENTRIES ? addr % (P4P_COND_ENTRIES ? P4P_COND_ENTRIES : 1) : addr;
-    return pred_cond_e(pent(c, pent_of(c, &c->cond, i)), addr, target, taken);
+    for (int t = 0; t < 2; t++)
+        for (int back = 0; back < 2; back++)
+            for (unsigned x = 0; x < 5; x++) {
+                uint64_t e = x;
+                unsigned m = 0;
+                ct.replay[t][back][x][0] = (uint8_t)(x | 1u << 5);
+                for (int k = 1; k <= 3; k++) {
+                    unsigned p = (unsigned)cond_step(&e, back, t);
+                    m += !p;
+                    ct.replay[t][back][x][k] = (uint8_t)(e | m << 3 | p << 5);
+                }
+                ct.mmax[t][back][x] = (uint8_t)m;
+            }
+    for (int t = 0; t < 2; t++)
+        for (int back = 0; back < 2; back++)
+            for (unsigned x = 0; x < 5; x++)
+                for (unsigned kk = 0; kk < 4; kk++)
+                    for (int tk = 0; tk < 2; tk++) {
+                        unsigned rp = ct.replay[t][back][x][kk];
+                        uint64_t e = RP_E(rp);
+                        unsigned p = (unsigned)cond_step(&e, back, tk);
+                        unsigned want = ct.mmax[t][back][e];
+                        unsigned sat = e == (t ? 4u : 1u);
+                        ct.fast[t][back][x][kk][tk] =
+                            (uint16_t)(e | RP_M(rp) << 3 | p << 5 | want << 6 | sat << 8);
+                    }
 }
 
 static void pred_call(struct cvcpu *c, uint64_t ret)
@@ -892,9 +1019,40 @@ static void final_fields(const struct blk *b, struct clk *out)
     free(c);
 }
 
+/* A conditional-end block joins the group of its predictor entry (created with the static
+ * prediction's direction as its silent direction); it becomes silent-capable (a gate word,
+ * SB_X = the silent direction's address) unless the group is full, gates ran out, or the
+ * branch goes to the next instruction either way.  Called with cnt_lock held, before the
+ * block is published. */
+static struct umap gmap; /* predictor key -> group id */
+
+static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
+{
+    const struct cinsn *last = &b->ins[b->n - 1];
+    uint64_t key = P4P_COND_ENTRIES ? last->addr % (P4P_COND_ENTRIES ? P4P_COND_ENTRIES : 1)
+                                    : last->addr;
+    uint64_t *gv = umap_get(&gmap, key, 1);
+    if (!*gv) {
+        /* cannot run out: every group is created by a new block (MAX_GROUPS = MAX_BLOCKS) */
+        struct grp *g = calloc(1, sizeof(*g));
+        g->key = key;
+        g->silent_t = b->back;
+        groups[n_groups] = g;
+        *gv = n_groups++;
+    }
+    b->gid = (uint32_t)*gv;
+    struct grp *g = groups[b->gid];
+    b->silent_t = g->silent_t;
+    if (last->target == nxt || g->nmem >= GMAX || n_gates >= MAX_GATES) return;
+    b->gate = ++n_gates;
+    b->xval = g->silent_t ? last->target : nxt;
+    (void)id; /* listed in the group once published (block_new) */
+}
+
 static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os, int mode)
 {
-    struct blk *b = calloc(1, sizeof(*b));
+    struct blk *b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
+    memset(b, 0, sizeof(*b));
     b->vaddr = vaddr;
     b->n = n;
     b->ins = ins;
@@ -926,7 +1084,9 @@ static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os,
     }
     free(s);
     if (dyn_end(b) && b->end != END_REP) {
-        b->res = calloc((size_t)n_vcpus_max, sizeof(struct bres));
+        size_t rsz = (size_t)n_vcpus_max * sizeof(struct bres);
+        b->res = aligned_alloc(64, rsz);
+        memset(b->res, 0, rsz);
         struct clk f;
         final_fields(b, &f);
         f.f[KF_BR] = b->end;
@@ -941,6 +1101,17 @@ static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os,
         }
     }
     b->maxclk = (uint32_t)maxclk_calc(b);
+    /* W per execution: the static clocks and the final clock (a misprediction's penalty is
+     * added when it is known, or reserved: silent_reserve); REP: added at its resolution */
+    b->wadd = b->nclocks + (dyn_end(b) && b->end != END_REP ? 1 : 0);
+    const struct cinsn *last = &ins[n - 1];
+    uint64_t nxt = last->addr + last->len;
+    /* SB_X at entry: where the next block starts when no resolution is needed (static ends)
+     * or when the outcome is silent; X_FORCE: the next block entry resolves it */
+    b->xval = b->end == BRK_NONE ? nxt : b->end == BRK_JMP ? last->target : X_FORCE;
+    b->back = last->target < last->addr;
+    b->btarget = last->target;
+    b->bnext = nxt;
     pthread_mutex_lock(&cnt_lock);
     uint32_t id = n_blocks;
     if (id >= MAX_BLOCKS) {
@@ -952,7 +1123,13 @@ static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os,
         free(b->hk); free(b->pa); free(ins); free(b);
         return 0;
     }
+    if (b->end == BRK_COND) group_join_locked(b, id, nxt);
     blocks[id] = b;
+    if (b->gate) {
+        struct grp *g = groups[b->gid];
+        g->mem[g->nmem] = id;
+        __atomic_store_n(&g->nmem, g->nmem + 1, __ATOMIC_RELEASE);
+    }
     __atomic_store_n(&n_blocks, id + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&cnt_lock);
     return id;
@@ -1022,30 +1199,364 @@ static void rep_resolve(unsigned vi, struct cvcpu *c, const struct blk *pb, uint
     sbv(vi)[SB_W] += nfull + 1;
 }
 
+/* a silent-capable block's bank word */
+static inline uint64_t *bank_w(struct cvcpu *c, const struct blk *b)
+{
+    return &c->sbase[SB_BANK0 + b->gate - 1];
+}
+
+/* the executions of block id in the current batch */
+static inline uint64_t en_total(const struct cvcpu *c, uint32_t id)
+{
+    const struct blk *b = blocks[id];
+    return c->sbase[SB_HDR + id] + (b->gate ? c->sbase[SB_BANK0 + b->gate - 1] : 0);
+}
+
+/* gate (its next entry fires cb_first) / ungate a member */
+static inline void gate_close(struct cvcpu *c, uint32_t id)
+{
+    uint64_t *sb = c->sbase;
+    *bank_w(c, blocks[id]) += sb[SB_HDR + id];
+    sb[SB_HDR + id] = 0;
+}
+
+static inline void gate_open(struct cvcpu *c, uint32_t id)
+{
+    uint64_t *sb = c->sbase, *bk = bank_w(c, blocks[id]);
+    sb[SB_HDR + id] += *bk;
+    *bk = 0;
+}
+
+/* The outcome variant v (taken * 2 + mispredicted) of an execution of b as the last
+ * resolved one; res_seq is filled only when a fold needs it (res_fill). */
+static inline void res_set(struct cvcpu *c, uint32_t pid, const struct blk *b, unsigned v)
+{
+    (void)b; /* (res_fill looks it up) */
+    c->res_b = pid;
+    c->res_v = (int)v;
+    c->res_n = RES_LAZY;
+}
+
+/* res_seq and res_last of a lazily recorded resolution */
+static void res_fill(struct cvcpu *c)
+{
+    if (c->res_n != RES_LAZY) return;
+    const struct blk *b = blocks[c->res_b];
+    unsigned v = (unsigned)c->res_v;
+    c->res_n = 0;
+    c->res_seq[c->res_n++] = ext(b->var[v], b->os);
+    if (v & 1) {
+        for (unsigned p = 0; p < n_penalty && c->res_n < 64; p++)
+            c->res_seq[c->res_n++] = ext(k_penalty[p], b->os);
+    }
+    uint32_t e = ext(b->var[v], b->os);
+    if ((v & 1) && n_penalty) e = ext(k_penalty[n_penalty - 1], b->os);
+    c->res_last = e + 1;
+}
+
+/* n outcomes of variant v of block b straight into the batch's accumulators (final clock,
+ * its pair with the block's last static clock, penalty clocks, the execution end) */
+static void expand_outcomes(struct cvcpu *c, const struct blk *b, unsigned v, int64_t n)
+{
+    uint32_t e = ext(b->var[v], b->os);
+    acc_add(c, e, n);
+    ph_add(&c->pairs, ext(b->last_k, b->os), e, n);
+    if (v & 1) {
+        for (unsigned p = 0; p < n_penalty; p++) {
+            uint32_t pe = ext(k_penalty[p], b->os);
+            acc_add(c, pe, n);
+            ph_add(&c->pairs, e, pe, n);
+            e = pe;
+        }
+    }
+    acc_last_add(c, e, n);
+}
+
+/* n outcomes of variant v of block `id`: counted per block while it is on the dirty list
+ * (expanded at the fold), else (an execution carried over from the previous batch)
+ * directly into the accumulators */
+static inline void record(struct cvcpu *c, uint32_t id, const struct blk *b, struct bres *r,
+                          unsigned v, int64_t n)
+{
+    if (en_total(c, id)) r->n[v] += (uint64_t)n;
+    else expand_outcomes(c, b, v, n);
+}
+
+static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred, uint64_t n)
+{
+    const struct cinsn *last = &b->ins[b->n - 1];
+    fprintf(br_trace, "%u %#llx %#llx %#llx %#llx %d %d %#llx %llu\n", b->end,
+            (unsigned long long)last->addr, (unsigned long long)last->target,
+            (unsigned long long)(last->addr + last->len), (unsigned long long)a_new, taken,
+            pred, (unsigned long long)b->vaddr, (unsigned long long)n);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Silent branch outcomes (docs/guest-events.md, "Silent branch outcomes")                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/*
+ * A conditional-end block B that is silent-capable stores at its entry SB_X = the address
+ * its branch reaches in the group's silent direction; every block S checks at its entry
+ * "SB_X != S.vaddr" (cb_xcheck) before anything else.  So an outcome in the silent direction
+ * costs no callback; any other outcome, and every call, return, indirect branch and REP end
+ * (SB_X = X_FORCE), is resolved by the next block's cb_xcheck as before.  The silent outcomes
+ * of B are k = (B's executions in the batch) - (those accounted: resolved, replayed, cut)
+ * - (the last one, if still pending), all in the same direction.
+ *
+ * Conditional predictor entries are independent (I5), so only the order of one entry's
+ * outcomes matters.  The silent outcomes of an entry are replayed before anything else
+ * touches it (an explicit outcome, a fold, a deadline check).  When several blocks end in
+ * branches using the same entry, their silent outcomes interleave in an unknown order; that
+ * is harmless only while the entry is saturated in the silent direction (all predicted, no
+ * change).  Hence gates: every member may run silently while the entry is saturated in the
+ * silent direction ("open" group), else only one member, the owner.  A member is gated by
+ * zeroing its execution counter (its count moves to its bank word, SB_BANK0 + gate - 1):
+ * its next entry then fires cb_first (the dirty-list callback, "counter == 0"), which makes
+ * it the owner after the previous owner's silent outcomes were replayed (and banks that
+ * one).  No extra operation per block.  Silent outcomes are therefore replayed exactly, in
+ * order, per entry.  A block's executions in the batch = counter + bank (en_total); only a
+ * gated member has a bank.
+ *
+ * W must not fall behind the clocks: an owner's silent outcomes can be mispredicted (at
+ * most ct.mmax in a row from the entry's state); their penalty clocks are reserved in W
+ * (gst.resv, cvcpu.w_resv, also re-added by arm()) until the replay knows them.
+ */
+
+static inline struct gst *gst_of(struct cvcpu *c, uint32_t gid)
+{
+    struct gst **ch = &c->gch[gid / GCHUNK];
+    if (__builtin_expect(!*ch, 0)) *ch = calloc(GCHUNK, sizeof(struct gst));
+    return &(*ch)[gid % GCHUNK];
+}
+
+/* this vCPU's state of b's group (the pointer is kept in b's per-vCPU record) */
+static inline struct gst *bgst(struct cvcpu *c, const struct blk *b, struct bres *r)
+{
+    if (__builtin_expect(!r->g, 0)) r->g = gst_of(c, b->gid);
+    return r->g;
+}
+
+/* reserve in W the penalties the owner's coming silent outcomes may have (branch-free:
+ * this runs at every explicit outcome) */
+static inline void silent_reserve(struct cvcpu *c, int silent_t, struct gst *g)
+{
+    unsigned want = ct.mmax[silent_t][g->oback][g->e];
+    want = g->owner && !g->open ? want : 0;
+    int64_t d = (int64_t)want - (int64_t)g->resv;
+    c->sbase[SB_W] += (uint64_t)(d * (int64_t)ct.pen);
+    c->w_resv += (uint64_t)d;
+    g->resv = (uint8_t)want;
+}
+
+static inline void set_owner(struct gst *g, uint32_t id)
+{
+    g->owner = id;
+    g->oback = id ? blocks[id]->back : 0;
+}
+
+/* the trace of k silent outcomes as counted: the first m mispredicted (a run of identical
+ * outcomes is mispredicted at its start only), then predicted ones */
+static void trace_silent(const struct blk *b, unsigned m, int64_t k)
+{
+    int t = b->silent_t;
+    uint64_t to = t ? b->btarget : b->bnext;
+    if (m) trace_line(b, to, t, 0, m);
+    if (k > (int64_t)m) trace_line(b, to, t, 1, (uint64_t)k - m);
+}
+
+/* Replay the silent outcomes of member b (block `id`) not yet accounted (`pending`: its
+ * last execution has no outcome yet).  Returns the variant of the last one replayed, or -1.
+ * Branch-free in the usual case (k is as often 0 as not). */
+static inline __attribute__((always_inline)) int
+catch_up_b(unsigned vi, struct cvcpu *c, uint32_t id, const struct blk *b, int pending)
+{
+    struct bres *r = &b->res[vi];
+    uint64_t *sb = c->sbase;
+    uint64_t nb = sb[SB_HDR + id] + sb[SB_BANK0 + b->gate - 1];
+    int64_t k = (int64_t)nb - r->acc - pending;
+    if (__builtin_expect(k < 0, 0)) {
+        c->silent_bad++;
+        return -1;
+    }
+    struct gst *g = bgst(c, b, r);
+    int t = b->silent_t;
+    unsigned x = (unsigned)g->e;
+    unsigned kk = k < 3 ? (unsigned)k : 3;
+    unsigned rp = ct.replay[t][b->back][x][kk];
+    r->acc += k;
+    g->e = RP_E(rp);
+    unsigned m = RP_M(rp);
+    if (__builtin_expect(ct.trace, 0) && k) trace_silent(b, m, k);
+    if (__builtin_expect(nb != 0, 1)) {
+        r->n[t * 2 + 1] += m;
+        r->n[t * 2] += (uint64_t)k - m;
+    } else {
+        if (m) expand_outcomes(c, b, (unsigned)t * 2 + 1, m);
+        if (k > (int64_t)m) expand_outcomes(c, b, (unsigned)t * 2, k - m);
+    }
+    sb[SB_W] += (uint64_t)m * ct.pen;
+    c->silent += (uint64_t)k;
+    silent_reserve(c, t, g);
+    return k ? t * 2 + !RP_LP(rp) : -1;
+}
+
+static int catch_up(unsigned vi, struct cvcpu *c, uint32_t id, int pending)
+{
+    return catch_up_b(vi, c, id, blocks[id], pending);
+}
+
+/* open: every member's gate; close: every member's but `keep`'s (their silent outcomes
+ * must have been replayed: they happened while the entry was saturated) */
+static void group_gates(struct cvcpu *c, const struct grp *gr, int open, uint32_t keep)
+{
+    uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < nm; i++) {
+        uint32_t m = gr->mem[i];
+        if (open || m == keep) gate_open(c, m);
+        else gate_close(c, m);
+    }
+}
+
+/* an open group: every member's silent outcomes (before an explicit outcome of block
+ * `cur`, whose last execution is the one being resolved) */
+static void catch_up_open(unsigned vi, struct cvcpu *c, const struct grp *gr, uint32_t cur)
+{
+    uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < nm; i++) {
+        uint32_t m = gr->mem[i];
+        catch_up(vi, c, m, m == cur);
+    }
+}
+
+/* the entry changed by an explicit outcome of block `cur` and is not saturated in the
+ * silent direction any more, or is now: reorganise the gates (rare) */
+static void group_change(struct cvcpu *c, const struct blk *pb, struct gst *g, uint32_t cur,
+                         int sat)
+{
+    const struct grp *gr = groups[pb->gid];
+    if (sat) {
+        g->open = 1;
+        set_owner(g, 0);
+        group_gates(c, gr, 1, 0);
+        return;
+    }
+    uint32_t own = pb->gate ? cur : g->owner;
+    if (g->open) {
+        g->open = 0;
+        set_owner(g, own);
+        group_gates(c, gr, 0, own);
+    } else {
+        if (g->owner) gate_close(c, g->owner);
+        if (own) gate_open(c, own);
+        set_owner(g, own);
+    }
+}
+
+/* explicit outcome of a conditional-end block's last execution: the next instruction is at
+ * a_new.  The silent outcomes of its entry come first (the open group's members, or the
+ * owner), then this one; then the group opens or closes if the entry's saturation changed. */
+static void resolve_cond(unsigned vi, struct cvcpu *c, uint32_t pid, const struct blk *pb,
+                         uint64_t a_new);
+
+static __attribute__((noinline, cold)) void trace_fast(const struct blk *pb, uint64_t a_new,
+                                                       int64_t k, unsigned u, int taken)
+{
+    if (k) trace_silent(pb, RP_M(u), k);
+    trace_line(pb, a_new, taken, (int)RP_LP(u), 1);
+}
+
+/* The usual case of resolve_cond in a few instructions: the group is closed, this block is
+ * its owner, the entry does not become saturated, on the dirty list, no trace.  The same
+ * arithmetic as catch_up_b + cond_step + silent_reserve, from one table (ct.fast).  Reads
+ * the block's constants from the xcache entry (xc). */
+static inline __attribute__((always_inline)) void
+resolve_cond_fast(unsigned vi, struct cvcpu *c, uint32_t pid, const struct xcache *xc,
+                  uint64_t a_new)
+{
+    struct bres *r = xc->r;
+    struct gst *g = xc->g;
+    uint64_t *sb = c->sbase;
+    uint64_t nb = sb[SB_HDR + pid];
+    int64_t k = (int64_t)nb - r->acc - 1;
+    if (__builtin_expect(g->open || g->owner != pid || !nb || k < 0, 0)) {
+        resolve_cond(vi, c, pid, blocks[pid], a_new);
+        return;
+    }
+    uint64_t taken = a_new == xc->btarget || xc->btarget == xc->bnext;
+    uint64_t t = xc->t;
+    /* (all 64-bit: a narrower spill and a wider reload of the table entry stalled here) */
+    uint64_t u = ct.fast[t][xc->back][g->e][k < 3 ? k : 3][taken];
+    if (__builtin_expect(u >> 8, 0)) { /* saturated: the group opens */
+        resolve_cond(vi, c, pid, blocks[pid], a_new);
+        return;
+    }
+    if (__builtin_expect(ct.trace, 0)) trace_fast(blocks[pid], a_new, k, (unsigned)u, (int)taken);
+    uint64_t m = (u >> 3) & 3u, mis = !((u >> 5) & 1u), want = (u >> 6) & 3u;
+    g->e = u & 7u;
+    r->n[t * 2 + 1] += m;
+    r->n[t * 2] += (uint64_t)k - m;
+    uint64_t v = taken * 2 + mis;
+    r->n[v]++;
+    r->acc = (int64_t)nb;
+    int64_t d = (int64_t)want - (int64_t)g->resv;
+    sb[SB_W] += (uint64_t)(((int64_t)(m + mis) + d) * (int64_t)ct.pen);
+    c->w_resv += (uint64_t)d;
+    g->resv = (uint8_t)want;
+    c->res_b = pid;
+    c->res_v = (int)v;
+    c->res_n = RES_LAZY;
+    c->resolutions++;
+    c->silent += (uint64_t)k;
+}
+
+static void resolve_cond(unsigned vi, struct cvcpu *c, uint32_t pid, const struct blk *pb,
+                         uint64_t a_new)
+{
+    int taken = a_new == pb->btarget || pb->btarget == pb->bnext;
+    c->resolutions++;
+    struct bres *r = &pb->res[vi];
+    struct gst *g = bgst(c, pb, r);
+    if (__builtin_expect(g->open, 0)) {
+        catch_up_open(vi, c, groups[pb->gid], pid);
+    } else {
+        if (__builtin_expect(g->owner != pid && g->owner, 0)) catch_up(vi, c, g->owner, 0);
+        if (pb->gate) catch_up_b(vi, c, pid, pb, 1);
+    }
+    int pred = cond_step(&g->e, pb->back, taken);
+    unsigned v = (unsigned)(taken * 2 + !pred);
+    if (__builtin_expect(ct.trace, 0)) trace_line(pb, a_new, taken, pred, 1);
+    r->acc++;
+    uint64_t *sb = c->sbase;
+    if (__builtin_expect(en_total(c, pid) != 0, 1)) r->n[v]++;
+    else expand_outcomes(c, pb, v, 1);
+    sb[SB_W] += (uint64_t)!pred * ct.pen;
+    res_set(c, pid, pb, v);
+    int sat = g->e == (pb->silent_t ? 4u : 1u);
+    if (__builtin_expect(sat != g->open || (!sat && pb->gate && g->owner != pid), 0)) {
+        group_change(c, pb, g, pid, sat);
+    }
+    silent_reserve(c, pb->silent_t, g);
+}
+
 static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, int regs_ok)
 {
     const struct blk *pb = blocks[pid];
     const struct cinsn *last = &pb->ins[pb->n - 1];
     int os = pb->os;
     int taken = 1, pred = 1;
+    if (pb->end == BRK_COND) {
+        resolve_cond(vi, c, pid, pb, a_new);
+        return;
+    }
     c->resolutions++;
     c->res_b = pid;
-    if (pb->res && pb->end != END_REP && c->sbase[SB_HDR + pid]) {
+    if (pb->res && c->sbase[SB_HDR + pid]) {
         /* fast path: the block is on the dirty list; its outcomes are counted per variant and
          * expanded at the fold */
         struct bres *r = &pb->res[vi];
         uint64_t nxt = last->addr + last->len;
         switch (pb->end) {
-        case BRK_COND:
-            if (!r->pidx) {
-                uint64_t k = P4P_COND_ENTRIES
-                                 ? last->addr % (P4P_COND_ENTRIES ? P4P_COND_ENTRIES : 1)
-                                 : last->addr;
-                r->pidx = pent_of(c, &c->cond, k);
-            }
-            taken = a_new == last->target || last->target == nxt;
-            pred = pred_cond_e(pent(c, r->pidx), last->addr, last->target, taken);
-            break;
         case BRK_CALL:
             pred_call(c, nxt);
             break;
@@ -1066,29 +1577,14 @@ static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, 
         default:
             return;
         }
-        if (br_trace) {
-            fprintf(br_trace, "%u %#llx %#llx %#llx %#llx %d %d\n", pb->end,
-                    (unsigned long long)last->addr, (unsigned long long)last->target,
-                    (unsigned long long)nxt, (unsigned long long)a_new, taken, pred);
-        }
+        if (br_trace) trace_line(pb, a_new, taken, pred, 1);
         unsigned v = (unsigned)(taken * 2 + !pred);
         r->n[v]++;
-        c->res_n = 1;
-        c->res_seq[0] = ext(pb->var[v], os);
-        c->res_last = ext(pb->var[v], os) + 1;
-        if (!pred) {
-            for (unsigned p = 0; p < n_penalty && c->res_n < 64; p++)
-                c->res_seq[c->res_n++] = ext(k_penalty[p], os);
-            if (n_penalty) c->res_last = ext(k_penalty[n_penalty - 1], os) + 1;
-            c->sbase[SB_W] += n_penalty;
-        }
+        res_set(c, pid, pb, v);
+        if (!pred) c->sbase[SB_W] += n_penalty;
         return;
     }
     switch (pb->end) {
-    case BRK_COND:
-        taken = a_new == last->target || last->target == last->addr + last->len;
-        pred = pred_cond(c, last->addr, last->target, taken);
-        break;
     case BRK_CALL:
         pred_call(c, last->addr + last->len);
         break;
@@ -1108,12 +1604,7 @@ static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, 
     default:
         return;
     }
-    if (br_trace) {
-        fprintf(br_trace, "%u %#llx %#llx %#llx %#llx %d %d\n", pb->end,
-                (unsigned long long)last->addr, (unsigned long long)last->target,
-                (unsigned long long)(last->addr + last->len), (unsigned long long)a_new,
-                taken, pred);
-    }
+    if (br_trace) trace_line(pb, a_new, taken, pred, 1);
     uint32_t fin = pb->var[taken * 2 + !pred];
     acc_add(c, ext(fin, os), 1);
     ph_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), 1);
@@ -1133,6 +1624,62 @@ static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, 
     c->res_last = ext(lastk, os) + 1;
 }
 
+/* Is the outcome of the last execution of the current block still to come?  (Callers at a
+ * block entry settle the previous block first: entry_settle.) */
+static inline int cur_pending(struct cvcpu *c, uint32_t id)
+{
+    return id && c->sbase[SB_CUR] == id && c->sbase[SB_X] != X_DONE;
+}
+
+/* At the entry of block S, after cb_xcheck's place: the previous block's outcome is decided
+ * (resolved, or silent when SB_X == S.vaddr); account a silent one now, so that a fold or a
+ * set_pc here sees it.  SB_X = X_DONE afterwards (S stores its own value if it runs). */
+static void entry_settle(unsigned vi, struct cvcpu *c)
+{
+    uint64_t *sb = c->sbase;
+    if (sb[SB_X] == X_DONE) return;
+    sb[SB_X] = X_DONE;
+    uint32_t prev = (uint32_t)sb[SB_CUR];
+    if (!prev || !blocks[prev]->gate) return;
+    int v = catch_up(vi, c, prev, 0);
+    if (v >= 0) res_set(c, prev, blocks[prev], (unsigned)v);
+}
+
+/* every dirty (and the carried) silent-capable block: replay what is not yet accounted;
+ * the current block's last execution stays pending if its outcome is */
+static void silent_catch_up_all(unsigned vi)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = c->sbase;
+    uint32_t cur = (uint32_t)sb[SB_CUR];
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        uint32_t id = c->dirty[i];
+        if (blocks[id]->gate) catch_up(vi, c, id, cur_pending(c, id));
+    }
+    uint32_t cb = c->carry_b;
+    if (cb && !en_total(c, cb)) catch_up(vi, c, cb, cur_pending(c, cb));
+    (void)cur;
+}
+
+/* before a batch is closed (fold_close): all silent outcomes in, and the per-batch
+ * bookkeeping restarted where the block counters restart (an execution whose outcome is
+ * still pending is carried into the next batch) */
+static void silent_before_fold(unsigned vi)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = c->sbase;
+    silent_catch_up_all(vi);
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        const struct blk *b = blocks[c->dirty[i]];
+        if (b->end == BRK_COND) b->res[vi].acc = -cur_pending(c, c->dirty[i]);
+    }
+    uint32_t cur = (uint32_t)sb[SB_CUR];
+    if (c->carry_b && c->carry_b != cur && !en_total(c, c->carry_b)) {
+        blocks[c->carry_b]->res[vi].acc = 0;
+    }
+    c->carry_b = cur && blocks[cur]->gate && cur_pending(c, cur) ? cur : 0;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Splits (PMU accesses), cuts (exceptions, abandoned blocks)                                */
 /* ---------------------------------------------------------------------------------------- */
@@ -1141,7 +1688,8 @@ static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, 
  * represented by the block's counter (else by a credited portion) */
 static unsigned open_start(struct cvcpu *c, uint32_t id, uint64_t *sb)
 {
-    if (c->open_b == id && c->open_stamp == sb[SB_HDR + id]) {
+    (void)sb;
+    if (c->open_b == id && c->open_stamp == en_total(c, id)) {
         return c->open_a;
     }
     return 0;
@@ -1163,13 +1711,49 @@ static void counting_cut(unsigned vi, uint32_t id, unsigned e)
     unsigned n = portion_seq(b, a, e, &s);
     c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
     free(s);
-    if (sb[SB_PEND] == id) {
-        sb[SB_PEND] = 0;
-        sb[SB_W] -= W_PEND;
+    if (dyn_end(b) && sb[SB_X] != X_DONE && b->end == BRK_COND) {
+        b->res[vi].acc++; /* this execution has no outcome (not a silent one either) */
     }
+    sb[SB_X] = X_DONE;
     sb[SB_CUR] = 0;
     c->open_b = 0;
     c->batch_entry_b = 0;
+}
+
+/* The next instruction is at `a`, an instruction of the block `id` that ran last other than
+ * its first, and not where that block's last instruction goes: QEMU left the block there
+ * without a discontinuity callback and went on at that instruction in a new block.  That
+ * happens when an instruction in the middle of a block accesses MMIO (e.g. the local APIC):
+ * QEMU stops, runs the instructions up to the access in a block built for that alone
+ * (CF_MEMI_ONLY, which plugins see no block callbacks of) and continues after it.  The
+ * block's execution is then cut there (the instructions before `a` retired, the rest did
+ * not: it runs again as the new block).  Returns 1 if so. */
+static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+{
+    const struct blk *b = blocks[id];
+    if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
+    const struct cinsn *last = &b->ins[b->n - 1];
+    switch (b->end) {
+    case BRK_COND:
+        if (a == b->btarget || a == b->bnext) return 0;
+        break;
+    case BRK_JMP:
+    case BRK_CALL:
+        if (a == last->target) return 0;
+        break;
+    case BRK_JMP_IND:
+    case BRK_CALL_IND:
+        return 0; /* may go anywhere, also into its own block: taken as its outcome */
+    case END_REP:
+        if (a == last->addr) return 0; /* the REP itself again (left for an interrupt) */
+        break;
+    default:
+        break;
+    }
+    int j = find_insn(b, a);
+    if (j < 1) return 0;
+    counting_cut(vi, id, (unsigned)j);
+    return 1;
 }
 
 /* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
@@ -1184,12 +1768,9 @@ static void counting_discon(unsigned vi, uint64_t from, int retires, int interru
     uint64_t *sb = sbv(vi);
     uint32_t id = (uint32_t)sb[SB_CUR];
     const struct blk *b = id ? blocks[id] : NULL;
-    int j = b && !interrupt && !sb[SB_PEND] ? find_insn(b, from) : -1;
-    if (b && !interrupt && sb[SB_PEND] && (uint32_t)sb[SB_PEND] == id) {
-        /* the current block has a pending end, so it has not finished: the exception is
-         * inside it */
-        j = find_insn(b, from);
-    }
+    /* an exception at an instruction of the current block: it is inside it (the block's
+     * entry operations ran); a hardware interrupt is taken between blocks */
+    int j = b && !interrupt ? find_insn(b, from) : -1;
     if (j >= 0) {
         if (!retires && b->ins[j].br == BRK_FAR) {
             retires = 1; /* INT n, INT3, INTO, SYSCALL: trap-like, they complete */
@@ -1197,14 +1778,13 @@ static void counting_discon(unsigned vi, uint64_t from, int retires, int interru
         counting_cut(vi, id, (unsigned)j + (retires ? 1 : 0));
         return;
     }
-    (void)c;
-    /* not inside the current block: the block that ended before completed; its pending
-     * end (if any) goes to `from` */
-    uint32_t pend = (uint32_t)sb[SB_PEND];
-    if (pend) {
-        sb[SB_PEND] = 0;
-        sb[SB_W] -= W_PEND;
-        resolve(vi, &cv[vi], pend, from, 1);
+    /* not inside the current block: the block that ended before completed; its outcome,
+     * if still pending (even a silent one: the next block has not started), goes to
+     * `from` -- unless QEMU left it in the middle (abandoned_at) */
+    if (b && sb[SB_X] != X_DONE && interrupt && abandoned_at(vi, id, from)) return;
+    if (b && dyn_end(b) && sb[SB_X] != X_DONE) {
+        sb[SB_X] = X_DONE;
+        resolve(vi, c, id, from, 1);
     }
 }
 
@@ -1295,13 +1875,15 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     struct cvcpu *c = &cv[vi];
     uint64_t *sb = sbv(vi);
     c->folds++;
+    silent_before_fold(vi);
     /* the block counters */
     for (uint32_t i = 0; i < c->ndirty; i++) {
         uint32_t id = c->dirty[i];
-        uint64_t n = sb[SB_HDR + id];
+        uint64_t n = en_total(c, id);
         if (!n) continue;
         sb[SB_HDR + id] = 0;
         const struct blk *b = blocks[id];
+        if (b->gate) *bank_w(c, b) = 0;
         for (uint32_t k = 0; k < b->nk; k++) acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
         for (uint32_t k = 0; k < b->np; k++)
             ph_add(&c->pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os), (int64_t)(n * b->pc[k]));
@@ -1332,7 +1914,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
         }
     }
     c->ndirty = 0;
-    if (c->open_b) c->open_stamp = sb[SB_HDR + c->open_b];
+    if (c->open_b) c->open_stamp = en_total(c, c->open_b);
     /* batch boundaries */
     struct p4c_out *o = &outs[vi];
     c->o_n = c->o_np = 0;
@@ -1454,11 +2036,12 @@ static void fold_at_entry(unsigned vi, uint32_t id)
     uint64_t *sb = sbv(vi);
     uint32_t prev = (uint32_t)sb[SB_CUR];
     uint32_t last = 0;
+    res_fill(c);
     /* a batch of exactly one block execution (the previous fold was at its entry): give
      * its clocks in order, so that an overflow inside it can be placed exactly */
     uint32_t nseq = 0;
     if (prev && c->batch_entry_b == prev && c->ndirty == 1 && c->dirty[0] == prev &&
-        sb[SB_HDR + prev] == 1 && (!dyn_end(blocks[prev]) || (c->res_b == prev && c->res_n > 0))) {
+        en_total(c, prev) == 1 && (!dyn_end(blocks[prev]) || (c->res_b == prev && c->res_n > 0))) {
         const struct blk *b = blocks[prev];
         uint32_t *s;
         unsigned n = portion_seq(b, 0, b->n, &s);
@@ -1521,10 +2104,11 @@ static int64_t fold_at_access(unsigned vi, uint64_t addr)
     free(s);
     c->open_b = id;
     c->open_a = (unsigned)i + 1;
-    c->open_stamp = sb[SB_HDR + id];
+    c->open_stamp = en_total(c, id);
     c->cut_last = 0;
     c->batch_entry_b = 0;
-    return n;
+    /* W holds the final clock of a dynamic end from the block's entry on (not REP's) */
+    return n + (dyn_end(b) && b->end != END_REP ? 1 : 0);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1576,7 +2160,10 @@ static void arm(unsigned vi, int64_t rest)
     if (c->pmi_level && pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
     if (h > (int64_t)(W_THRESH >> 2)) h = (int64_t)(W_THRESH >> 2);
     c->w_base = W_THRESH - (uint64_t)h;
-    sb[SB_W] = c->w_base + (uint64_t)rest + (sb[SB_PEND] ? W_PEND : 0);
+    /* + the penalties reserved for silent branch outcomes not yet replayed; + W_PEND while
+     * cb_first's fold request is pending (cb_sched takes it off again) */
+    sb[SB_W] = c->w_base + (uint64_t)rest + c->w_resv * n_penalty +
+               (c->force_fold ? W_PEND : 0);
 }
 
 /* Returns 1 if an interrupt was delivered to this vCPU. */
@@ -1619,10 +2206,20 @@ static int py_deadline(unsigned vi)
 /* Execution callbacks                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-/* first execution of a block since the last fold: put it on the dirty list */
+/* first execution of a block since the last fold (or a gated silent-capable block): put it
+ * on the dirty list */
+static void member_entry(unsigned vi, struct cvcpu *c, uint32_t id, const struct blk *b);
+
 static void cb_first(unsigned int vi, void *ud)
 {
     struct cvcpu *c = &cv[vi];
+    const struct blk *b = blocks[(uint32_t)(uintptr_t)ud];
+    if (b->gate) {
+        /* a gated member: executions banked in this batch mean it is listed already */
+        int listed = *bank_w(c, b) != 0;
+        member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
+        if (listed) return;
+    }
     if (c->ndirty == MAX_DIRTY) {
         /* cannot happen: the fold request below empties the list first */
         return;
@@ -1632,6 +2229,90 @@ static void cb_first(unsigned int vi, void *ud)
         c->force_fold = 1;
         sbv(vi)[SB_W] += W_PEND;
     }
+}
+
+/* block entry, conditional on SB_X != this block's address: the previous block's outcome
+ * was not silent (or it was a call, return, indirect branch, REP, far transfer, or followed
+ * by a discontinuity): resolve it with this block as its successor */
+static struct xcache *xcache_of(unsigned vi, struct blk *b)
+{
+    if (!vi) return &b->xc0;
+    struct xcache *v = __atomic_load_n(&b->xcv, __ATOMIC_ACQUIRE);
+    if (!v) {
+        struct xcache *n = calloc((size_t)n_vcpus_max, sizeof(*n));
+        if (!__atomic_compare_exchange_n(&b->xcv, &v, n, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            free(n); /* another vCPU was first: v holds its array */
+        } else {
+            v = n;
+        }
+    }
+    return &v[vi - 1];
+}
+
+static void cb_xcheck(unsigned int vi, void *ud)
+{
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = c->sbase;
+    struct blk *b = ud; /* this block */
+    uint64_t vaddr = b->vaddr;
+    uint64_t x = sb[SB_X];
+    sb[SB_X] = X_DONE;
+    c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
+    if (x == X_DONE) return;
+    uint32_t prev = (uint32_t)sb[SB_CUR];
+    if (!prev) return;
+    const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
+    if (__builtin_expect(xc && xc->prev == prev, 1)) {
+        /* the silent-capable block resolved here last time, going the same way */
+        resolve_cond_fast(vi, c, prev, xc, vaddr);
+        return;
+    }
+    const struct blk *pb = blocks[prev];
+    if (pb->end == BRK_COND && (vaddr == pb->btarget || vaddr == pb->bnext)) {
+        if (pb->gate && vaddr != (pb->silent_t ? pb->btarget : pb->bnext)) {
+            struct xcache *w = xcache_of(vi, b);
+            struct bres *r = &pb->res[vi];
+            *w = (struct xcache){prev, pb->silent_t, pb->back, {0, 0}, pb->btarget, pb->bnext,
+                                 r, bgst(c, pb, r)};
+            resolve_cond_fast(vi, c, prev, w, vaddr);
+        } else {
+            resolve_cond(vi, c, prev, pb, vaddr);
+        }
+        return;
+    }
+    if (abandoned_at(vi, prev, vaddr)) return;
+    if (pb->end == BRK_COND) resolve_cond(vi, c, prev, pb, vaddr);
+    else if (dyn_end(pb)) resolve(vi, c, prev, vaddr, 1);
+}
+
+/* Entry of a silent-capable block whose counter is 0 (cb_first): the first execution in
+ * the batch, or the block is gated (its group is not open and it is not the owner).  Replay
+ * the owner's silent outcomes, then open the group (entry saturated) or take over as the
+ * owner (the previous owner is gated). */
+static void member_entry(unsigned vi, struct cvcpu *c, uint32_t id, const struct blk *b)
+{
+    entry_settle(vi, c);
+    struct gst *g = bgst(c, b, &b->res[vi]);
+    if (g->open) {
+        gate_open(c, id); /* (a member that joined the group while it was open) */
+        return;
+    }
+    uint32_t o = g->owner;
+    if (o == id) return;
+    c->gates++;
+    const struct grp *gr = groups[b->gid];
+    if (o) catch_up(vi, c, o, 0);
+    if (g->e == (gr->silent_t ? 4u : 1u)) {
+        g->open = 1;
+        set_owner(g, 0);
+        group_gates(c, gr, 1, 0);
+    } else {
+        if (o) gate_close(c, o);
+        set_owner(g, id);
+        gate_open(c, id);
+    }
+    silent_reserve(c, gr->silent_t, g);
 }
 
 /* REP string instruction about to run: remember RCX */
@@ -1683,17 +2364,17 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     struct p4c_out *o = &outs[vi];
     int nw = o->nwatch;
     if (nw <= 0 || !o->winc) return 0;
+    silent_catch_up_all(vi); /* the silent branch outcomes so far */
     const int32_t *inc = o->winc;
     uint32_t nk = o->nkext;
     const struct pensum *pen = pen_sum(vi, o);
     if (!pen->ok) return 0;
     int64_t U[18];
     memset(U, 0, sizeof(U));
-    uint64_t *sb = c->sbase;
     for (uint32_t i = 0; i < c->ndirty; i++) {
         uint32_t id = c->dirty[i];
         const struct blk *b = blocks[id];
-        int64_t n = (int64_t)sb[SB_HDR + id];
+        int64_t n = (int64_t)en_total(c, id);
         if (n) {
             for (uint32_t k = 0; k < b->nk; k++) {
                 uint32_t e = ext(b->hk[k], b->os);
@@ -1769,12 +2450,6 @@ static void cb_sched(unsigned int vi, void *ud)
     uint32_t id = (uint32_t)(uintptr_t)ud;
     const struct blk *b = blocks[id];
     c->cpl_os = b->os;
-    uint32_t pend = (uint32_t)sb[SB_PEND];
-    if (pend) {
-        sb[SB_PEND] = 0;
-        sb[SB_W] -= W_PEND;
-        resolve(vi, c, pend, b->vaddr, 1);
-    }
     int need = 0;
     if (c->force_fold) {
         c->force_fold = 0;
@@ -1783,6 +2458,7 @@ static void cb_sched(unsigned int vi, void *ud)
     }
     uint64_t mx = maxclk(b);
     if (sb[SB_W] + mx < W_THRESH && !need) return;
+    entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     /* clocks since the last arm; this block might take the deadline */
     int64_t elapsed = (int64_t)(sb[SB_W] - c->w_base);
     c->w_base = sb[SB_W];
@@ -1885,6 +2561,7 @@ static void cb_xpend(unsigned int vi, void *ud)
     uint32_t id = (uint32_t)(uintptr_t)ud;
     uint64_t *sb = sbv(vi);
     __atomic_store_n(&sb[SB_XPEND], 0, __ATOMIC_SEQ_CST);
+    entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     int delivered = 0;
     if (c->hlt_halted) {
         c->hlt_halted = 0; /* running again after the HLT */
@@ -2096,24 +2773,26 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
     const struct blk *b = blocks[id];
     void *ud = (void *)(uintptr_t)id;
     p4_plugin_u64 eW = {sb_cnt, SB_W * 8}, eCur = {sb_cnt, SB_CUR * 8},
-                  ePend = {sb_cnt, SB_PEND * 8}, eX = {sb_cnt, SB_XPEND * 8},
+                  eXp = {sb_cnt, SB_XPEND * 8}, eX = {sb_cnt, SB_X * 8},
                   eN = {sb_cnt, (SB_HDR + id) * 8};
-    /* fires when this block might cross the deadline (and for a pending block end) */
+    /* in this order (TB entry operations run in registration order): */
+    /* the previous block's outcome unless it is the silent one (or none is needed) */
+    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE, eX,
+                                              b->vaddr, (void *)b);
+    /* fires when this block might cross the deadline */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_sched, P4_CB_RW_REGS_PC, P4_COND_GE, eW,
                                               W_THRESH - maxclk(b), ud);
     if (cnt_threads == 2) {
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
-                                                  eX, 0, ud);
+                                                  eXp, 0, ud);
     }
-    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
-        tb, P4_INLINE_ADD_U64, eW, b->nclocks + (dyn_end(b) ? W_PEND : 0));
-    if (dyn_end(b)) {
-        qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_STORE_U64, ePend, id);
-    }
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, eW, b->wadd);
+    /* the first execution in the batch (dirty list), or a gated silent-capable block */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_first, P4_CB_NO_REGS, P4_COND_EQ, eN, 0,
                                               ud);
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, eN, 1);
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_STORE_U64, eCur, id);
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_STORE_U64, eX, b->xval);
     if (b->end == END_REP) {
         qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, n - 1), cb_rep,
                                                P4_CB_R_REGS, ud);
@@ -2203,10 +2882,13 @@ static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vc
     }
     if (cs_setup() < 0) return -1;
     if (getenv("P4PMU_BRANCH_TRACE")) br_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
-    cv = calloc((size_t)max_vcpus, sizeof(*cv));
+    ct.trace = br_trace != NULL;
+    cv = aligned_alloc(64, (size_t)max_vcpus * sizeof(*cv));
+    memset(cv, 0, (size_t)max_vcpus * sizeof(*cv));
     outs = calloc((size_t)max_vcpus, sizeof(*outs));
     pensums = calloc((size_t)max_vcpus, sizeof(*pensums));
-    sb_cnt = qemu_plugin_scoreboard_new(sizeof(uint64_t) * (SB_HDR + MAX_BLOCKS));
+    sb_cnt = qemu_plugin_scoreboard_new(sizeof(uint64_t) * SB_WORDS);
+    cond_tables();
     uint8_t f[KF_N];
     memset(f, 0, sizeof(f));
     k_bubble = kind_intern(f); /* the bubble and an empty stall clock are the same kind */
@@ -2221,6 +2903,9 @@ static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vc
         b -= x;
         k_penalty[p] = kind_intern(f);
     }
+    k_pen_last = n_penalty ? k_penalty[n_penalty - 1] : k_bubble;
+    ct.pen = (uint8_t)n_penalty;
+    ct.pen_last = k_pen_last;
     memset(f, 0, sizeof(f));
     f[KF_UOPS] = P4P_RETIRE_WIDTH;
     k_rep_full = kind_intern(f);

@@ -953,11 +953,13 @@ static void at_exit(void *ud)
         for (int i = 0; i < n_vcpus_max; i++) {
             if (cv[i].init)
                 fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
-                        "(%llu re-armed by the C check), %llu resolutions; %u blocks, %u "
-                        "kinds\n", i,
+                        "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
+                        "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds\n", i,
                         (unsigned long long)cv[i].folds, (unsigned long long)cv[i].deadlines,
                         (unsigned long long)cv[i].fast_deadlines,
-                        (unsigned long long)cv[i].resolutions, n_blocks - 1, n_kinds);
+                        (unsigned long long)cv[i].resolutions, (unsigned long long)cv[i].silent,
+                        (unsigned long long)cv[i].gates, (unsigned long long)cv[i].silent_bad,
+                        n_blocks - 1, n_kinds);
             if (mirrors)
                 fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
                         "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "

@@ -3,12 +3,13 @@
 - `guests` (session): builds every test guest (tests/guests/build.py) once per session.
 - `run_guest` (session): a callable
       run_guest(name, model="0F_04", plugin_opts=(), qemu_args=(), timeout=60,
-                script=None, plugin=True) -> GuestRun
+                script=None, plugin=True, env=None) -> GuestRun
   that boots a guest through ``<repo>/.venv/bin/p4pmu qemu --model M [--plugin-opt K=V]...
   -- <QEMU args>`` (plugin=True) or through the bare provisioned QEMU with the model's -cpu
   (plugin=False: no PMU emulation; used to test the guest runtime itself), with COM1 going to
   a file, and returns the exit status and the parsed serial output.  `script` (a
-  guests.script.Script) is passed as a multiboot module (-initrd).
+  guests.script.Script) is passed as a multiboot module (-initrd); `env`: extra environment
+  variables for QEMU (e.g. P4PMU_BRANCH_TRACE).
 - `bridge_run` (session): bridge_run(bits, model, strict=False) -> BridgeRun, the full bridge
   test script (guests/suite.py) run once per (bits, model, strict) and shared by every test
   that looks at a part of it, with the oracle's expectations.
@@ -144,7 +145,7 @@ def run_guest(guests, tmp_path_factory):
     counter = [0]
 
     def run(name: str, model: str = "0F_04", plugin_opts=(), qemu_args=(), timeout: float = 60,
-            script: Script | None = None, plugin: bool = True) -> GuestRun:
+            script: Script | None = None, plugin: bool = True, env=None) -> GuestRun:
         if plugin:
             need_plugin()
         counter[0] += 1
@@ -165,7 +166,7 @@ def run_guest(guests, tmp_path_factory):
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                cwd=str(work))
+                                cwd=str(work), env={**os.environ, **(env or {})})
         timed_out = False
         try:
             stdout, stderr = proc.communicate(timeout=timeout)

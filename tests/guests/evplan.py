@@ -99,6 +99,7 @@ class Plan:
     rings: tuple[int, ...] = (0, 3)
     ns: tuple[int, int] = (120, 1200)
     warmup: int = 24
+    intr: bool = False  # measured calls with EFLAGS.IF = 1 (meas ... i)
 
     def script(self) -> S.EvScript:
         s = S.EvScript()
@@ -119,10 +120,10 @@ class Plan:
                     for n in self.ns:
                         # warm-up through the same code (the same call sites: the
                         # indirect CALL of the loop must find its own target in the BTB)
-                        s.measure(loop, self.warmup, user=ring == 3)
+                        s.measure(loop, self.warmup, user=ring == 3, intr=self.intr)
                         for c in st.counters:
                             s.wrmsr(S.counter_msr(c.n), 0)
-                        s.measure(loop, n, user=ring == 3)
+                        s.measure(loop, n, user=ring == 3, intr=self.intr)
                         for c in st.counters:
                             s.rdmsr(S.counter_msr(c.n), tag(st.name, loop, ring, n, c.n))
         return s

@@ -125,11 +125,12 @@ class EvScript:
                 self.mtab(flag, i, msr, v, cpu)
         return self
 
-    def measure(self, name: str, n: int, user: bool = False, cpu: int = 0):
+    def measure(self, name: str, n: int, user: bool = False, cpu: int = 0, intr: bool = False):
         """`meas`: the enabling WRMSRs, loop_NAME(n), the disabling WRMSRs, with no branch
-        outside the loop in between (evasm.S)."""
+        outside the loop in between (evasm.S); intr: with EFLAGS.IF = 1."""
         assert n >= 1
-        return self._add(f"meas {name} {n}" + (" u" if user else ""), cpu)
+        return self._add(f"meas {name} {n}" + (" u" if user else "") + (" i" if intr else ""),
+                         cpu)
 
     def lvt(self, value: int, cpu: int = 0):
         return self._add(f"lvt 0x{value:x}", cpu)
@@ -150,6 +151,11 @@ class EvScript:
 
     def halt(self, n: int, ticks: int, cpu: int = 0):
         return self._add(f"halt {n} {ticks}", cpu)
+
+    def timer(self, ticks: int, cpu: int = 0):
+        """Periodic APIC timer interrupts every `ticks` from now on (0: off, and the guest
+        prints `timer_count`, the interrupts taken so far)."""
+        return self._add(f"timer {ticks}", cpu)
 
     def sti(self, cpu: int = 0):
         return self._add("sti", cpu)

@@ -4,9 +4,9 @@
 guests) and `trace(name, n)` replays `loop_<name>(n)` from its first instruction to its final
 RET: a list of the instructions executed, in order, with the outcome of every branch.  The
 replay is a tiny emulator of the few instructions that decide the control flow of these loops
-(dec/inc, test with an immediate, mov of an immediate or of the iteration count, conditional
-jumps on ZF, direct and indirect jmp/call, ret); every other instruction only advances the
-instruction pointer.  A loop whose control flow depends on anything else is refused.
+(dec/inc, test with an immediate or a register, xor with an immediate, mov of an immediate,
+a register or the iteration count, conditional jumps on ZF, direct and indirect jmp/call,
+ret); every other instruction only advances the instruction pointer.  A loop whose control flow depends on anything else is refused.
 
 Expected counts in the tests come from these traces and the documented models, never from
 numbers copied from a run.
@@ -20,7 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 
 # Loops whose control flow the replay understands (bench's data-dependent branch is not).
-TRACEABLE = ("nop4", "alu", "alt", "pat3", "callret", "indirect", "x87", "sse", "mmx", "mem")
+TRACEABLE = ("nop4", "alu", "alt", "pat3", "callret", "indirect", "x87", "sse", "mmx", "mem",
+             "phases", "members")
 
 _LINE = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t?(.*)$")
 _SYM = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
@@ -210,6 +211,14 @@ def _trace(img: LoopImage, name: str, n: int) -> list[Step]:
             zf = (regs[r] & v) == 0 if r in regs and v is not None else None
         elif m == "xor" and len(args) == 2 and _reg(args[0]) == _reg(args[1]):
             regs[_reg(args[1])] = 0
+            zf = True
+        elif m == "xor" and len(args) == 2 and args[0].startswith("$"):
+            r = _reg(args[1])
+            if r in regs:
+                regs[r] ^= int(args[0][1:], 16)
+                zf = regs[r] == 0
+            else:
+                zf = None
         pc = nxt
 
 

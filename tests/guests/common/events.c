@@ -17,8 +17,9 @@
  *   loop NAME N [u] [i]    call loop_NAME(N); u: at CPL 3; i: with EFLAGS.IF = 1
  *   mtab ON SLOT MSR VALUE set entry SLOT (0-17) of the measured call's enabling (ON=1) or
  *                          disabling (ON=0) WRMSR table
- *   meas NAME N [u]        measured call: the 18 enabling WRMSRs, loop_NAME(N) (u: at CPL 3),
- *                          the 18 disabling WRMSRs, with no branch outside the loop (evasm.S)
+ *   meas NAME N [u] [i]    measured call: the 18 enabling WRMSRs, loop_NAME(N) (u: at CPL 3),
+ *                          the 18 disabling WRMSRs, with no branch outside the loop (evasm.S);
+ *                          i: with EFLAGS.IF = 1 (interrupts anywhere in it)
  *   lvt VALUE              write the LVT performance-counter entry (FEE00340h)
  *   lvtr TAG               read it          -> "V TAG <hex>"
  *   pmicfg FLAGS COUNTER RELOAD CCCR MAXUNMASK LVT   configure the PMI handler (evrt.h)
@@ -26,6 +27,9 @@
  *   pmilog                 -> "P <i> cpu= vec= lvt= ovf= ip= cs= ctr=" per record, then
  *                             "I <count on BSP> <count on AP> <records>"
  *   halt N TICKS           N times: APIC timer one-shot of TICKS, sti; hlt (wake-up), cli
+ *   timer TICKS            APIC timer periodic every TICKS (divide by 1) from now on; 0: off
+ *                          -> "V timer_count <hex>" (interrupts taken so far).  Interrupts are
+ *                          taken where EFLAGS.IF = 1: loop/meas with i
  *   sti / cli              EFLAGS.IF of this CPU
  *   apstart                start the AP     -> "V apstart 0" (or "V apstart -1")
  *   apsync TICKS           from now on an @1 command starts only once the BSP is about to
@@ -49,7 +53,7 @@ struct mb_module {
 /* ---- the loops (loops.S) ---- */
 typedef ureg (*loop_fn)(ureg);
 #define LOOPS(X) X(nop4) X(alu) X(alt) X(pat3) X(callret) X(indirect) X(x87) X(sse) X(mmx) \
-    X(mem) X(bench) X(rdmsr) X(wrmsr) X(rdmsr_other) X(empty)
+    X(mem) X(phases) X(members) X(bench) X(rdmsr) X(wrmsr) X(rdmsr_other) X(empty)
 #define DECL(n) ureg loop_##n(ureg);
 LOOPS(DECL)
 #define ENTRY(n) {#n, loop_##n},
@@ -60,12 +64,12 @@ static const struct {
 #define N_LOOPS (sizeof loops / sizeof loops[0])
 
 enum op { C_W, C_R, C_PMC, C_LOOP, C_LVT, C_LVTR, C_PMICFG, C_PMIRESET, C_PMILOG, C_HALT,
-          C_STI, C_CLI, C_APSTART, C_MARK, C_TICKS, C_MTAB, C_MEAS, C_APSYNC };
+          C_STI, C_CLI, C_APSTART, C_MARK, C_TICKS, C_MTAB, C_MEAS, C_APSYNC, C_TIMER };
 static const char *const op_names[] = {"w", "r", "pmc", "loop", "lvt", "lvtr", "pmicfg",
                                        "pmireset", "pmilog", "halt", "sti", "cli", "apstart",
-                                       "mark", "ticks", "mtab", "meas", "apsync"};
-static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1};
-static const int op_has_tag[] = {0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0};
+                                       "mark", "ticks", "mtab", "meas", "apsync", "timer"};
+static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1, 1};
+static const int op_has_tag[] = {0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0};
 
 struct cmd {
     int op, cpu, line;
@@ -179,7 +183,7 @@ static void parse(char *text, char *end)
             for (int k = t + 2; k < nt; k++) {
                 if (streq(tok[k], "u"))
                     c->user = 1;
-                else if (streq(tok[k], "i") && c->op == C_LOOP)
+                else if (streq(tok[k], "i"))
                     c->intr = 1;
                 else
                     rt_panic("script line %d: bad loop flag '%s'", line, tok[k]);
@@ -236,10 +240,22 @@ static ureg exec_cmd(ureg arg)
         break;
     }
     case C_MEAS:
-        if (c->user)
+        if (c->user) {
+            rt_user_flags = c->intr ? 0x202 : 0x2;
             meas_r3(c->fn, (ureg)c->a[0]);
-        else
+            rt_user_flags = 0x2;
+        } else if (c->intr) {
+            __asm__ volatile("sti" ::: "memory");
             meas_r0(c->fn, (ureg)c->a[0]);
+            __asm__ volatile("cli" ::: "memory");
+        } else {
+            meas_r0(c->fn, (ureg)c->a[0]);
+        }
+        break;
+    case C_TIMER:
+        ev_timer_periodic((u32)c->a[0]);
+        if (!c->a[0])
+            rt_printf("V timer_count %x\n", timer_count[ev_cpu_index()]);
         break;
     case C_APSYNC:
 #ifndef __x86_64__

@@ -164,6 +164,18 @@ void ev_halt_timer(u32 ticks)
     apic_write(APIC_LVT_TIMER, LVT_MASK | VEC_TIMER);
 }
 
+/* periodic APIC timer interrupts (ticks = 0: off); taken wherever EFLAGS.IF = 1 */
+void ev_timer_periodic(u32 ticks)
+{
+    apic_write(APIC_LVT_TIMER, LVT_MASK | VEC_TIMER);
+    apic_write(APIC_TIMER_INIT, 0);
+    if (!ticks)
+        return;
+    apic_write(APIC_TIMER_DIV, 0xB); /* divide by 1 */
+    apic_write(APIC_LVT_TIMER, (1u << 17) | VEC_TIMER); /* periodic, unmasked */
+    apic_write(APIC_TIMER_INIT, ticks);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* the second logical processor                                                         */
 

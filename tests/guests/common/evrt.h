@@ -108,6 +108,7 @@ int ev_cpu_index(void);     /* 0 on the BSP, 1 on the AP */
 /* ---- HLT with the APIC timer as wake-up source ----
  * arm the timer (one-shot, VEC_TIMER, `ticks` at divide-by-1), then sti; hlt; cli. */
 void ev_halt_timer(u32 ticks);
+void ev_timer_periodic(u32 ticks);
 extern volatile u32 timer_count[2];
 
 /* ---- second logical processor (32-bit guest) ----

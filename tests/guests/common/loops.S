@@ -134,6 +134,89 @@ pat3_end:
 	EPILOGUE
 	ret
 
+/* ---- phases: a branch whose direction changes in runs of 1, 2 and 3 ---------------------
+ * phases_jz is taken during a phase 0 and not taken during a phase 1; the phases alternate
+ * with lengths 4 (the first: it leaves phases_jz and phases_jnz in a state that does not
+ * depend on what ran before), then 3, 2, 1, 3, 2, 1, ... iterations, so both directions
+ * come in runs of every length from 1 to 3 (a run of 3 saturates a 2-bit counter): the
+ * predictor entry keeps leaving and reaching saturation in either direction.  phases_jnz
+ * (the phase goes on) and phases_jnz2 (length counter) are further forward branches with
+ * mixed outcomes. */
+LOOP(phases)
+	PROLOGUE
+	xorl %eax, %eax
+	movl $4, %ebx
+	movl $3, %esi
+	xorl %ebp, %ebp
+	.globl phases_body
+phases_body:
+	testl %ebp, %ebp
+	.globl phases_jz
+phases_jz:
+	jz phases_skip
+	addl $1, %eax
+	.globl phases_skip
+phases_skip:
+	decl %ebx
+	.globl phases_jnz
+phases_jnz:
+	jnz phases_next
+	xorl $1, %ebp
+	movl %esi, %ebx
+	decl %esi
+	.globl phases_jnz2
+phases_jnz2:
+	jnz phases_next
+	movl $3, %esi
+	.globl phases_next
+phases_next:
+	decl %ecx
+	.globl phases_br
+phases_br:
+	jnz phases_body
+	.globl phases_end
+phases_end:
+	EPILOGUE
+	ret
+
+/* ---- members: two blocks that end in the same branch -------------------------------------
+ * members_sel is taken three times, then not (period 4): three iterations run the block at
+ * members_b, the fourth the block from members_a (its fall-through); both blocks end at
+ * members_jnz, which is taken twice, then not taken (period 3): one predictor entry, two
+ * blocks, mixed outcomes, in varying order. */
+LOOP(members)
+	PROLOGUE
+	xorl %eax, %eax
+	movl $3, %ebx
+	movl $4, %edx
+	.globl members_body
+members_body:
+	decl %edx
+	.globl members_sel
+members_sel:
+	jnz members_b
+	.globl members_a
+members_a:
+	movl $4, %edx
+	addl $1, %eax
+	.globl members_b
+members_b:
+	decl %ebx
+	.globl members_jnz
+members_jnz:
+	jnz members_c
+	movl $3, %ebx
+	.globl members_c
+members_c:
+	decl %ecx
+	.globl members_br
+members_br:
+	jnz members_body
+	.globl members_end
+members_end:
+	EPILOGUE
+	ret
+
 /* ---- callret: a direct CALL and its RET per iteration ----------------------------------- */
 LOOP(callret)
 	PROLOGUE
