@@ -941,6 +941,23 @@ static int find_insn(const struct blk *b, uint64_t addr)
     return -1;
 }
 
+/* find_insn for an address known to be inside an execution of b: QEMU's x86 blocks are
+ * position-independent (CF_PCREL) and shared by every virtual address that maps the same
+ * physical code, e.g. a shared library in two processes, so the execution may run at another
+ * virtual address than b->vaddr, at the same page offset.  -1 if no instruction matches. */
+static int find_insn_in(const struct blk *b, uint64_t addr)
+{
+    int j = find_insn(b, addr), hit = -1;
+    if (j >= 0) return j;
+    for (unsigned k = 0; k < b->n; k++) {
+        if (((b->ins[k].addr ^ addr) & 0xFFF) == 0) {
+            if (hit >= 0) return -1; /* ambiguous (a block longer than a page) */
+            hit = (int)k;
+        }
+    }
+    return hit;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Resolution of dynamic block ends                                                          */
 /* ---------------------------------------------------------------------------------------- */
@@ -1157,8 +1174,8 @@ static void counting_discon(unsigned vi, uint64_t from, int retires, int interru
     int j = b && !interrupt && !sb[SB_PEND] ? find_insn(b, from) : -1;
     if (b && !interrupt && sb[SB_PEND] && (uint32_t)sb[SB_PEND] == id) {
         /* the current block has a pending end, so it has not finished: the exception is
-         * inside it */
-        j = find_insn(b, from);
+         * inside it (maybe running at another virtual address: find_insn_in) */
+        j = find_insn_in(b, from);
     }
     if (j >= 0) {
         if (!retires && b->ins[j].br == BRK_FAR) {
