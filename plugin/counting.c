@@ -1060,6 +1060,7 @@ static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, 
         }
         unsigned v = (unsigned)(taken * 2 + !pred);
         r->n[v]++;
+        c->sbase[SB_W] += 1; /* the final clock (not in b->nclocks): W counts every clock */
         c->res_n = 1;
         c->res_seq[0] = ext(pb->var[v], os);
         c->res_last = ext(pb->var[v], os) + 1;
@@ -1103,6 +1104,7 @@ static void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, 
     }
     uint32_t fin = pb->var[taken * 2 + !pred];
     acc_add(c, ext(fin, os), 1);
+    sbv(vi)[SB_W] += 1; /* the final clock (not in pb->nclocks): W counts every clock */
     ph_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), 1);
     uint32_t lastk = fin;
     c->res_n = 0;
