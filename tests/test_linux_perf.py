@@ -390,10 +390,11 @@ def _check_profile(s: Session, tag: str) -> None:
     assert abs(100 * sa / (sa + sb) - 100 * ca / (ca + cb)) <= 3, msg
     # the number of samples: clocks / period.  `cycles` counts every privilege level, so the
     # clocks of each sample's own NMI handler (a few thousand) count towards the next period
-    # and the functions get a little more than one sample per PERIOD of their clocks; timer
-    # interrupts inside them take a few samples away.
+    # and the functions get a little more than one sample per PERIOD of their clocks; an
+    # overflow just before an interrupt is taken is sampled at the interrupt's entry (a PMI
+    # is delivered at the next block boundary), which takes a few samples away.
     for got, clocks in ((sa, ca), (sb, cb)):
-        assert 0.95 * clocks / PERIOD - 2 <= got <= 1.1 * clocks / PERIOD + 2, msg
+        assert 0.9 * clocks / PERIOD - 2 <= got <= 1.1 * clocks / PERIOD + 2, msg
     assert (ca + cb) / PERIOD - 2 <= proc <= 1.15 * (ca + cb) / PERIOD + 2, msg
 
 
