@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep the plugin's PMU access log here")
 
 
-def _sections(hot_sleep: bool = True) -> list[tuple[str, str]]:
+def _sections() -> list[tuple[str, str]]:
     stat = f"rt perf stat -x, -e {','.join(STAT_EVENTS)} branchy {N_BRANCHY}"
     return [
         ("boot", "dmesg | grep -e 'Performance Events' -e 'NMI watchdog'"),
@@ -212,20 +212,24 @@ def main(args: argparse.Namespace) -> int:
     if args.arch == "amd64" and not model.long_mode:
         print(f"p4pmu demo: --model {model.key} has no EM64T: use --arch i386", file=sys.stderr)
         return 2
+    from p4pmu.qemu_glue.linux_image import PINS
+    out.say(f"p4pmu demo: Linux {PINS[args.arch].version} ({args.arch}) with perf, on an "
+            f"emulated {model.codename} ({model.key}, \"{model.brand}\")")
+    out.say("            preparing QEMU, the plugin, the guest image and the workloads "
+            "(progress on stderr; the first\n            run downloads QEMU and about 80 MB "
+            "of Debian packages)")
     qemu = ensure_qemu(progress=True)
     plugin_file(build=True)
-    image = ensure_image(args.arch, progress=True)
+    ensure_image(args.arch, progress=True)
+    W.ensure_built(args.arch, progress=True)
     add = W.add_argument(args.arch)
     ctx: dict = {}
     # the model's expectations (pure Python, a few seconds) while the guest boots
     exp_thread = threading.Thread(target=lambda: ctx.update(_expectations(args.arch)),
                                   daemon=True)
     exp_thread.start()
-    out.say(f"p4pmu demo: Linux {image.version} ({args.arch}) with perf, on an emulated "
-            f"{model.codename} ({model.key}, \"{model.brand}\")")
     out.say(f"            QEMU {qemu.version} TCG; the p4pmu plugin serves the guest's PMU "
-            "and counts what it executes")
-    out.say("            booting the guest ...")
+            f"and counts what it executes\n            booting the guest ({out.elapsed()}) ...")
     with tempfile.TemporaryDirectory(prefix="p4pmu-demo-") as tmp:
         klog = Path(tmp) / "kernel.log"
         cmd = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux", "--arch", args.arch,
