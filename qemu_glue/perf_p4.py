@@ -250,15 +250,20 @@ def parse_outcomes(arg: str):
 
 
 def program_outcomes(name: str, n: int):
-    """Every conditional-branch outcome of a run of count / branchy with argument n."""
+    """Every conditional-branch outcome of a run of count / branchy / hotspots (n > 0)."""
     yield from parse_outcomes(str(n))
+    if name == "hotspots":
+        yield from count_outcomes(3 * n)
+        yield from count_outcomes(n)
+        return
     yield n == 0  # jz .Ldone
     if n:
         yield from (count_outcomes(n) if name == "count" else branchy_outcomes(n))
 
 
 def program_counts(path: Path, n: int, predictor: CM.Predictor) -> LoopCounts:
-    """A whole run of `count n` or `branchy n` (exec to exit): every user instruction."""
+    """A whole run of `count n`, `branchy n` or `hotspots n` (exec to exit): every user
+    instruction and clock."""
     return run(program_insns(path), program_outcomes(path.name, n), predictor)
 
 

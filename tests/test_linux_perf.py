@@ -130,14 +130,18 @@ def stat_cmd(events: list[str], prog: str, n: int, cpu: int | None = None) -> st
     return f"rt {pin}perf stat -x, -e {','.join(events)} {prog} {n}"
 
 
-def record_cmds(tag: str, cpu: int | None = None, sleep_first: bool = True) -> list:
+SLEPT = f"sh -c 'sleep 0.01; exec hotspots {HOT_N}'"
+
+
+def record_cmds(tag: str, cpu: int | None = None, sleep_first: bool = True,
+                event: str = "cycles") -> list:
     """perf record -c PERIOD of hotspots (after a short sleep in the same task, see the module
     doc of perf_p4), then its report."""
     pin = f"-c {cpu} " if cpu is not None else ""
-    prog = f"hotspots {HOT_N}"
-    what = f"sh -c 'sleep 0.01; exec {prog}'" if sleep_first else prog
+    what = SLEPT if sleep_first else f"hotspots {HOT_N}"
     data = f"/tmp/{tag}.data"
-    return [(f"record_{tag}", f"rt {pin}perf record -q -o {data} -e cycles -c {PERIOD} -- {what}"),
+    return [(f"record_{tag}",
+             f"rt {pin}perf record -q -o {data} -e {event} -c {PERIOD} -- {what}"),
             (f"report_{tag}", f"perf report -i {data} --stdio -n --sort comm,dso,sym")]
 
 
@@ -175,6 +179,7 @@ def full_sections() -> list:
             s.append((f"branchy_{k}{i}", stat_cmd(ev, "branchy", n)))
     s += record_cmds("naive", sleep_first=False)
     s += record_cmds("slept")
+    s += record_cmds("user", event="cycles:u")  # user-level clocks only
     return s
 
 
@@ -376,6 +381,15 @@ def _hot_expect(arch: str) -> dict:
 
 
 def _check_profile(s: Session, tag: str) -> None:
+    """perf record of hotspots: attribution to hot_a / hot_b within 3 percentage points of
+    their clocks by the model; their samples about clocks / PERIOD.
+
+    Not exactly: `cycles` counts every privilege level, so interrupt handlers (and each
+    sample's own NMI handler) take their share; and a PMI is delivered at the entry of the
+    next translated block, decided at a deadline that costs host time, during which the
+    guest's host-time-driven timer may fire -- that timer interrupt is then taken first and
+    the sample lands at its entry (seen: 2-15 % of samples, more on a loaded host).  Both
+    take samples from the two functions alike, so the shares hold."""
     out = s.sec(f"report_{tag}").text
     rep = P.parse_report(out)
     exp = _hot_expect(s.arch)
@@ -384,18 +398,9 @@ def _check_profile(s: Session, tag: str) -> None:
     sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
     proc = sum(r[1] for r in rep.rows if r[2] == "hotspots")
     msg = f"hot_a {sa} (model {ca / PERIOD:.1f}), hot_b {sb} (model {cb / PERIOD:.1f}):\n{out}"
-    # the process's profile is the two functions (the rest: exec, page faults, interrupts)
-    assert sa + sb >= 0.9 * proc, msg
-    # attribution: within 3 percentage points of the clocks' shares
     assert abs(100 * sa / (sa + sb) - 100 * ca / (ca + cb)) <= 3, msg
-    # the number of samples: clocks / period.  `cycles` counts every privilege level, so the
-    # clocks of each sample's own NMI handler (a few thousand) count towards the next period
-    # and the functions get a little more than one sample per PERIOD of their clocks; an
-    # overflow just before an interrupt is taken is sampled at the interrupt's entry (a PMI
-    # is delivered at the next block boundary), which takes a few samples away.
-    for got, clocks in ((sa, ca), (sb, cb)):
-        assert 0.9 * clocks / PERIOD - 2 <= got <= 1.1 * clocks / PERIOD + 2, msg
-    assert (ca + cb) / PERIOD - 2 <= proc <= 1.15 * (ca + cb) / PERIOD + 2, msg
+    assert sa + sb >= 0.75 * proc, msg
+    assert 0.75 * (ca + cb) / PERIOD - 2 <= sa + sb <= 1.1 * (ca + cb) / PERIOD + 2, msg
 
 
 @pytest.mark.guest
@@ -406,6 +411,24 @@ def test_perf_record_profile(tmp_path_factory, key):
     sleep before it runs): samples in hot_a and hot_b in proportion to their clocks (3:1 by
     the clock model), about clocks / PERIOD of them."""
     _check_profile(session(tmp_path_factory, key), "slept")
+
+
+@pytest.mark.guest
+@pytest.mark.slow
+@pytest.mark.parametrize("key", FULL)
+def test_perf_record_sample_count_is_cycles_over_period(tmp_path_factory, key):
+    """The same command sampled on user-level cycles (watchdog off: global_power_events with
+    T0_USR only): the samples of the hotspots process (also those delivered at an
+    interrupt's entry) are its user clocks by the model over PERIOD, and hot_a / hot_b are
+    within 3 points of 3:1."""
+    s = session(tmp_path_factory, key)
+    clocks = P.program_counts(workload(s.arch, "hotspots"), HOT_N, CM.Predictor()).clocks
+    out = s.sec("report_user").text
+    rep = P.parse_report(out)
+    proc = sum(r[1] for r in rep.rows if r[2] == "hotspots")
+    assert abs(proc - clocks / PERIOD) <= 2, (proc, clocks, out)
+    sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
+    assert abs(100 * sa / (sa + sb) - 75) <= 3, out
 
 
 @pytest.mark.guest
