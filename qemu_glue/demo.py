@@ -181,7 +181,9 @@ def _render(out: _Out, name: str, text: str, status: int, ctx: dict) -> None:
                     f"of their samples (model 75.0% / 25.0%); {sa + sb} samples\n   for their "
                     f"{ca + cb:,} clocks (model: {(ca + cb) / PERIOD:.0f}, one per {PERIOD:,}). "
                     "`cycles` counts every privilege\n   level, so interrupt handlers (and each "
-                    "sample's own NMI handler) get their share.")
+                    "sample's own NMI handler) get their share; and a sample\n   whose PMI "
+                    "meets a timer interrupt lands at the interrupt's entry (docs/linux-guest.md)"
+                    ".")
         out.say("\n   Why the `sleep 0.01`: by the same 6.1 quirk a sampling event first runs "
                 "for its counter's\n   previous period, which perf record's own probe event "
                 "left at 2^39-1 clocks: a task never\n   switched out would get no sample at "
