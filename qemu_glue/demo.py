@@ -22,6 +22,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -122,26 +123,26 @@ def _render(out: _Out, name: str, text: str, status: int, ctx: dict) -> None:
             else 0
         out.say(f"   {'':>18}  ({ipc:.2f} instructions per cycle; cycles:u is "
                 "global_power_events at user level)")
-        out.say("\n   The same command run first after boot read "
-                + ", ".join(f"{_n(first[ev].value)} {ev}" for ev in STAT_EVENTS) + ":")
         e0 = ctx["branchy"][0]  # the model's counts of that first (cold-predictor) run
         cold = {"cycles:u": e0.clocks, "instructions:u": e0.linux_instructions,
                 "branches:u": e0.linux_branches}
         ex = {ev: (first[ev].value or 0) - cold[ev] for ev in STAT_EVENTS}
         same = ex["instructions:u"] == ex["branches:u"]
-        out.say(f"   too high by {ex['instructions:u']:,}"
+        para = ("The same command run first after boot read "
+                + ", ".join(f"{_n(first[ev].value)} {ev}" for ev in STAT_EVENTS)
+                + f": too high by {ex['instructions:u']:,}"
                 + (" (instructions, branches)" if same else
                    f" (instructions), {ex['branches:u']:,} (branches)")
-                + f" and {ex['cycles:u']:,} (cycles). Linux 6.1's\n"
-                "   p4_pmu_set_period writes a counter's previous period where the new one "
-                "belongs: a counter's\n   first count after boot reads 2^39-1 = "
-                f"{P.MAX_PERIOD:,} too high (cycles' counter held the NMI\n"
-                f"   watchdog's period, {P.MAX_PERIOD - ex['cycles:u']:,} clocks: 2^39-1 minus "
-                "that). A real Pentium 4 reads the "
-                "same; the emulator\n   stores what the kernel writes. Later counts are "
-                "exact if the task is never switched out, so\n   the demo runs it with `rt` "
-                "(SCHED_FIFO) and the lockup detector off (its stopper preempts\n   every task "
-                "every 4 s); see docs/linux-guest.md.")
+                + f" and {ex['cycles:u']:,} (cycles). Linux 6.1's p4_pmu_set_period writes a "
+                "counter's previous period where the new one belongs: a counter's first count "
+                f"after boot reads 2^39-1 = {P.MAX_PERIOD:,} too high (cycles' counter held "
+                f"the NMI watchdog's period, {P.MAX_PERIOD - ex['cycles:u']:,} clocks: 2^39-1 "
+                "minus that). A real Pentium 4 reads the same; the emulator stores what the "
+                "kernel writes. Later counts are exact if the task is never switched out, so "
+                "the demo runs it with `rt` (SCHED_FIFO) and the lockup detector off (its "
+                "stopper preempts every task every 4 s); see docs/linux-guest.md.")
+        out.say("")
+        out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
     elif name == "misses":
         got, exp = P.parse_stat_csv(text), ctx["branchy"][2]
         out.say(f"\n   $ rt perf stat -e branch-misses:u,branches:u branchy {N_BRANCHY}")
@@ -177,17 +178,21 @@ def _render(out: _Out, name: str, text: str, status: int, ctx: dict) -> None:
             out.say(f"   ... ({len(rep.rows) - 6} more rows, 1-2 samples each)")
         sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
         if sa + sb:
-            out.say(f"\n   hot_a {100 * sa / (sa + sb):.1f}% and hot_b {100 * sb / (sa + sb):.1f}% "
-                    f"of their samples (model 75.0% / 25.0%); {sa + sb} samples\n   for their "
+            para = (f"hot_a {100 * sa / (sa + sb):.1f}% and hot_b {100 * sb / (sa + sb):.1f}% "
+                    f"of their samples (model 75.0% / 25.0%); {sa + sb} samples for their "
                     f"{ca + cb:,} clocks (model: {(ca + cb) / PERIOD:.0f}, one per {PERIOD:,}). "
-                    "`cycles` counts every privilege\n   level, so interrupt handlers (and each "
-                    "sample's own NMI handler) get their share; and a sample\n   whose PMI "
-                    "meets a timer interrupt lands at the interrupt's entry (docs/linux-guest.md)"
-                    ".")
-        out.say("\n   Why the `sleep 0.01`: by the same 6.1 quirk a sampling event first runs "
-                "for its counter's\n   previous period, which perf record's own probe event "
-                "left at 2^39-1 clocks: a task never\n   switched out would get no sample at "
-                "all. One switch (the sleep) reloads the counter.")
+                    "`cycles` counts every privilege level, so interrupt handlers (and each "
+                    "sample's own NMI handler) get their share; and a sample whose PMI meets a "
+                    "timer interrupt lands at the interrupt's entry (docs/linux-guest.md).")
+            out.say("")
+            out.say(textwrap.fill(para, width=98, initial_indent="   ",
+                                  subsequent_indent="   "))
+        para = ("Why the `sleep 0.01`: by the same 6.1 quirk a sampling event first runs for "
+                "its counter's previous period, which perf record's own probe event left at "
+                "2^39-1 clocks: a task never switched out would get no sample at all. One "
+                "switch (the sleep) reloads the counter.")
+        out.say("")
+        out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
 
 
 def _expectations(arch: str) -> dict:
@@ -263,10 +268,12 @@ def main(args: argparse.Namespace) -> int:
         sys.stderr.write(err[-3000:])
         print(f"p4pmu demo: the guest failed (p4pmu linux exit status {rc})", file=sys.stderr)
         return 1
-    out.say(f"\nDone in {out.elapsed()}. Try it yourself: .venv/bin/p4pmu linux --add "
-            f"{shlex.quote(add)} -- '{W.guest_prelude()}; rt perf stat -e instructions:u "
-            "count 1000'\n(docs/linux-guest.md: what perf does on this PMU and what to "
-            "set for exact counts).")
+    out.say(f"\nDone in {out.elapsed()}. Try it yourself (the first count shows the quirk, "
+            "the second is exact):\n  .venv/bin/p4pmu linux --add "
+            f"{shlex.quote(add)} -- \\\n    '{W.guest_prelude()}; echo 0 > "
+            "/proc/sys/kernel/watchdog;\n     for i in 1 2; do rt perf stat -e "
+            "instructions:u,branches:u count 1000; done'\n"
+            "docs/linux-guest.md: what perf does on this PMU and what to set for exact counts.")
     return 0
 
 
