@@ -1148,6 +1148,23 @@ static int find_insn(const struct blk *b, uint64_t addr)
     return -1;
 }
 
+/* find_insn for an address known to be inside an execution of b: QEMU's x86 blocks are
+ * position-independent (CF_PCREL) and shared by every virtual address that maps the same
+ * physical code, e.g. a shared library in two processes, so the execution may run at another
+ * virtual address than b->vaddr, at the same page offset.  -1 if no instruction matches. */
+static int find_insn_in(const struct blk *b, uint64_t addr)
+{
+    int j = find_insn(b, addr), hit = -1;
+    if (j >= 0) return j;
+    for (unsigned k = 0; k < b->n; k++) {
+        if (((b->ins[k].addr ^ addr) & 0xFFF) == 0) {
+            if (hit >= 0) return -1; /* ambiguous (a block longer than a page) */
+            hit = (int)k;
+        }
+    }
+    return hit;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Resolution of dynamic block ends                                                          */
 /* ---------------------------------------------------------------------------------------- */
@@ -1769,8 +1786,12 @@ static void counting_discon(unsigned vi, uint64_t from, int retires, int interru
     uint32_t id = (uint32_t)sb[SB_CUR];
     const struct blk *b = id ? blocks[id] : NULL;
     /* an exception at an instruction of the current block: it is inside it (the block's
-     * entry operations ran); a hardware interrupt is taken between blocks */
+     * entry operations ran); a hardware interrupt is taken between blocks.  A block whose
+     * outcome is still to come has not finished, so the exception is inside it even when it
+     * runs at another virtual address than the one it was translated at (QEMU shares x86
+     * blocks across mappings of the same code, CF_PCREL): find_insn_in */
     int j = b && !interrupt ? find_insn(b, from) : -1;
+    if (j < 0 && b && !interrupt && dyn_end(b) && cur_pending(c, id)) j = find_insn_in(b, from);
     if (j >= 0) {
         if (!retires && b->ins[j].br == BRK_FAR) {
             retires = 1; /* INT n, INT3, INTO, SYSCALL: trap-like, they complete */

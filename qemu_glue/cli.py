@@ -528,6 +528,15 @@ def cmd_setup(a: argparse.Namespace) -> int:
             except Exception as e:  # noqa: BLE001
                 raise ProvisionError(f"building the test guests failed: {e}") from e
             say("test guests: built")
+    if a.skip_guests:
+        say("workloads: skipped (--skip-guests)")
+    else:
+        from p4pmu.qemu_glue import workloads
+        try:
+            dirs = [workloads.ensure_built(arch) for arch in workloads.ARCHES]
+        except workloads.WorkloadBuildError as e:
+            raise ProvisionError(str(e)) from e
+        say(f"workloads for the Linux guest: {', '.join(str(d) for d in dirs)}")
     say("ready")
     return 0
 
@@ -629,19 +638,25 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_info)
 
     s = sub.add_parser("setup", formatter_class=fmt,
-                       help="provision QEMU, build the plugin and the test guests",
+                       help="provision QEMU, build the plugin, the test guests and workloads",
                        description="Provision QEMU 11.1 (a system one if suitable, else "
                                    "Debian's, unpacked into ~/.cache/p4pmu), build the PMU "
-                                   "plugin and, in a source checkout, the test guests. "
-                                   "Idempotent: a second run only checks.")
+                                   "plugin, the Linux guest's workloads (amd64 and i386) and, "
+                                   "in a source checkout, the test guests. Idempotent: a "
+                                   "second run only checks.")
     s.add_argument("--skip-plugin", action="store_true", help="do not build the plugin")
-    s.add_argument("--skip-guests", action="store_true", help="do not build the test guests")
+    s.add_argument("--skip-guests", action="store_true",
+                   help="do not build the test guests and the workloads")
     s.set_defaults(func=cmd_setup)
 
     d = sub.add_parser("demo", formatter_class=fmt,
-                       help="boot the bundled demo guest under the emulated PMU",
-                       description="Boot the bundled demo guest under the emulated Pentium 4 "
-                                   "PMU.")
+                       help="Linux perf on the emulated PMU: detection, perf stat, perf record",
+                       description="Boot the Linux guest (Debian 12's 6.1 kernel) on the "
+                                   "emulated Pentium 4 PMU and show the kernel's PMU detection, "
+                                   "`perf stat` of a bundled workload next to the model's exact "
+                                   "counts, and a `perf record` profile of a workload with known "
+                                   "hot spots (about 30 s). --replay: the older bare-metal demo "
+                                   "that replays the P4 driver's MSR traffic.")
     mod = _demo_module_quiet()
     if mod is not None and hasattr(mod, "add_arguments"):
         mod.add_arguments(d)

@@ -1,163 +1,283 @@
-"""`p4pmu demo`: boot the bundled probe guest on an emulated Pentium 4 and show its PMU traffic.
+"""`p4pmu demo`: Linux's own perf on an emulated Pentium 4.
 
-The guest (tests/guests/probe32, a bare-metal 32-bit multiboot kernel) replays the MSR
-sequence that Linux's P4 perf driver issues at boot and for `perf stat -e instructions`
-(shared/notes/linux-guest.md), then three typical driver mistakes.  Every access goes through
-the real plugin to the Python PMU model; the demo prints each one decoded from the register
-tables, what the guest got back, and for each #GP the emulator's reason.
+Boots the Linux guest (`p4pmu linux`: Debian 12's 6.1 kernel, busybox, perf) on the emulated
+PMU with the bundled workloads (qemu_glue/workloads/) and shows, in one run of the guest:
+
+1. the kernel's PMU detection ("Netburst P4/Xeon PMU driver", the NMI watchdog);
+2. `perf stat` of `branchy` (cycles, instructions, branches, branch-misses at user level)
+   next to what the model says the program retires -- exactly, from its machine code
+   (`p4pmu.qemu_glue.perf_p4`) -- and, explicitly, what the first run after boot reads
+   because of Linux 6.1's p4_pmu_set_period (a real Pentium 4 reads the same);
+3. `perf record` / `perf report` of `hotspots`, whose two functions take 3/4 and 1/4 of the
+   clocks by the clock model.
+
+`p4pmu demo --replay` is the older demo: Linux's P4 driver MSR traffic replayed by a
+bare-metal probe guest, each access decoded (qemu_glue/demo_replay.py).
 """
 from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
+import textwrap
+import threading
+import time
 from pathlib import Path
 
-from p4pmu.emulator import tables as T
-from p4pmu.emulator.decode import describe, register_name
+from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator.models import DEFAULT_MODEL, get_model
 
-MASK40 = T.COUNTER_MASK
+N_BRANCHY = 200_000
+N_HOT = 100_000
+PERIOD = 100_000
+STAT_EVENTS = ["cycles:u", "instructions:u", "branches:u"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"NetBurst CPU model to emulate (default {DEFAULT_MODEL})")
+    p.add_argument("--arch", choices=("amd64", "i386"), default="amd64",
+                   help="the guest kernel: amd64 (default) or i386 (the 686 kernel)")
+    p.add_argument("--model", default=None,
+                   help=f"NetBurst CPU model to emulate (default {DEFAULT_MODEL}; amd64 needs "
+                        "one with EM64T)")
+    p.add_argument("--replay", action="store_true",
+                   help="the older demo instead: Linux's P4 driver MSR sequence replayed by a "
+                        "bare-metal probe guest, every access decoded (no Linux)")
     p.add_argument("--strict", action="store_true",
-                   help="strict reserved-bit policy: every reserved bit faults")
+                   help="--replay only: every reserved bit faults")
     p.add_argument("--log", metavar="PATH",
-                   help="keep the plugin's access log here (default: a temporary file)")
+                   help="keep the plugin's PMU access log here")
 
 
-def _guest_modules():
-    from p4pmu.qemu_glue.cli import _guest_builder
-    build, why = _guest_builder()
-    if build is None:
-        raise SystemExit(f"p4pmu demo: the demo guest is not available: {why}")
-    import importlib
-    script = importlib.import_module(build.__name__.rsplit(".", 1)[0] + ".script")
-    return build, script
+def _sections() -> list[tuple[str, str]]:
+    stat = f"rt perf stat -x, -e {','.join(STAT_EVENTS)} branchy {N_BRANCHY}"
+    return [
+        ("boot", "dmesg | grep -e 'Performance Events' -e 'NMI watchdog'"),
+        ("setup", "echo 0 > /proc/sys/kernel/watchdog"),
+        ("stat_first", stat),
+        ("stat", stat),
+        ("misses", f"rt perf stat -x, -e branch-misses:u,branches:u branchy {N_BRANCHY}"),
+        ("record", f"rt perf record -q -o /tmp/hot.data -e cycles -c {PERIOD} -- "
+                   f"sh -c 'sleep 0.01; exec hotspots {N_HOT}'"),
+        ("report", "perf report -i /tmp/hot.data --stdio -n --sort comm,dso,sym"),
+    ]
 
 
-def linux_sequence(S):
-    """The demo script: (Script, [(index, caption)]).  Values from linux-guest.md."""
-    s = S.Script(32)
-    steps = []
-
-    def step(idx, caption):
-        steps.append((idx, caption))
-
-    step(s.rdmsr(T.MSR_IA32_MISC_ENABLE), "p4_pmu_init: is performance monitoring available?")
-    for n in range(T.NUM_COUNTERS):
-        i = s.wrmsr(T.CCCR_BASE + n, 0)
-        if n == 0:
-            step(i, "p4_pmu_init: zero all 18 CCCRs (17 more writes not shown)")
-    ctr5 = T.COUNTER_BASE + 17
-    step(s.rdmsr(ctr5), "hardware check: read IQ_COUNTER5 ...")
-    step(s.wrmsr(ctr5, 0 ^ 0xFFFF), "... write value ^ 0xffff ...")
-    step(s.rdmsr(ctr5), "... and read the same value back")
-    preload = (-(10 * 3_400_000_000)) & MASK40
-    step(s.wrmsr(T.COUNTER_BASE + 0, preload), "NMI watchdog: counter 0 preset for 10 s of cycles")
-    step(s.wrmsr(0x3A2, 0x2600020C), "NMI watchdog: cycles = global_power_events RUNNING")
-    step(s.wrmsr(T.CCCR_BASE + 0, 0x0403D000), "NMI watchdog: enable counter 0, PMI as NMI")
-    period = (-100000) & MASK40
-    step(s.wrmsr(T.COUNTER_BASE + 13, period), "perf stat -e instructions: preset counter 13")
-    step(s.wrmsr(0x3B8, 0x04000A0C), "perf: instructions = instr_retired (untagged)")
-    step(s.wrmsr(T.CCCR_BASE + 13, 0x04039000), "perf: enable counter 13")
-    step(s.rdpmc(13), "perf: read counter 13 with RDPMC (full 40 bits): instructions so far")
-    step(s.rdpmc(13 | 1 << 31), "RDPMC fast read: low 32 bits, EDX = 0")
-    step(s.rdmsr(T.CCCR_BASE + 13), "read back the CCCR")
-    step(s.wrmsr(T.CCCR_BASE + 13, 0x1_0403_9000), "driver bug: a reserved bit (32) in a CCCR")
-    step(s.rdmsr(0x3BA), "driver bug: IQ_ESCR0 does not exist on Prescott and later")
-    step(s.rdpmc(18), "driver bug: RDPMC index 18")
-    step(s.rdpmc(13, mode="ring3"), "user space: RDPMC at CPL 3 without CR4.PCE")
-    step(s.rdpmc(0), "NMI watchdog counter: clocks the guest ran since it was enabled")
-    step(s.wrmsr(T.CCCR_BASE + 13, 0x04039000 & ~0x1000), "perf: disable counter 13")
-    step(s.rdpmc(13), "counter 13 stopped: reads the same until enabled again")
-    step(s.rdpmc(13), "... and again")
-    return s, steps
+def guest_script() -> str:
+    from p4pmu.qemu_glue import workloads as W
+    out = [W.guest_prelude()]
+    for name, cmd in _sections():
+        out.append(f"echo '@@begin {name}'; {{ {cmd} ; }} 2>&1; echo \"@@end {name} $?\"")
+    return "\n".join(out)
 
 
-def _what(op, model) -> str:
-    if op.op == "RDMSR":
-        name = register_name(op.ecx, model) or "absent"
-        return f"RDMSR {op.ecx:#05x} ({name})"
-    if op.op == "WRMSR":
-        return f"WRMSR {describe(op.ecx, op.value, model)}"
-    idx = op.ecx & 0x7FFFFFFF
-    fast = " fast" if op.ecx >> 31 else ""
-    where = " at CPL 3" if op.mode == "ring3" else ""
-    return f"RDPMC{fast} counter {idx}{where}"
+def _n(v: int | None) -> str:
+    return "<not counted>" if v is None else f"{v:,}"
+
+
+class _Out:
+    def __init__(self):
+        self.t0 = time.monotonic()
+
+    def say(self, text: str = "") -> None:
+        print(text, flush=True)
+
+    def elapsed(self) -> str:
+        return f"{time.monotonic() - self.t0:.0f} s"
+
+
+def _render(out: _Out, name: str, text: str, status: int, ctx: dict) -> None:
+    from p4pmu.qemu_glue import perf_p4 as P
+    if status != 0:
+        out.say(f"  !! `{name}` failed in the guest (exit {status}):")
+        for ln in text.splitlines()[-15:]:
+            out.say("     " + ln)
+        ctx["failed"] = True
+        return
+    if name == "boot":
+        out.say("\n1. The kernel finds the PMU (its own messages):\n")
+        for ln in text.splitlines():
+            out.say("   " + ln)
+        out.say("\n   Linux 6.1's unmodified P4 perf driver took the emulated PMU; the NMI "
+                "watchdog holds a\n   counter. (Without the emulator: \"unsupported Netburst "
+                "CPU model ... software events only\".)")
+    elif name == "stat_first":
+        ctx["first"] = P.parse_stat_csv(text)
+    elif name == "stat":
+        got, first, exp = P.parse_stat_csv(text), ctx["first"], ctx["branchy"][1]
+        ctx["stat"] = got
+        model = {"cycles:u": exp.clocks, "instructions:u": exp.linux_instructions,
+                 "branches:u": exp.linux_branches}
+        out.say(f"\n2. perf stat, counting ({out.elapsed()}). Workload: branchy {N_BRANCHY:,}, "
+                "a loop of 7 instructions\n   with two conditional branches, one taken every "
+                "4th time (qemu_glue/workloads/branchy.S).\n   'model' = what the plugin's "
+                "model retires for the program's machine code, exec to exit.\n")
+        out.say(f"   $ rt perf stat -e {','.join(STAT_EVENTS)} branchy {N_BRANCHY}")
+        for ev in STAT_EVENTS:
+            v, m = got[ev].value, model[ev]
+            mark = "exact" if v == m else f"differs by {(v or 0) - m:+,}"
+            out.say(f"   {_n(v):>18}  {ev:<16} model {m:>12,}  {mark}")
+        ipc = got["instructions:u"].value / got["cycles:u"].value if got["cycles:u"].value \
+            else 0
+        out.say(f"   {'':>18}  ({ipc:.2f} instructions per cycle; cycles:u is "
+                "global_power_events at user level)")
+        e0 = ctx["branchy"][0]  # the model's counts of that first (cold-predictor) run
+        cold = {"cycles:u": e0.clocks, "instructions:u": e0.linux_instructions,
+                "branches:u": e0.linux_branches}
+        ex = {ev: (first[ev].value or 0) - cold[ev] for ev in STAT_EVENTS}
+        same = ex["instructions:u"] == ex["branches:u"]
+        para = ("The same command run first after boot read "
+                + ", ".join(f"{_n(first[ev].value)} {ev}" for ev in STAT_EVENTS)
+                + f": too high by {ex['instructions:u']:,}"
+                + (" (instructions, branches)" if same else
+                   f" (instructions), {ex['branches:u']:,} (branches)")
+                + f" and {ex['cycles:u']:,} (cycles). Linux 6.1's p4_pmu_set_period writes a "
+                "counter's previous period where the new one belongs: a counter's first count "
+                f"after boot reads 2^39-1 = {P.MAX_PERIOD:,} too high (cycles' counter held "
+                f"the NMI watchdog's period, {P.MAX_PERIOD - ex['cycles:u']:,} clocks: 2^39-1 "
+                "minus that). A real Pentium 4 reads the same; the emulator stores what the "
+                "kernel writes. Later counts are exact if the task is never switched out, so "
+                "the demo runs it with `rt` (SCHED_FIFO) and the lockup detector off (its "
+                "stopper preempts every task every 4 s); see docs/linux-guest.md.")
+        out.say("")
+        out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
+    elif name == "misses":
+        got, exp = P.parse_stat_csv(text), ctx["branchy"][2]
+        out.say(f"\n   $ rt perf stat -e branch-misses:u,branches:u branchy {N_BRANCHY}")
+        for ev, m in (("branch-misses:u", exp.mispredicted), ("branches:u", exp.linux_branches)):
+            v = got[ev].value
+            mark = "exact" if v == m else f"differs by {(v or 0) - m:+,}"
+            out.say(f"   {_n(v):>18}  {ev:<16} model {m:>12,}  {mark}")
+        b, m = got["branches:u"].value, got["branch-misses:u"].value
+        if b and m is not None:
+            out.say(f"   {'':>18}  ({100 * m / b:.2f}% of branches mispredicted; "
+                    "NetBurst counts instructions and\n"
+                    f"   {'':>18}   branch-misses on the same ESCR: a separate run, no "
+                    "multiplexing)")
+    elif name == "record":
+        pass
+    elif name == "report":
+        rep = P.parse_report(text)
+        hot = ctx["hot"]
+        ca, cb = hot["hot_a"].clocks, hot["hot_b"].clocks
+        out.say(f"\n3. perf record / perf report, sampling ({out.elapsed()}). Workload: "
+                f"hotspots {N_HOT:,}: hot_a runs the\n   same DIV loop 3x as often as hot_b "
+                f"(qemu_glue/workloads/hotspots.S): by the clock model\n   hot_a "
+                f"{ca:,} and hot_b {cb:,} clocks, 75% / 25%.\n")
+        out.say(f"   $ rt perf record -e cycles -c {PERIOD} -- sh -c 'sleep 0.01; "
+                f"exec hotspots {N_HOT}'")
+        out.say("   $ perf report --stdio --sort comm,dso,sym")
+        m = re.search(r"^# Samples: .*$", text, re.M)
+        if m:
+            out.say("   " + m.group(0))
+        for r in rep.rows[:6]:
+            out.say(f"   {r[0]:7.2f}%  {r[1]:5d}  {r[2]:<9} {r[3]:<18} [{r[4]}] {r[5]}")
+        if len(rep.rows) > 6:
+            out.say(f"   ... ({len(rep.rows) - 6} more rows, 1-2 samples each)")
+        sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
+        if sa + sb:
+            para = (f"hot_a {100 * sa / (sa + sb):.1f}% and hot_b {100 * sb / (sa + sb):.1f}% "
+                    f"of their samples (model 75.0% / 25.0%); {sa + sb} samples for their "
+                    f"{ca + cb:,} clocks (model: {(ca + cb) / PERIOD:.0f}, one per {PERIOD:,}). "
+                    "`cycles` counts every privilege level, so interrupt handlers (and each "
+                    "sample's own NMI handler) get their share; and a sample whose PMI meets a "
+                    "timer interrupt lands at the interrupt's entry (docs/linux-guest.md).")
+            out.say("")
+            out.say(textwrap.fill(para, width=98, initial_indent="   ",
+                                  subsequent_indent="   "))
+        para = ("Why the `sleep 0.01`: by the same 6.1 quirk a sampling event first runs for "
+                "its counter's previous period, which perf record's own probe event left at "
+                "2^39-1 clocks: a task never switched out would get no sample at all. One "
+                "switch (the sleep) reloads the counter.")
+        out.say("")
+        out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
+
+
+def _expectations(arch: str) -> dict:
+    from p4pmu.qemu_glue import perf_p4 as P
+    from p4pmu.qemu_glue import workloads as W
+    d = W.ensure_built(arch)
+    pr = CM.Predictor()
+    runs = [P.program_counts(d / "branchy", N_BRANCHY, pr) for _ in range(3)]
+    hot = {fn: P.simulate(P.loop_insns(d / "hotspots", fn), P.count_outcomes(n), CM.Predictor())
+           for fn, n in (("hot_a", 3 * N_HOT), ("hot_b", N_HOT))}
+    return {"branchy": runs, "hot": hot}
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.replay:
+        from p4pmu.qemu_glue import demo_replay
+        return demo_replay.main(args)
+    from p4pmu.qemu_glue import workloads as W
+    from p4pmu.qemu_glue.cli import plugin_file
+    from p4pmu.qemu_glue.linux_image import ensure_image
+    from p4pmu.qemu_glue.provision import ensure_qemu
+    out = _Out()
     model = get_model(args.model)
-    build, S = _guest_modules()
-    guests = build.build_all(progress=False)
-    kernel = guests.get("probe32") or build.guest_path("probe32")
-    script, steps = linux_sequence(S)
-    exe = Path(sys.executable).with_name("p4pmu")
+    if args.arch == "amd64" and not model.long_mode:
+        print(f"p4pmu demo: --model {model.key} has no EM64T: use --arch i386", file=sys.stderr)
+        return 2
+    from p4pmu.qemu_glue.linux_image import PINS
+    out.say(f"p4pmu demo: Linux {PINS[args.arch].version} ({args.arch}) with perf, on an "
+            f"emulated {model.codename} ({model.key}, \"{model.brand}\")")
+    out.say("            preparing QEMU, the plugin, the guest image and the workloads "
+            "(progress on stderr; the first\n            run downloads QEMU and about 80 MB "
+            "of Debian packages)")
+    qemu = ensure_qemu(progress=True)
+    plugin_file(build=True)
+    ensure_image(args.arch, progress=True)
+    W.ensure_built(args.arch, progress=True)
+    add = W.add_argument(args.arch)
+    ctx: dict = {}
+    # the model's expectations (pure Python, a few seconds) while the guest boots
+    exp_thread = threading.Thread(target=lambda: ctx.update(_expectations(args.arch)),
+                                  daemon=True)
+    exp_thread.start()
+    out.say(f"            QEMU {qemu.version} TCG; the p4pmu plugin serves the guest's PMU "
+            f"and counts what it executes\n            booting the guest ({out.elapsed()}) ...")
     with tempfile.TemporaryDirectory(prefix="p4pmu-demo-") as tmp:
-        mod = script.write(Path(tmp) / "demo-script.bin")
-        log = Path(args.log) if args.log else Path(tmp) / "pmu.log"
-        cmd = [str(exe) if exe.exists() else "p4pmu", "qemu", "--model", model.key,
-               "--plugin-opt", f"log={log}"]
-        if args.strict:
-            cmd += ["--plugin-opt", "strict=on"]
-        cmd += ["--", "-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
-                "-no-reboot", "-serial", "stdio",
-                "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-                "-kernel", str(kernel), "-initrd", str(mod)]
-        print(f"p4pmu demo: booting {kernel.name} on an emulated {model.codename} "
-              f"({model.key}, CPUID {model.signature:#x}, \"{model.brand}\")", flush=True)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        out = S.parse_serial(r.stdout)
-        log_text = log.read_text() if log.exists() else ""
-    if not out.done:
-        sys.stderr.write(r.stdout[-2000:] + r.stderr[-2000:])
-        print(f"p4pmu demo: the guest did not finish (QEMU exit status {r.returncode})",
-              file=sys.stderr)
+        klog = Path(tmp) / "kernel.log"
+        cmd = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux", "--arch", args.arch,
+               "--model", model.key, "--add", add, "--kernel-log", str(klog),
+               "--timeout", "300"]
+        if args.log:
+            cmd += ["--plugin-opt", f"log={Path(args.log).absolute()}"]
+        cmd += ["--", guest_script()]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)
+        assert p.stdout is not None and p.stderr is not None
+        cur, buf = None, []
+        for line in p.stdout:
+            line = line.rstrip("\n")
+            m = re.match(r"^@@begin (\S+)$", line)
+            if m:
+                cur, buf = m.group(1), []
+                continue
+            m = re.match(r"^@@end (\S+) (\d+)$", line)
+            if m and m.group(1) == cur:
+                exp_thread.join()
+                _render(out, cur, "\n".join(buf), int(m.group(2)), ctx)
+                cur = None
+                continue
+            buf.append(line)
+        err = p.stderr.read()
+        rc = p.wait()
+    if rc != 0 or ctx.get("failed"):
+        sys.stderr.write(err[-3000:])
+        print(f"p4pmu demo: the guest failed (p4pmu linux exit status {rc})", file=sys.stderr)
         return 1
-    reasons = [m.group(1) for m in re.finditer(r"#GP\(0\): (.*)", log_text)]
-    print("\nWhat the guest programmed and what it got back (decoded from the register tables):\n")
-    written = {}  # counter -> the value the guest last wrote
-    for idx, op in enumerate(script.ops):
-        if op.op == "WRMSR" and T.COUNTER_BASE <= op.ecx < T.COUNTER_BASE + T.NUM_COUNTERS:
-            written[op.ecx - T.COUNTER_BASE] = (idx, op.value & MASK40)
-    for n, (idx, caption) in enumerate(steps, 1):
-        op, ans = script.ops[idx], out.answers.get(idx)
-        print(f"{n:2d}. {caption}")
-        print(f"    {_what(op, model)}")
-        if ans is None:
-            print("    -> no answer")
-        elif ans.res == "fault":
-            vec = {13: "#GP", 6: "#UD"}.get(ans.vector, f"vector {ans.vector}")
-            why = ""
-            if op.mode != "ring3" and reasons:
-                why = f"\n       emulator: {reasons.pop(0)}"
-            elif op.mode == "ring3":
-                why = "\n       (CPL 3 without CR4.PCE: QEMU raises it, the PMU is not asked)"
-            print(f"    -> {vec}({ans.error}){why}")
-        elif op.op == "WRMSR":
-            print("    -> ok")
-        else:
-            val = ans.val if isinstance(ans.val, int) else 0
-            shown = describe(op.ecx, val, model) if op.op == "RDMSR" else f"{val:#x}"
-            ctr = op.ecx & 0x7FFFFFFF
-            if op.op == "RDPMC" and not op.ecx >> 31 and ctr in written and written[ctr][0] < idx:
-                shown += f" = written value + {(val - written[ctr][1]) & MASK40} counted"
-            print(f"    -> {shown}")
-    counts = re.search(r"# end: (.*)", log_text)
-    print(f"\nPMU accesses served by the emulator: {counts.group(1) if counts else '?'}")
-    print("Counts come from what the guest really executed (its script interpreter between the "
-          "accesses), through the plugin's instruction classification and clock model "
-          "(docs/guest-events.md); the same run gives the same counts every time.")
+    out.say(f"\nDone in {out.elapsed()}. Try it yourself (the first count shows the quirk, "
+            "the second is exact):\n  .venv/bin/p4pmu linux --add "
+            f"{shlex.quote(add)} -- \\\n    '{W.guest_prelude()}; echo 0 > "
+            "/proc/sys/kernel/watchdog;\n     for i in 1 2; do rt perf stat -e "
+            "instructions:u,branches:u count 1000; done'\n"
+            "docs/linux-guest.md: what perf does on this PMU and what to set for exact counts.")
     return 0
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="p4pmu demo")
-    add_arguments(p)
-    sys.exit(main(p.parse_args()))
+    ap = argparse.ArgumentParser(prog="p4pmu demo")
+    add_arguments(ap)
+    sys.exit(main(ap.parse_args()))

@@ -1,4 +1,5 @@
-"""`p4pmu demo` (the README's main command until the Linux guest lands) on the real QEMU."""
+"""`p4pmu demo` (the README's main command: Linux perf on the emulated PMU) and
+`p4pmu demo --replay` (the bare-metal replay of the P4 driver's MSR traffic), on the real QEMU."""
 import re
 import subprocess
 import sys
@@ -15,8 +16,8 @@ P4PMU = Path(sys.executable).with_name("p4pmu")
 @pytest.mark.guest
 @pytest.mark.parametrize("model", ["0F_04", "0F_02"])
 def test_demo_replays_linux_and_reports_each_fault(model):
-    r = subprocess.run([str(P4PMU), "demo", "--model", model], capture_output=True, text=True,
-                       timeout=180)
+    r = subprocess.run([str(P4PMU), "demo", "--replay", "--model", model], capture_output=True,
+                       text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "PERFMON_AVAILABLE" in out
@@ -42,6 +43,29 @@ def test_demo_replays_linux_and_reports_each_fault(model):
     if model == "0F_02":  # IQ_ESCR0 exists on 0F_02: read back, no fault
         assert "RDMSR 0x3ba (MSR_IQ_ESCR0)" in out
     assert re.search(r"PMU accesses served by the emulator: .* 0 Python errors", out)
-    again = subprocess.run([str(P4PMU), "demo", "--model", model], capture_output=True,
-                           text=True, timeout=180)
+    again = subprocess.run([str(P4PMU), "demo", "--replay", "--model", model],
+                           capture_output=True, text=True, timeout=180)
     assert again.stdout == out  # deterministic: the same guest run twice gives the same counts
+
+
+@pytest.mark.guest
+@pytest.mark.slow
+def test_demo_linux_perf():
+    """The Linux demo: the driver's detection line, perf stat counts equal to the model's
+    (and the first run's quirk stated with its exact size), a profile of the two hot
+    functions near 3:1."""
+    r = subprocess.run([str(P4PMU), "demo"], capture_output=True, text=True, timeout=300)
+    out = r.stdout
+    assert r.returncode == 0, out + r.stderr[-3000:]
+    assert "Performance Events: Netburst events, Netburst P4/Xeon PMU driver." in out
+    assert "NMI watchdog: Enabled" in out
+    stat = re.findall(r"^ +([\d,]+)  (\S+:u) +model +([\d,]+)  (.*)$", out, re.M)
+    assert {ev for _, ev, _, _ in stat} == {"cycles:u", "instructions:u", "branches:u",
+                                            "branch-misses:u"}, out
+    for got, ev, model, verdict in stat:
+        assert got == model and verdict == "exact", (ev, got, model, verdict)
+    flat = " ".join(out.split())  # explanations are wrapped
+    assert "too high by 549,755,813,887 (instructions, branches)" in flat, out
+    m = re.search(r"hot_a ([\d.]+)% and hot_b ([\d.]+)% of their samples", flat)
+    assert m and abs(float(m.group(1)) - 75) <= 3, out
+    assert "Done in" in out
