@@ -389,17 +389,17 @@ def _check_profile(s: Session, tag: str) -> None:
     next translated block, decided at a deadline that costs host time, during which the
     guest's host-time-driven timer may fire -- that timer interrupt is then taken first and
     the sample lands at its entry (seen: 2-15 % of samples, more on a loaded host).  Both
-    take samples from the two functions alike, so the shares hold."""
+    take samples from the two functions alike, so the shares hold.  How many samples land in
+    the kernel's timer handlers (not checked) depends on the host's speed: the guest's timer
+    runs on host time, so a loaded host gives the guest more ticks per modelled clock."""
     out = s.sec(f"report_{tag}").text
     rep = P.parse_report(out)
     exp = _hot_expect(s.arch)
     ca, cb = exp["hot_a"].clocks, exp["hot_b"].clocks
     assert 0.74 < ca / (ca + cb) < 0.76  # the same loop run 3N and N times
     sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
-    proc = sum(r[1] for r in rep.rows if r[2] == "hotspots")
     msg = f"hot_a {sa} (model {ca / PERIOD:.1f}), hot_b {sb} (model {cb / PERIOD:.1f}):\n{out}"
     assert abs(100 * sa / (sa + sb) - 100 * ca / (ca + cb)) <= 3, msg
-    assert sa + sb >= 0.75 * proc, msg
     assert 0.75 * (ca + cb) / PERIOD - 2 <= sa + sb <= 1.1 * (ca + cb) / PERIOD + 2, msg
 
 
@@ -425,7 +425,6 @@ def test_perf_record_sample_count_is_cycles_over_period(tmp_path_factory, key):
     clocks = P.program_counts(workload(s.arch, "hotspots"), HOT_N, CM.Predictor()).clocks
     out = s.sec("report_user").text
     rep = P.parse_report(out)
-    proc = sum(r[1] for r in rep.rows if r[2] == "hotspots")
     assert abs(proc - clocks / PERIOD) <= 2, (proc, clocks, out)
     sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
     assert abs(100 * sa / (sa + sb) - 75) <= 3, out
