@@ -308,6 +308,9 @@ struct cvcpu {
     struct gst *gch[MAX_GROUPS / GCHUNK];
     uint32_t carry_b;
     uint64_t gates, silent_bad;
+    /* the exception seen last, until its delivery (counting_discon) */
+    uint64_t exc_from;
+    int exc_seen;
 } __attribute__((aligned(64)));
 #define RES_LAZY (-2)
 
@@ -1696,8 +1699,9 @@ static unsigned open_start(struct cvcpu *c, uint32_t id, uint64_t *sb)
 }
 
 /* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
- * it).  Called on the vCPU's thread (exception callback, abandoned blocks). */
-static void counting_cut(unsigned vi, uint32_t id, unsigned e)
+ * it); `pending`: its outcome was still to come (so it has none now, not even a silent one).
+ * Called on the vCPU's thread (exception callback, abandoned blocks). */
+static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
 {
     struct cvcpu *c = &cv[vi];
     uint64_t *sb = sbv(vi);
@@ -1710,14 +1714,26 @@ static void counting_cut(unsigned vi, uint32_t id, unsigned e)
     uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
     c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    if (a) {
+        /* the rest of an execution split by an access began this batch: it now begins with
+         * what retired of it, or (nothing did: the access instruction faulted) with the
+         * next block execution, found at the fold */
+        c->next_first = n ? ext(s[0], b->os) + 1 : 0;
+        c->next_first_bubble = 0;
+    }
     free(s);
-    if (dyn_end(b) && sb[SB_X] != X_DONE && b->end == BRK_COND) {
+    if (pending && b->end == BRK_COND) {
         b->res[vi].acc++; /* this execution has no outcome (not a silent one either) */
     }
     sb[SB_X] = X_DONE;
     sb[SB_CUR] = 0;
     c->open_b = 0;
     c->batch_entry_b = 0;
+}
+
+static void counting_cut(unsigned vi, uint32_t id, unsigned e)
+{
+    cut_exec(vi, id, e, sbv(vi)[SB_X] != X_DONE);
 }
 
 /* The next instruction is at `a`, an instruction of the block `id` that ran last other than
@@ -1752,7 +1768,7 @@ static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
     }
     int j = find_insn(b, a);
     if (j < 1) return 0;
-    counting_cut(vi, id, (unsigned)j);
+    cut_exec(vi, id, (unsigned)j, 1); /* (callers: its outcome was pending, SB_X != X_DONE) */
     return 1;
 }
 
@@ -1768,6 +1784,18 @@ static void counting_discon(unsigned vi, uint64_t from, int retires, int interru
     uint64_t *sb = sbv(vi);
     uint32_t id = (uint32_t)sb[SB_CUR];
     const struct blk *b = id ? blocks[id] : NULL;
+    if (!interrupt) {
+        c->exc_from = from;
+        c->exc_seen = 1;
+    } else if (c->exc_seen) {
+        /* QEMU 11.1 calls the exception callback when an exception is raised and then the
+         * interrupt callback when it delivers it, with the same address: that exception was
+         * accounted when it was raised (its block cut, or complete when its last instruction
+         * traps: INT n, a served RDPMC); this is no interrupt between blocks.  (Taken as one,
+         * a trapping last instruction was cut as if QEMU had left its block there.) */
+        c->exc_seen = 0;
+        if (from == c->exc_from) return;
+    }
     /* an exception at an instruction of the current block: it is inside it (the block's
      * entry operations ran); a hardware interrupt is taken between blocks */
     int j = b && !interrupt ? find_insn(b, from) : -1;
