@@ -261,7 +261,9 @@ struct cvcpu {
     /* batch boundaries */
     uint32_t next_first;   /* ext kind of the first clock of the current batch (+1; 0 none) */
     int next_first_bubble;
-    uint32_t cut_last;     /* ext kind +1 of the last clock of an execution cut by an exception */
+    uint32_t cut_last;     /* ext kind +1 of the last clock of an execution that is no whole
+                            * block execution: cut (exception, abandoned block), or the
+                            * enabling WRMSR's credited clocks (counting_credit_wrmsr) */
     uint32_t res_seq[64];  /* the clocks the last resolution added (ext kinds), in order */
     uint32_t batch_entry_b;/* the current batch started at the entry of this block (0: no) */
     uint32_t *seq;         /* output: a one-execution batch in clock order */
@@ -1977,7 +1979,9 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     if (c->next_first && c->next_first_bubble) {
         c->firsts[(c->next_first - 1) & 1]--;
     }
-    if (last && last_is_end) c->acc_last[last - 1]--;
+    /* (not after an empty batch -- two folds with nothing in between: its last clock was the
+     * previous batch's; through acc_last_add, so that the entry is reset below) */
+    if (last && last_is_end && clocks) acc_last_add(c, last - 1, -1);
     /* boundary pairs: execution ends -> bubbles, same CPL first */
     int64_t cols[2] = {c->firsts[0], c->firsts[1]};
     uint32_t bub[2] = {ext(k_bubble, 0), ext(k_bubble, 1)};
@@ -2091,7 +2095,7 @@ static void fold_at_entry(unsigned vi, uint32_t id)
     } else {
         last = ext(blocks[prev]->last_k, blocks[prev]->os) + 1;
     }
-    fold_close(vi, last, last != 0 && prev != 0);
+    fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
     outs[vi].seq = nseq ? c->seq : NULL;
     outs[vi].nseq = nseq;
     c->next_first = ext(k_bubble, blocks[id]->os) + 1;
@@ -2110,7 +2114,8 @@ static int64_t fold_at_access(unsigned vi, uint64_t addr)
     const struct blk *b = id ? blocks[id] : NULL;
     int i = b ? find_insn(b, addr) : -1;
     if (i < 0) {
-        fold_close(vi, c->cut_last, 0);
+        /* (nothing ran since a cut: its last clock ends the batch and an execution) */
+        fold_close(vi, c->cut_last, !id && c->cut_last);
         c->next_first = 0;
         c->batch_entry_b = 0;
         return 0;
@@ -2538,7 +2543,7 @@ static void fold_between_blocks(unsigned vi)
     } else if (!dyn_end(blocks[prev])) {
         last = ext(blocks[prev]->last_k, blocks[prev]->os) + 1;
     }
-    fold_close(vi, last, last != 0 && prev != 0);
+    fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
     c->next_first = 0;
     c->batch_entry_b = 0;
     c->cut_last = 0;
@@ -2590,7 +2595,7 @@ static void cb_xpend(unsigned int vi, void *ud)
     uint64_t *sb = sbv(vi);
     __atomic_store_n(&sb[SB_XPEND], 0, __ATOMIC_SEQ_CST);
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
-    int delivered = 0;
+    int delivered = 0, folded = 0;
     if (c->hlt_halted) {
         c->hlt_halted = 0; /* running again after the HLT */
         c->hlt_valid = 0;
@@ -2605,6 +2610,7 @@ static void cb_xpend(unsigned int vi, void *ud)
     }
     if (__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) {
         fold_at_entry(vi, id);
+        folded = 1;
         DBG("xpend vCPU %u: fold %lld clocks (other active %d)\n", vi,
             (long long)outs[vi].clocks, outs[vi].other_active);
         if (py_deadline(vi) != P4_PY_OK) outs[vi].budget = 0;
@@ -2617,8 +2623,10 @@ static void cb_xpend(unsigned int vi, void *ud)
         arm(vi, 0);
     }
     if (delivered) {
+        /* this block does not run: a batch that was to start with it (the fold above)
+         * starts with the handler's first block instead */
         c->batch_entry_b = 0;
-        c->next_first = 0;
+        if (folded) c->next_first = 0;
         qemu_plugin_set_pc(rd(v, R.rip));
     }
 }
@@ -2866,7 +2874,10 @@ static void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
         }
         prev = ext(k, os);
     }
-    if (m) acc_last_add(cc, prev, 1);
+    if (m) {
+        acc_last_add(cc, prev, 1);
+        cc->cut_last = prev + 1; /* the batch's last clock until a block runs */
+    }
 }
 
 /* ---------------------------------------------------------------------------------------- */
