@@ -310,6 +310,7 @@ struct cvcpu {
     struct gst *gch[MAX_GROUPS / GCHUNK];
     uint32_t carry_b;
     uint64_t gates, silent_bad;
+    uint64_t bad_folds;    /* folds whose bookkeeping was inconsistent (o_bad): a bug */
     /* the exception seen last, until its delivery (counting_discon) */
     uint64_t exc_from;
     int exc_seen;
@@ -2015,6 +2016,13 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
         npairs += v;
     }
     if (clocks && npairs != clocks - 1) c->o_bad++;
+    if (c->o_bad && !c->bad_folds++) {
+        /* never expected: say so at once (and at exit, counting_report), not only in the
+         * access log's "# feeder: ... repaired" */
+        fprintf(stderr, "p4pmu: warning: counting bookkeeping error on vCPU %u at fold %llu "
+                "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
+                "so EDGE counts may be off)\n", vi, (unsigned long long)c->folds);
+    }
     if (c->o_bad && debug) {
         fprintf(stderr, "p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
                 "first=%u(b%d) last=%u end=%d\n", vi, c->o_bad, (long long)clocks,
@@ -2994,6 +3002,20 @@ static void counting_halt_change(unsigned vi, int halted)
 /* ---------------------------------------------------------------------------------------- */
 /* Functions Python calls (declared with ffi.cdef in build.py)                               */
 /* ---------------------------------------------------------------------------------------- */
+
+/* At exit: the bookkeeping errors of the run, if any (tests fail on this line). */
+static void counting_report(void)
+{
+    if (!cv) return;
+    for (int i = 0; i < n_vcpus_max; i++) {
+        const struct cvcpu *c = &cv[i];
+        if (!c->init || (!c->bad_folds && !c->silent_bad)) continue;
+        fprintf(stderr, "p4pmu: warning: counting bookkeeping errors on vCPU %d: %llu of %llu "
+                "batches repaired, %llu silent-outcome underflows (a plugin bug: counts may be "
+                "off)\n", i, (unsigned long long)c->bad_folds, (unsigned long long)c->folds,
+                (unsigned long long)c->silent_bad);
+    }
+}
 
 struct p4c_out *p4c_out(unsigned vi)
 {
