@@ -971,6 +971,7 @@ static void at_exit(void *ud)
                         (unsigned long long)mirrors[i].n_declined);
         }
     }
+    counting_report();
     p4pmu_py_exit();
 }
 

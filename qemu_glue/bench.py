@@ -43,6 +43,7 @@ from pathlib import Path
 from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import get_model
+from p4pmu.plugin import bookkeeping_errors
 
 GUEST = "events32"
 MACHINE_ARGS = ("-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
@@ -194,6 +195,8 @@ class Bench:
         cmd, serial = self.cmd(plugin, text)
         self.commands.setdefault(key, shlex.join(cmd))
         r = _run(cmd, timeout=timeout)
+        for line in bookkeeping_errors(r.serial):  # a plugin bug: say so, whatever the timing
+            print(f"bench: {key}: {line}", file=sys.stderr, flush=True)
         out = serial.read_text(errors="replace") if serial.exists() else ""
         if r.status != 1 or "DONE" not in out:
             raise RuntimeError(f"guest run failed (status {r.status}): {shlex.join(cmd)}\n"

@@ -18,6 +18,7 @@ from pathlib import Path
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.decode import describe, register_name
 from p4pmu.emulator.models import DEFAULT_MODEL, get_model
+from p4pmu.plugin import bookkeeping_errors
 
 MASK40 = T.COUNTER_MASK
 
@@ -113,6 +114,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"p4pmu demo: booting {kernel.name} on an emulated {model.codename} "
               f"({model.key}, CPUID {model.signature:#x}, \"{model.brand}\")", flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        for line in bookkeeping_errors(r.stderr):
+            print(line, file=sys.stderr, flush=True)
         out = S.parse_serial(r.stdout)
         log_text = log.read_text() if log.exists() else ""
     if not out.done:

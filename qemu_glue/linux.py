@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, get_model
+from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux_image as li
 from p4pmu.qemu_glue.provision import ProvisionError
 
@@ -547,6 +548,8 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
                 a.timeout or None)
             if qerr.strip():
                 logf.write(b"\n--- QEMU's standard error ---\n" + qerr.encode())
+        for line in bookkeeping_errors(qerr):  # a plugin bug: not only in the kernel log
+            print(line, file=sys.stderr, flush=True)
         lines = console.lines()
         status = find_status(lines, nonce)
         seconds = time.monotonic() - t0

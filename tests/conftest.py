@@ -7,7 +7,8 @@
   that boots a guest through ``<repo>/.venv/bin/p4pmu qemu --model M [--plugin-opt K=V]...
   -- <QEMU args>`` (plugin=True) or through the bare provisioned QEMU with the model's -cpu
   (plugin=False: no PMU emulation; used to test the guest runtime itself), with COM1 going to
-  a file, and returns the exit status and the parsed serial output.  `script` (a
+  a file, and returns the exit status and the parsed serial output; a run whose plugin reports
+  a counting bookkeeping error fails the test (require_consistent_counting).  `script` (a
   guests.script.Script) is passed as a multiboot module (-initrd); `env`: extra environment
   variables for QEMU (e.g. P4PMU_BRANCH_TRACE).
 - `bridge_run` (session): bridge_run(bits, model, strict=False) -> BridgeRun, the full bridge
@@ -121,6 +122,17 @@ def _plain_qemu_prefix(model: str) -> list[str]:
     return q.argv("-accel", "tcg", *cpu)
 
 
+def require_consistent_counting(stderr: str, context: str = "") -> None:
+    """Fail the test if the plugin reported a counting bookkeeping error (p4pmu.plugin.
+    BOOKKEEPING_ERROR: a plugin bug whose repaired batches do not show in results that only
+    look at totals), whatever else the test checks."""
+    from p4pmu.plugin import bookkeeping_errors
+    bad = bookkeeping_errors(stderr)
+    if bad:
+        pytest.fail("the plugin's batch bookkeeping was inconsistent:\n  " + "\n  ".join(bad)
+                    + (f"\n{context}" if context else ""), pytrace=False)
+
+
 # --------------------------------------------------------------------------------------------
 # fixtures
 
@@ -176,9 +188,11 @@ def run_guest(guests, tmp_path_factory):
             stdout, stderr = proc.communicate()
         seconds = time.monotonic() - t0
         text = serial.read_text(errors="replace") if serial.exists() else ""
-        return GuestRun(name, model, plugin, cmd, None if timed_out else proc.returncode,
-                        parse_serial(text), (stdout or "") + (stderr or ""), seconds,
-                        timed_out)
+        gr = GuestRun(name, model, plugin, cmd, None if timed_out else proc.returncode,
+                      parse_serial(text), (stdout or "") + (stderr or ""), seconds, timed_out)
+        if plugin:
+            require_consistent_counting(gr.stderr, gr.describe())
+        return gr
 
     return run
 

@@ -9,6 +9,7 @@ import pytest
 
 from p4pmu.emulator.models import get_model
 from p4pmu.emulator.pmu import PMU, PMUFault
+from p4pmu.plugin import bookkeeping_errors
 
 P4PMU = Path(sys.executable).with_name("p4pmu")
 
@@ -19,6 +20,7 @@ def test_demo_replays_linux_and_reports_each_fault(model):
     r = subprocess.run([str(P4PMU), "demo", "--replay", "--model", model], capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert not bookkeeping_errors(r.stderr), r.stderr
     out = r.stdout
     assert "PERFMON_AVAILABLE" in out
     # RDPMC of counter 13 (preset -100000, counting instructions): 40 bits, counted upward
@@ -57,6 +59,7 @@ def test_demo_linux_perf():
     r = subprocess.run([str(P4PMU), "demo"], capture_output=True, text=True, timeout=300)
     out = r.stdout
     assert r.returncode == 0, out + r.stderr[-3000:]
+    assert not bookkeeping_errors(r.stderr), r.stderr
     assert "Performance Events: Netburst events, Netburst P4/Xeon PMU driver." in out
     assert "NMI watchdog: Enabled" in out
     stat = re.findall(r"^ +([\d,]+)  (\S+:u) +model +([\d,]+)  (.*)$", out, re.M)

@@ -17,7 +17,7 @@ from guests import build as guest_build
 from guests.evexpect import LoopModel, expect_delta
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import escr_value, parse_events
-from guests.loops import TRACEABLE
+from guests.loops import TRACEABLE, TRACEABLE_CPL0
 
 pytestmark = pytest.mark.guest
 
@@ -130,16 +130,16 @@ def counting(run_guest):
     return get
 
 
-def _check(counting, bits: int, setup_names, loop: str):
+def _check(counting, bits: int, setup_names, loop: str, plan: Plan = PLAN):
     out, model = counting(bits)
     bad, rows = [], []
-    n1, n2 = PLAN.ns
+    n1, n2 = plan.ns
     for st in SETUPS:
         if st.name not in setup_names:
             continue
-        for ring in PLAN.rings:
+        for ring in plan.rings:
             for c in st.counters:
-                got = PLAN.delta(out, st.name, loop, ring, c.n)
+                got = plan.delta(out, st.name, loop, ring, c.n)
                 want = expect_delta(model, st, c, loop, ring, n1, n2)
                 row = (f"  {st.name:<9} ring {ring} counter {c.n:>2} {c.event}"
                        f"{'/'.join(c.bits)} {'OS' if c.os else ''}{'USR' if c.usr else ''}: "
@@ -179,13 +179,36 @@ def test_same_guest_twice_gives_identical_counts(run_guest, counting):
         ", ".join(f"{k}: {first.values[k]} vs {second.values.get(k)}" for k in diff[:10])
 
 
+PLAN_CPL0 = Plan([st for st in SETUPS if st.name in ("basic", "uops", "types")],
+                 list(TRACEABLE_CPL0), rings=(0,), ns=(120, 1200))
+
+
+@pytest.mark.parametrize("bits", (32, 64))
+def test_served_pmu_instructions_retire(run_guest, bits):
+    """The rdpmc loop: an RDPMC at a block start (the bridge skips it with set_pc) and one
+    inside a block (the bridge's #UD round trip, which QEMU reports as an exception and then
+    as an interrupt: its delivery) retire once each, like any instruction (I3).  (A served
+    RDPMC that ended its block was once cut again at the delivery and lost.)"""
+    cache = {}
+
+    def counting(b):
+        if b not in cache:
+            r = run_guest(f"events{b}", script=PLAN_CPL0.script(), timeout=300)
+            r.require_completed()
+            elf = guest_build.BUILD_DIR / f"events{b}.elf"
+            cache[b] = (parse_events(r.out.lines), LoopModel(elf, b))
+        return cache[b]
+
+    _check(counting, bits, ("basic", "uops", "types"), "rdpmc", PLAN_CPL0)
+
+
 def test_the_loops_are_what_the_expectations_assume():
     """Self-check of the test design: loop bodies do not cross a page (QEMU would end a
     block there, I6) and the instruction count per iteration is what loops.S says."""
     guest_build.build_all(progress=False)
     for bits in (32, 64):
         model = LoopModel(guest_build.BUILD_DIR / f"events{bits}.elf", bits)
-        for loop in TRACEABLE:
+        for loop in TRACEABLE + TRACEABLE_CPL0:
             body = model.img.body(loop)
             first, last = body[0].addr, body[-1].addr + body[-1].size - 1
             assert first >> 12 == last >> 12, f"{bits}-bit loop {loop} crosses a page"

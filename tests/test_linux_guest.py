@@ -25,6 +25,7 @@ import sys
 
 import pytest
 
+from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux as lx
 from p4pmu.qemu_glue import linux_image as li
 
@@ -230,8 +231,10 @@ def linux_ready():
 
 
 def run_linux(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*P4PMU_LINUX, *args], capture_output=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    r = subprocess.run([*P4PMU_LINUX, *args], capture_output=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    assert not bookkeeping_errors(r.stderr.decode(errors="replace")), show(r)
+    return r
 
 
 def show(r: subprocess.CompletedProcess) -> str:

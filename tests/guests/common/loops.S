@@ -392,6 +392,28 @@ bench_end:
 	EPILOGUE
 	ret
 
+/* ---- rdpmc: two served RDPMCs per iteration (CPL 0 only: CR4.PCE is clear) --------------
+ * The first starts a block (the loop branch goes there): the bridge skips it with set_pc;
+ * the second is inside its block: the bridge's #UD round trip, whose exception and its
+ * delivery must leave that block's execution complete.  Both retire (I3: PMU instructions). */
+LOOP(rdpmc)
+	PROLOGUE
+	movl %ecx, %esi
+	movl $12, %ecx
+	.globl rdpmc_body
+rdpmc_body:
+	rdpmc
+	nop
+	rdpmc
+	decl %esi
+	.globl rdpmc_br
+rdpmc_br:
+	jnz rdpmc_body
+	.globl rdpmc_end
+rdpmc_end:
+	EPILOGUE
+	ret
+
 /* ---- rdmsr / wrmsr / rdmsr_other: one MSR access per iteration (MSR microbenchmark) ---- */
 LOOP(rdmsr)
 	PROLOGUE
