@@ -425,6 +425,7 @@ def test_perf_record_sample_count_is_cycles_over_period(tmp_path_factory, key):
     clocks = P.program_counts(workload(s.arch, "hotspots"), HOT_N, CM.Predictor()).clocks
     out = s.sec("report_user").text
     rep = P.parse_report(out)
+    proc = sum(r[1] for r in rep.rows if r[2] == "hotspots")
     assert abs(proc - clocks / PERIOD) <= 2, (proc, clocks, out)
     sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
     assert abs(100 * sa / (sa + sb) - 75) <= 3, out
