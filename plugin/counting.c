@@ -1951,18 +1951,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
             int64_t n = (int64_t)r->n[v];
             if (!n) continue;
             r->n[v] = 0;
-            uint32_t e = ext(b->var[v], b->os);
-            acc_add(c, e, n);
-            ph_add(&c->pairs, ext(b->last_k, b->os), e, n);
-            if (v & 1) {
-                for (unsigned p = 0; p < n_penalty; p++) {
-                    uint32_t pe = ext(k_penalty[p], b->os);
-                    acc_add(c, pe, n);
-                    ph_add(&c->pairs, e, pe, n);
-                    e = pe;
-                }
-            }
-            acc_last_add(c, e, n);
+            expand_outcomes(c, b, v, n);
         }
     }
     c->ndirty = 0;
