@@ -85,6 +85,9 @@ def preset(n_events: int) -> int:
 # scripts
 
 
+ALIAS = 0x40000000  # 64-bit guest: 1-2 GiB maps 0-1 GiB (arch64/boot.S)
+
+
 class EvScript:
     def __init__(self):
         self.lines: list[str] = []
@@ -106,10 +109,13 @@ class EvScript:
     def rdpmc(self, idx: int, tag: str, cpu: int = 0):
         return self._add(f"pmc 0x{idx:x} {tag}", cpu)
 
-    def loop(self, name: str, n: int, user: bool = False, intr: bool = False, cpu: int = 0):
+    def loop(self, name: str, n: int, user: bool = False, intr: bool = False, cpu: int = 0,
+             alias: bool = False):
+        """alias (64-bit guest): run the loop at its second virtual address, ALIAS higher
+        (the same physical pages: arch64/boot.S)."""
         assert n >= 1
-        return self._add(f"loop {name} {n}" + (" u" if user else "") + (" i" if intr else ""),
-                         cpu)
+        return self._add(f"loop {name} {n}" + (" u" if user else "") + (" i" if intr else "")
+                         + (" a" if alias else ""), cpu)
 
     def mtab(self, on: bool, slot: int, msr: int, value: int, cpu: int = 0):
         return self._add(f"mtab {int(on)} {slot} 0x{msr:x} 0x{value:x}", cpu)

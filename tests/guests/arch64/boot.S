@@ -87,6 +87,9 @@ _start:
 	incl %ecx
 	cmpl $512, %ecx
 	jb 1b
+	/* PDPT[1] -> PD as well: 1-2 GiB is an alias of 0-1 GiB (the same physical pages at a
+	 * second virtual address, as a shared library mapped elsewhere: loop flag `a`) */
+	movl $pd + 0x7, pdpt + 8
 	/* PDPT[3] -> pd_hi: identity map 3-4 GiB (local APIC) with 2 MiB pages, PCD|PWT */
 	movl $pd_hi + 0x3, pdpt + 24	/* present, writable */
 	xorl %ecx, %ecx

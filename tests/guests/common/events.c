@@ -14,7 +14,7 @@
  *   w MSR VALUE            WRMSR
  *   r MSR TAG              RDMSR            -> "V TAG <hex>"
  *   pmc IDX TAG            RDPMC (ring 0)   -> "V TAG <hex>"
- *   loop NAME N [u] [i]    call loop_NAME(N); u: at CPL 3; i: with EFLAGS.IF = 1
+ *   loop NAME N [u] [i] [a] call loop_NAME(N); u: at CPL 3; i: with EFLAGS.IF = 1; a: at the 1 GiB alias (64-bit)
  *   mtab ON SLOT MSR VALUE set entry SLOT (0-17) of the measured call's enabling (ON=1) or
  *                          disabling (ON=0) WRMSR table
  *   meas NAME N [u] [i]    measured call: the 18 enabling WRMSRs, loop_NAME(N) (u: at CPL 3),
@@ -185,6 +185,10 @@ static void parse(char *text, char *end)
                     c->user = 1;
                 else if (streq(tok[k], "i"))
                     c->intr = 1;
+#ifdef __x86_64__
+                else if (streq(tok[k], "a")) /* at the 1 GiB alias (arch64/boot.S) */
+                    c->fn = (loop_fn)((ureg)c->fn + 0x40000000u);
+#endif
                 else
                     rt_panic("script line %d: bad loop flag '%s'", line, tok[k]);
             }
