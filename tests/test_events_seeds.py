@@ -105,9 +105,8 @@ def test_cascade_two_events_example_18_1(run_guest, shift):
         assert out.pmis[0].ovf >> 14 & 1
 
 
-def test_halting_a_counter_and_a_cascaded_counter(run_guest):
-    """Seed 001: clearing ENABLE stops a counter (the count is kept); a cascaded counter
-    stops when its CASCADE bit is cleared or when the OVF flag of its alternate is cleared."""
+def halting_script() -> EvScript:
+    """The guest script of seed 001 (also run by test_mirror with the mirror on and off)."""
     P = 500
     s = EvScript()
     s.wrmsr(escr_msr(C0), USR_INSTR)
@@ -132,6 +131,13 @@ def test_halting_a_counter_and_a_cascaded_counter(run_guest):
     s.wrmsr(cccr_msr(15), cccr_value(15, C1, enable=False, ovf=True))
     s.loop("alu", 300, user=True)
     _read(s, (12, 13, 14, 15, 16), "b.")
+    return s
+
+
+def test_halting_a_counter_and_a_cascaded_counter(run_guest):
+    """Seed 001: clearing ENABLE stops a counter (the count is kept); a cascaded counter
+    stops when its CASCADE bit is cleared or when the OVF flag of its alternate is cleared."""
+    s = halting_script()
     out = _run(run_guest, s)
     for n in (13, 14):
         assert out[f"a.c{n}"] > 0, f"cascaded counter {n} never started: {out.values}"

@@ -23,6 +23,7 @@ from guests.evscript import LVT_MASK, LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UN
     VEC_PMI, EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, \
     parse_events, preset
 from guests.suite import full_script
+from test_events_seeds import halting_script
 from p4pmu.qemu_glue import bench
 
 pytestmark = pytest.mark.guest
@@ -303,29 +304,9 @@ def test_two_vcpus_each_with_its_own_mirror(run_guest, tmp_path):
 
 
 def _cascade_script():
-    """Seed 000 (SDM Example 18-1 with one event) and seed 001 (halting a counter and a
-    cascaded counter), from test_events_seeds."""
-    P = 500
-    s = EvScript()
-    s.wrmsr(escr_msr(C0), USR_INSTR)
-    s.wrmsr(escr_msr(C1), USR_INSTR)
-    s.wrmsr(counter_msr(14), 0)
-    s.wrmsr(cccr_msr(14), cccr_value(14, C1, enable=False, cascade=True))
-    s.wrmsr(counter_msr(13), 0)
-    s.wrmsr(cccr_msr(13), cccr_value(13, C0, enable=False, cascade=True))
-    s.wrmsr(counter_msr(15), preset(P))
-    s.wrmsr(cccr_msr(15), cccr_value(15, C1))
-    s.wrmsr(counter_msr(12), preset(P))
-    s.wrmsr(cccr_msr(12), cccr_value(12, C0))
-    s.wrmsr(counter_msr(16), 0)
-    s.wrmsr(cccr_msr(16), cccr_value(16, C0))
-    s.loop("alu", 300, user=True)
-    s.read_counters((12, 13, 14, 15, 16), "a.").read_cccrs((12, 13, 14, 15, 16), "a.")
-    s.wrmsr(cccr_msr(12), cccr_value(12, C0))
-    s.wrmsr(cccr_msr(13), cccr_value(13, C0, enable=False, cascade=False))
-    s.wrmsr(cccr_msr(15), cccr_value(15, C1, enable=False, ovf=True))
-    s.loop("alu", 300, user=True)
-    s.read_counters((12, 13, 14, 15, 16), "b.").read_cccrs((12, 13, 14, 15, 16), "b.")
+    """Seed 001 (halting a counter and a cascaded counter: cascades from seed 000) as
+    test_events_seeds runs it, then RDPMC of the counters involved."""
+    s = halting_script()
     for n in (12, 13, 14, 15, 16):
         s.rdpmc(n, f"p{n}")
     return s
