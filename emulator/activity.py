@@ -90,6 +90,12 @@ class Activity:
         self.vals = np.zeros((K, len(cols)), dtype=np.float64)
         for (i, c), v in cells.items():
             self.vals[i, where[c]] = v
+        self._finish(trans, first, last)
+
+    def _finish(self, trans, first, last) -> None:
+        """The adjacent-pair counts (clocks - 1 of them), the first and last kinds, then the
+        derived selectors: the common end of both constructors."""
+        K = self.count.shape[0]
         self.trans = np.asarray(trans, dtype=np.float64).reshape(K, K)
         if self.clocks and int(self.trans.sum()) != self.clocks - 1:
             raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
@@ -172,12 +178,7 @@ class Activity:
         self.os = np.asarray(os, dtype=bool).reshape(K, 2)
         self.cols = np.asarray(cols, dtype=np.int64)
         self.vals = np.asarray(vals, dtype=np.float64).reshape(K, self.cols.shape[0])
-        self.trans = np.asarray(trans, dtype=np.float64).reshape(K, K)
-        if self.clocks and int(self.trans.sum()) != self.clocks - 1:
-            raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
-                             f"pairs, got {int(self.trans.sum())}")
-        self.first, self.last = int(first), int(last)
-        self._derive()
+        self._finish(trans, first, last)
         return self
 
     @classmethod
