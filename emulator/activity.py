@@ -16,6 +16,12 @@ first and last clock.  From that every counter's total increment, including risi
 counts, is exact for any CCCR/ESCR programming: a counter's per-clock input is a function of
 the clock's kind, and an edge is a property of a pair of adjacent clocks.  Only *where inside
 the batch* an overflow happens is not recorded; see engine.py for what that implies.
+
+With Hyper-Threading the two logical processors share the core's clock: a batch of one LP
+may begin with `shared` clocks that coincide with clocks its sibling's batches already put
+on the core's timeline (both LPs ran in them).  The LP's events in those clocks count as
+usual; what counts *clocks* rather than events (COMPARE with COMPLEMENT) does not count them
+a second time (engine.py, docs/emulator.md D21).
 """
 from __future__ import annotations
 
@@ -63,12 +69,15 @@ class Activity:
       vals[K,L]   line values
       trans[K,K]  adjacent-pair counts inside the batch (sums to clocks - 1)
       first, last kind index of the batch's first and last clock
+      shared      the batch's first `shared` clocks are already on the core's timeline
+                  (Hyper-Threading: the sibling LP ran in them; 0 otherwise)
     """
 
     __slots__ = ("clocks", "count", "active", "os", "cols", "vals", "trans", "first", "last",
-                 "kinds", "gidx_ht", "gidx_1", "tidx_ht", "tidx_1", "nonzero")
+                 "kinds", "gidx_ht", "gidx_1", "tidx_ht", "tidx_1", "nonzero", "shared")
 
-    def __init__(self, kinds: Sequence[ClockKind], count, trans, first: int, last: int):
+    def __init__(self, kinds: Sequence[ClockKind], count, trans, first: int, last: int,
+                 shared: int = 0):
         self.kinds = tuple(kinds)
         K = len(self.kinds)
         self.count = np.asarray(count, dtype=np.float64).reshape(K)
@@ -90,12 +99,15 @@ class Activity:
         self.vals = np.zeros((K, len(cols)), dtype=np.float64)
         for (i, c), v in cells.items():
             self.vals[i, where[c]] = v
-        self._finish(trans, first, last)
+        self._finish(trans, first, last, shared)
 
-    def _finish(self, trans, first, last) -> None:
-        """The adjacent-pair counts (clocks - 1 of them), the first and last kinds, then the
-        derived selectors: the common end of both constructors."""
+    def _finish(self, trans, first, last, shared: int = 0) -> None:
+        """The adjacent-pair counts (clocks - 1 of them), the first and last kinds, the shared
+        clocks, then the derived selectors: the common end of both constructors."""
         K = self.count.shape[0]
+        self.shared = int(shared)
+        if not 0 <= self.shared <= self.clocks:
+            raise ValueError(f"shared clocks must be 0..{self.clocks}, got {self.shared}")
         self.trans = np.asarray(trans, dtype=np.float64).reshape(K, K)
         if self.clocks and int(self.trans.sum()) != self.clocks - 1:
             raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
@@ -120,7 +132,8 @@ class Activity:
 
     @classmethod
     def from_kinds(cls, kinds: Sequence[ClockKind], counts: Sequence[int], trans=None,
-                   first: int | None = None, last: int | None = None) -> "Activity":
+                   first: int | None = None, last: int | None = None,
+                   shared: int = 0) -> "Activity":
         """Batch from kinds and their clock counts.  Without `trans` the kinds are taken to
         occur as consecutive runs in the order given (so the edge detector sees one rising
         edge at most per run)."""
@@ -137,7 +150,7 @@ class Activity:
             first = used[0] if used else 0
         if last is None:
             last = used[-1] if used else 0
-        return cls(kinds, counts, trans, first, last)
+        return cls(kinds, counts, trans, first, last, shared)
 
     @classmethod
     def from_clocks(cls, clocks: Iterable[ClockKind]) -> "Activity":
@@ -159,12 +172,12 @@ class Activity:
 
     @classmethod
     def from_arrays(cls, count, active, os, cols, vals, trans, first: int,
-                    last: int) -> "Activity":
+                    last: int, shared: int = 0) -> "Activity":
         """Batch from the compiled arrays directly (the guest-activity feeder, which builds
         thousands of batches per second): count[K], active[K,2], os[K,2] (bool), cols[L]
         (events.line_id values, each column's priv matching its rows' CPL), vals[K,L] line
-        values, trans[K,K].  No ClockKind objects; `kinds` is empty.  The same checks as the
-        constructor on counts and trans."""
+        values, trans[K,K], and the batch's shared clocks.  No ClockKind objects; `kinds` is
+        empty.  The same checks as the constructor on counts and trans."""
         self = cls.__new__(cls)
         self.kinds = ()
         self.count = np.asarray(count, dtype=np.float64)
@@ -178,7 +191,7 @@ class Activity:
         self.os = np.asarray(os, dtype=bool).reshape(K, 2)
         self.cols = np.asarray(cols, dtype=np.int64)
         self.vals = np.asarray(vals, dtype=np.float64).reshape(K, self.cols.shape[0])
-        self._finish(trans, first, last)
+        self._finish(trans, first, last, shared)
         return self
 
     @classmethod

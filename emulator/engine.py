@@ -20,6 +20,16 @@ counter *started* by that overflow gets its share of the batch by proportion, ex
 receives the same per-clock increments as the counter that started it and those increments
 take a single non-zero value (then the share is exact: SDM Example 18-1 on one event class).
 A batch shorter than `horizon()` clocks, and any one-clock batch, is exact in every respect.
+
+Shared clocks (Hyper-Threading, activity.py): in the first `act.shared` clocks of a batch the
+sibling LP also ran, and its batches already counted those core clocks with this LP shown
+active and without its events.  Events add up (a TS event of this LP counts in them as in any
+clock), and so does a COMPARE counter without COMPLEMENT (this LP's contribution passes the
+threshold or not; the sibling's clock with no events of this LP did not).  A COMPARE +
+COMPLEMENT counter passed in those clocks already: it does not count them again.  Its batch
+total is reduced by floor(total * shared / clocks) -- exact when it passes in every gated
+clock, as the "count every clock" idiom (threshold 15) does; a proportional estimate
+otherwise (docs/emulator.md D21).
 """
 from __future__ import annotations
 
@@ -182,6 +192,9 @@ class Engine:
             rising = total - both
             rising -= inc[act.first] * pmu.edge_prev
             np.copyto(total, rising, where=self.edge_eff)
+        if act.shared and self.any_complement:
+            for n in np.flatnonzero(pmu.compare & pmu.complement & ~self.edge_eff):
+                total[n] -= int(total[n]) * act.shared // act.clocks  # (exact integers)
         return pas, inc, gate, total
 
     def advance(self, act) -> StepResult:
@@ -251,7 +264,9 @@ class Engine:
                 u = min(u, total[n])
                 new_ovf[n] = True
                 ovf_cum[n] = u
-                ovf_clock[n] = min(C, max(1, math.ceil(C * u / total[n])))
+                sh = act.shared if pmu.compare[n] and pmu.complement[n] and \
+                    not self.edge_eff[n] else 0  # it counts after the shared clocks
+                ovf_clock[n] = min(C, max(1, sh + math.ceil((C - sh) * u / total[n])))
                 newly.append(n)
             if not newly:
                 break

@@ -237,3 +237,26 @@ def test_d19_overflow_inside_a_batch_is_apportioned_between_different_classes():
 def test_d20_rdpmc_uncore_indices_are_not_modelled():
     with pytest.raises(PMUFault, match="not modelled"):
         PMU(get_model()).rdpmc(0, 18)
+
+
+def test_d21_shared_clocks_count_events_but_not_clocks_again():
+    """Hyper-Threading: the first `shared` clocks of a batch were already on the core's
+    timeline (the sibling ran in them).  Events count as in any clock (counter 0: LP 1's
+    RUNNING; counter 2: COMPARE without COMPLEMENT); the count-every-clock idiom (COMPARE +
+    COMPLEMENT, threshold 15: Linux's cycles alias) counts only the new clocks, and its
+    overflow clock is placed after the shared ones."""
+    pmu = PMU(get_model(), ht=True)
+    program(pmu, 0, "MSR_FSB_ESCR0", "global_power_events", ["RUNNING"], tbits="T1", ENABLE=1)
+    program(pmu, 1, "MSR_FSB_ESCR0", "global_power_events", ["RUNNING"], tbits="T1",
+            preset=neg(50), ENABLE=1, COMPARE=1, COMPLEMENT=1, threshold=15)
+    program(pmu, 2, "MSR_FSB_ESCR1", "global_power_events", ["RUNNING"], tbits="T1", ENABLE=1,
+            COMPARE=1)
+    k = kind(("global_power_events", "RUNNING", 1, 1), active=(True, True))
+    with pytest.raises(ValueError, match="shared"):
+        Activity.from_arrays([10], [[True, True]], [[False, False]], [], [[]], [[9]], 0, 0,
+                             shared=11)
+    r = pmu.advance(Activity.from_kinds([k], [100], shared=40))
+    assert (ctr(pmu, 0), ctr(pmu, 1), ctr(pmu, 2)) == (100, 10, 100)
+    assert r.overflow_clock[1] == 90  # 40 shared clocks, then 50 counted ones
+    pmu.advance(Activity.from_kinds([k], [100]))  # nothing shared: every clock counts
+    assert (ctr(pmu, 0), ctr(pmu, 1), ctr(pmu, 2)) == (200, 110, 200)
