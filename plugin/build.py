@@ -46,7 +46,7 @@ struct p4c_out {
     uint32_t *ext; int64_t *cnt; uint32_t n;
     uint32_t *pa, *pb; int64_t *pn; uint32_t np;
     uint32_t first, last; int64_t clocks; int bad;
-    int other_active, other_os;
+    int other_active, other_os; int64_t shared;
     int64_t budget; int pmi[2]; int start;
     uint32_t *seq; uint32_t nseq;
     int nwatch; uint32_t nkext; int64_t whead[18]; int32_t wrate[18]; int32_t *winc;

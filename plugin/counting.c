@@ -300,6 +300,10 @@ struct cvcpu {
     /* the sibling's state when the current batch started (its clocks are labelled with it;
      * a change of the sibling's halted state asks this vCPU to fold) */
     int oth_active, oth_os;
+    /* threads=2, the core's clock timeline (lp_timeline): this LP's local clock, valid once
+     * lclk_on is set */
+    uint64_t lclk;
+    int lclk_on;
     /* halted by its own HLT (set just before the HLT, cleared at its next block entry):
      * covers single-threaded TCG, where no idle callback runs while another vCPU runs */
     volatile int hlt_halted;
@@ -318,6 +322,8 @@ struct cvcpu {
 #define RES_LAZY (-2)
 
 static struct cvcpu *cv;
+/* threads=2: per core, the latest clock of its timeline (the larger LP local clock) */
+static uint64_t *core_clk;
 
 static inline int lp_halted(const struct cvcpu *c)
 {
@@ -1868,6 +1874,8 @@ struct p4c_out {
     int64_t clocks;
     int bad;
     int other_active, other_os;
+    int64_t shared;   /* threads=2: the batch's first `shared` clocks coincide with clocks of
+                       * the sibling already on the core's timeline (lp_timeline) */
     /* written by Python */
     int64_t budget;   /* clocks until the next deadline (<= 0: none) */
     int pmi[2];       /* deliver a PMI to LP 0 / LP 1 of this core now */
@@ -1922,6 +1930,38 @@ static void out_pair(struct cvcpu *c, uint32_t a, uint32_t b, int64_t n)
  * the batch's last clock, `last_is_end` = that clock ends an execution (it is then not paired
  * with a following bubble inside this batch).
  */
+/* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local
+ * clock that its own clocks advance; the core's clock is the larger of the two.  A clock of
+ * an LP at or before the core's clock coincides with a clock the sibling already put on the
+ * timeline (both LPs ran in it: one core clock, SDM 18.16 -- the LPs share the core's clock);
+ * only the clocks beyond it are new core clocks.  A halted LP's local clock stands still;
+ * when it runs again it joins the core's clock (lp_resync).  Returns the batch's shared
+ * clocks (its first ones, in time). */
+static void lp_resync(unsigned vi)
+{
+    struct cvcpu *c = &cv[vi];
+    if (cnt_threads != 2 || !core_clk) return;
+    uint64_t core = __atomic_load_n(&core_clk[vi >> 1], __ATOMIC_SEQ_CST);
+    if (!c->lclk_on || c->lclk < core) c->lclk = core;
+    c->lclk_on = 1;
+}
+
+static int64_t lp_timeline(unsigned vi, int64_t clocks)
+{
+    struct cvcpu *c = &cv[vi];
+    if (cnt_threads != 2 || !core_clk || clocks <= 0) return 0;
+    if (!c->lclk_on) lp_resync(vi); /* the LP's first clocks start at the core's clock */
+    uint64_t *cc = &core_clk[vi >> 1];
+    c->lclk += (uint64_t)clocks;
+    uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
+    while (cur < c->lclk &&
+           !__atomic_compare_exchange_n(cc, &cur, c->lclk, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+    }
+    int64_t fresh = cur < c->lclk ? (int64_t)(c->lclk - cur) : 0;
+    return fresh >= clocks ? 0 : clocks - fresh;
+}
+
 static void fold_close(unsigned vi, uint32_t last, int last_is_end)
 {
     struct cvcpu *c = &cv[vi];
@@ -2070,6 +2110,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     int sib = cnt_threads == 2 ? (int)(vi ^ 1) : -1;
     o->other_active = c->oth_active;
     o->other_os = c->oth_os;
+    o->shared = lp_timeline(vi, clocks);
     c->oth_active = sib >= 0 && sib < n_vcpus_max && cv[sib].init && !lp_halted(&cv[sib]);
     c->oth_os = sib >= 0 && sib < n_vcpus_max ? cv[sib].cpl_os : 0;
     /* budget, pmi[] and start keep what Python wrote last (it rewrites them whenever they
@@ -2617,6 +2658,7 @@ static void cb_xpend(unsigned int vi, void *ud)
     if (c->hlt_halted) {
         c->hlt_halted = 0; /* running again after the HLT */
         c->hlt_valid = 0;
+        lp_resync(vi);
         sibling_relabel(vi);
     }
     if (__atomic_exchange_n(&c->mask_pending, 0, __ATOMIC_SEQ_CST)) {
@@ -2941,6 +2983,7 @@ static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vc
     if (getenv("P4PMU_BRANCH_TRACE")) br_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     ct.trace = br_trace != NULL;
     cv = aligned_alloc(64, (size_t)max_vcpus * sizeof(*cv));
+    core_clk = calloc((size_t)max_vcpus / 2 + 1, sizeof(*core_clk));
     memset(cv, 0, (size_t)max_vcpus * sizeof(*cv));
     outs = calloc((size_t)max_vcpus, sizeof(*outs));
     pensums = calloc((size_t)max_vcpus, sizeof(*pensums));
@@ -3000,7 +3043,10 @@ static void counting_halt_change(unsigned vi, int halted)
     if (!cv || vi >= (unsigned)n_vcpus_max) return;
     cv[vi].halted = halted;
     DBG("vCPU %u %s\n", vi, halted ? "idle" : "resumes");
-    if (!halted) cv[vi].hlt_valid = 0;
+    if (!halted) {
+        cv[vi].hlt_valid = 0;
+        lp_resync(vi); /* (on this vCPU's thread, before it runs again) */
+    }
     if (cnt_threads != 2 || !cnt_instrument) return;
     unsigned sib = vi ^ 1;
     if ((int)sib >= n_vcpus_max || !cv[sib].init || lp_halted(&cv[sib])) return;

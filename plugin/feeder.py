@@ -185,7 +185,8 @@ class Feeder:
         run = eng.running()
         if not run.any() and not (pmu.edge & pmu.compare).any():
             return  # nothing counts, no edge detector to keep up to date
-        if o.tot_ok == 1 and self._fast_add(vcpu, pmu, o, run):
+        shared = int(o.shared) if self.ht else 0  # clocks the sibling ran in too (I8)
+        if o.tot_ok == 1 and self._fast_add(vcpu, pmu, o, run, clocks, shared):
             return
         ffi = self.ffi
         ext = np.frombuffer(ffi.buffer(o.ext, 4 * n), dtype=np.uint32).astype(np.int64)
@@ -249,20 +250,26 @@ class Feeder:
                 h = pmu.horizon()
                 m = 1 if h <= 1 else int(min(nseq - i, h - 1))
                 part = seq[i:i + m]
-                pmu.advance(self._sub(part, active, os_, colv, vals))
+                pmu.advance(self._sub(part, active, os_, colv, vals,
+                                      max(0, min(shared, i + m) - i)))
                 i += m
             return
-        act = Activity.from_arrays(cnt, active, os_, colv, vals, trans, first, last)
+        act = Activity.from_arrays(cnt, active, os_, colv, vals, trans, first, last, shared)
         pmu.advance(act)
 
-    def _fast_add(self, vcpu: int, pmu, o, run) -> bool:
+    def _fast_add(self, vcpu: int, pmu, o, run, clocks: int, shared: int) -> bool:
         """The batch's per-counter totals computed by C from our per-kind table, when the step
         would be the engine's plain case anyway: no EDGE counter (table exact), no OVF
-        0 -> 1, no PMI arming, no FORCE_OVF.  Returns False to take the full step."""
+        0 -> 1, no PMI arming, no FORCE_OVF.  Shared clocks reduce COMPARE + COMPLEMENT
+        counters as the engine does (engine.py).  Returns False to take the full step."""
         if self._winc_key.get(vcpu) != self._table_key(vcpu, pmu, o):
             return False
         tot = np.frombuffer(self.ffi.buffer(o.tot, 8 * 18), dtype=np.int64)
         add = np.where(run, tot, 0)
+        if shared:
+            add = add.copy()
+            for n in np.flatnonzero(pmu.compare & pmu.complement):
+                add[n] -= int(add[n]) * shared // clocks  # (exact integers)
         if (add < 0).any():
             return False
         eng = pmu.engine
@@ -278,8 +285,9 @@ class Feeder:
         return True
 
     @staticmethod
-    def _sub(part, active, os_, colv, vals) -> Activity:
-        """The activity of the clocks `part` (kind indices in clock order)."""
+    def _sub(part, active, os_, colv, vals, shared: int = 0) -> Activity:
+        """The activity of the clocks `part` (kind indices in clock order), the first `shared`
+        of them shared with the sibling LP."""
         u, inv = np.unique(part, return_inverse=True)
         K = u.shape[0]
         count = np.bincount(inv, minlength=K).astype(np.float64)
@@ -287,7 +295,7 @@ class Feeder:
         if part.shape[0] > 1:
             np.add.at(trans, (inv[:-1], inv[1:]), 1.0)
         return Activity.from_arrays(count, active[u], os_[u], colv, vals[u], trans,
-                                    int(inv[0]), int(inv[-1]))
+                                    int(inv[0]), int(inv[-1]), shared)
 
     # -- after an access or a deadline: next deadline, PMI, start ------------------------------
 
