@@ -20,6 +20,7 @@ HT_ARGS = ("-smp", "2,threads=2")
 C0, C1, C2, C3 = "MSR_CRU_ESCR0", "MSR_CRU_ESCR1", "MSR_CRU_ESCR2", "MSR_CRU_ESCR3"
 OVF = 1 << 31
 N1, N2 = 100, 1000
+N_BOTH = 1_000_000  # alu iterations with both LPs running
 
 
 def _model():
@@ -213,3 +214,46 @@ def test_example_18_2_literally_and_corrected(run_guest):
     assert out["fix.before"] == 0
     assert out["fix.cccr16"] & OVF
     assert out["fix.after"] == lp1, (out["fix.after"], lp1)
+
+
+def test_both_threads_running_share_the_core_clock(run_guest):
+    """Both logical processors run (LP 1 a long loop, LP 0 a pause loop waiting for it): a
+    clock in which both run is one core clock (docs/guest-events.md I8).  Counter 1 counts
+    every clock with some LP active (COMPARE + COMPLEMENT, threshold 15, ACTIVE_THREAD = 11,
+    Linux's cycles alias); counters 0 and 2 count LP 0's and LP 1's own clocks
+    (global_power_events RUNNING, T0_OS / T1_OS).  The core clock runs as far as the LP that
+    ran longer: counter 1 is about max(LP 0, LP 1) -- not their sum, as separate timelines
+    would give -- and LP 1's own clocks are exactly the clock model's."""
+    esc0 = escr_value("global_power_events", "RUNNING", t0_os=True)
+    esc1 = escr_value("global_power_events", "RUNNING", t1_os=True)
+    on = [(cccr_msr(0), cccr_value(0, "MSR_FSB_ESCR0", active_thread=3)),
+          (cccr_msr(1), cccr_value(1, "MSR_FSB_ESCR0", active_thread=3, compare=True,
+                                   complement=True, threshold=15)),
+          (cccr_msr(2), cccr_value(2, "MSR_FSB_ESCR1", active_thread=3))]
+    off = [(m, v & ~(1 << 12)) for m, v in on]
+    s = EvScript()
+    s.ap_start()
+    s.wrmsr(escr_msr("MSR_FSB_ESCR0"), esc0)
+    s.wrmsr(escr_msr("MSR_FSB_ESCR1"), esc1)
+    s.measure_table(on, off)
+    s.ap_spin()
+    s.measure("alu", 16, cpu=1)  # warm-up (the predictor entries of the measured code)
+    for n_it in (N_BOTH, 2 * N_BOTH):
+        for n in range(3):
+            s.wrmsr(counter_msr(n), 0)
+        s.measure("alu", n_it, cpu=1)
+        for n in range(3):
+            s.rdmsr(counter_msr(n), f"{n_it}.c{n}")
+    out = _run(run_guest, s)
+    st = Setup("x", [Ctr(2, "MSR_FSB_ESCR1", "global_power_events", ("RUNNING",),
+                         t1_os=True)])
+    # the loop's clocks per iteration in the steady state (from a short replay)
+    per = ClockOracle(_model()).delta(st, "alu", 0, 1000, 2000, lp=1)[2]
+    want = per * N_BOTH // 1000
+    got = {k: [out[f"{n}.c{k}"] for n in (N_BOTH, 2 * N_BOTH)] for k in range(3)}
+    assert got[2][1] - got[2][0] == want, (got, want)
+    for i in range(2):
+        r0, anyc, r1 = got[0][i], got[1][i], got[2][i]
+        msg = f"LP 0 {r0}, LP 1 {r1}, core {anyc}"
+        assert r0 > 0 and r1 > 0, msg  # both ran
+        assert max(r0, r1) - 0.02 * r1 <= anyc <= max(r0, r1) + 0.02 * r1, msg

@@ -177,6 +177,11 @@ class EvScript:
         `ticks` TSC ticks (the vCPU threads are not synchronised)."""
         return self._add(f"apsync {ticks}")
 
+    def ap_spin(self, on: bool = True):
+        """From now on the BSP busy-waits (a pause loop) while a command runs on the AP,
+        instead of waiting in HLT: both logical processors run."""
+        return self._add(f"apspin {int(on)}")
+
     def mark(self, tag: str, cpu: int = 0):
         return self._add(f"mark {tag}", cpu)
 

@@ -34,6 +34,8 @@
  *   apstart                start the AP     -> "V apstart 0" (or "V apstart -1")
  *   apsync TICKS           from now on an @1 command starts only once the BSP is about to
  *                          halt, plus TICKS TSC ticks (0: off); see evrt.h ap_sync_ticks
+ *   apspin ON              1: from now on the BSP busy-waits (pause loop) while an @1
+ *                          command runs, so both logical processors run; 0: it waits in HLT
  *   mark TAG               -> "M TAG"
  *   ticks TAG              RDTSC            -> "V TAG <hex>"
  */
@@ -64,12 +66,15 @@ static const struct {
 #define N_LOOPS (sizeof loops / sizeof loops[0])
 
 enum op { C_W, C_R, C_PMC, C_LOOP, C_LVT, C_LVTR, C_PMICFG, C_PMIRESET, C_PMILOG, C_HALT,
-          C_STI, C_CLI, C_APSTART, C_MARK, C_TICKS, C_MTAB, C_MEAS, C_APSYNC, C_TIMER };
+          C_STI, C_CLI, C_APSTART, C_MARK, C_TICKS, C_MTAB, C_MEAS, C_APSYNC, C_TIMER,
+          C_APSPIN };
 static const char *const op_names[] = {"w", "r", "pmc", "loop", "lvt", "lvtr", "pmicfg",
                                        "pmireset", "pmilog", "halt", "sti", "cli", "apstart",
-                                       "mark", "ticks", "mtab", "meas", "apsync", "timer"};
-static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1, 1};
-static const int op_has_tag[] = {0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0};
+                                       "mark", "ticks", "mtab", "meas", "apsync", "timer",
+                                       "apspin"};
+static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1, 1, 1};
+static const int op_has_tag[] = {0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0};
+static int ap_spin; /* apspin: the BSP busy-waits for @1 commands */
 
 struct cmd {
     int op, cpu, line;
@@ -261,6 +266,9 @@ static ureg exec_cmd(ureg arg)
         if (!c->a[0])
             rt_printf("V timer_count %x\n", timer_count[ev_cpu_index()]);
         break;
+    case C_APSPIN:
+        ap_spin = c->a[0] != 0;
+        break;
     case C_APSYNC:
 #ifndef __x86_64__
         ap_sync_ticks = (u32)c->a[0];
@@ -342,7 +350,7 @@ void guest_main(u32 magic, const void *info)
     rt_printf("APIC %u\n", apic_id());
     for (int i = 0; i < n_cmds; i++) {
         if (cmds[i].cpu)
-            ap_run(exec_cmd, (ureg)&cmds[i], 1);
+            ap_run(exec_cmd, (ureg)&cmds[i], !ap_spin);
         else
             exec_cmd((ureg)&cmds[i]);
     }
