@@ -380,7 +380,7 @@ def _hot_expect(arch: str) -> dict:
     return out
 
 
-def _check_profile(s: Session, tag: str, sibling_clocks: bool = False) -> None:
+def _check_profile(s: Session, tag: str) -> None:
     """perf record of hotspots: attribution to hot_a / hot_b within 3 percentage points of
     their clocks by the model; their samples about clocks / PERIOD.
 
@@ -393,13 +393,9 @@ def _check_profile(s: Session, tag: str, sibling_clocks: bool = False) -> None:
     the kernel's timer handlers (not checked) depends on the host's speed: the guest's timer
     runs on host time, so a loaded host gives the guest more ticks per modelled clock.
 
-    `sibling_clocks` (--threads 2): Linux sets ACTIVE_THREAD = any, so the counter also counts
-    the sibling's clocks while both run (docs/linux-guest.md).  The plugin runs the two
-    logical processors on separate clock timelines (docs/guest-events.md, threads=2), so a
-    clock in which both run is counted twice, and how long the sibling runs during the
-    profile depends on host timing: only "at least the task's own clocks / PERIOD samples,
-    hot_a ahead of hot_b" is checked then -- the 3-point share does not hold (seen: 71.7 %
-    instead of 75 %, 3x the samples), a known limit of the threads=2 model."""
+    With --threads 2 the same bounds hold: Linux sets ACTIVE_THREAD = any, and a clock in
+    which the sibling runs too is one core clock, counted once (docs/guest-events.md I8); the
+    sibling's short bursts (its timer ticks) do not add samples."""
     out = s.sec(f"report_{tag}").text
     rep = P.parse_report(out)
     exp = _hot_expect(s.arch)
@@ -407,9 +403,6 @@ def _check_profile(s: Session, tag: str, sibling_clocks: bool = False) -> None:
     assert 0.74 < ca / (ca + cb) < 0.76  # the same loop run 3N and N times
     sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
     msg = f"hot_a {sa} (model {ca / PERIOD:.1f}), hot_b {sb} (model {cb / PERIOD:.1f}):\n{out}"
-    if sibling_clocks:
-        assert sb > 0 and sa > 1.5 * sb and sa + sb >= 0.75 * (ca + cb) / PERIOD - 2, msg
-        return
     assert abs(100 * sa / (sa + sb) - 100 * ca / (ca + cb)) <= 3, msg
     assert 0.75 * (ca + cb) / PERIOD - 2 <= sa + sb <= 1.1 * (ca + cb) / PERIOD + 2, msg
 
@@ -460,7 +453,7 @@ def test_sampling_task_never_switched_out_gets_no_samples(tmp_path_factory, key)
 def test_smp_profile_on_the_second_cpu(tmp_path_factory, key):
     """--smp 2 and --smp 2 --threads 2: the profile of a task pinned to CPU 1 (with threads=2
     the sibling of CPU 0, on thread-1 counters and ESCRs)."""
-    _check_profile(session(tmp_path_factory, key), "cpu1", sibling_clocks=key == "ht")
+    _check_profile(session(tmp_path_factory, key), "cpu1")
 
 
 def _pmu_lines(log: str, vcpu: int) -> list[str]:
