@@ -2677,7 +2677,12 @@ static void cb_xpend(unsigned int vi, void *ud)
         delivered = after_python(vi, 0);
         __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
     }
-    if (__atomic_exchange_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST)) {
+    /* a request the sibling's step saw; delivered only if still asserted: Python writes the
+     * levels of both LPs into both vCPUs' outs at every step, so outs[vi].pmi is the latest
+     * (this LP's own handler may have cleared OVF since -- an NMI then would find no
+     * overflow: Linux's "NMI received for unknown reason") */
+    if (__atomic_exchange_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST) &&
+        __atomic_load_n(&outs[vi].pmi[vi & 1], __ATOMIC_SEQ_CST)) {
         c->pmi_level = 1;
         if (!delivered) delivered = pmi_deliver_here(vi) == 1;
         arm(vi, 0);

@@ -311,6 +311,10 @@ class Feeder:
             o.start = 1
         for t in range(self.threads):
             o.pmi[t] = st["levels"][t]
+        if self.ht:  # the sibling drops a request from us that is no longer asserted (I8)
+            so = self._out(vcpu ^ 1)
+            for t in range(2):
+                so.pmi[t] = st["levels"][t]
         if not st["any_run"]:
             o.budget = 0
             o.nwatch = 0
