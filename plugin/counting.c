@@ -1925,11 +1925,6 @@ static void out_pair(struct cvcpu *c, uint32_t a, uint32_t b, int64_t n)
     c->o_pn[c->o_np++] = n;
 }
 
-/*
- * Close the current batch of vCPU vi into its p4c_out (for Python).  `last` = ext kind + 1 of
- * the batch's last clock, `last_is_end` = that clock ends an execution (it is then not paired
- * with a following bubble inside this batch).
- */
 /* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local
  * clock that its own clocks advance; the core's clock is the larger of the two.  A clock of
  * an LP at or before the core's clock coincides with a clock the sibling already put on the
@@ -1962,6 +1957,11 @@ static int64_t lp_timeline(unsigned vi, int64_t clocks)
     return fresh >= clocks ? 0 : clocks - fresh;
 }
 
+/*
+ * Close the current batch of vCPU vi into its p4c_out (for Python).  `last` = ext kind + 1 of
+ * the batch's last clock, `last_is_end` = that clock ends an execution (it is then not paired
+ * with a following bubble inside this batch).
+ */
 static void fold_close(unsigned vi, uint32_t last, int last_is_end)
 {
     struct cvcpu *c = &cv[vi];
@@ -2791,6 +2791,28 @@ static void cb_hlt(unsigned int vi, void *ud)
 
 static __thread int tl_mode_pref = -1;
 
+/* Classify the n instructions of a block in Capstone mode mi (16, 32 or 64 bit); returns how
+ * many decoded to QEMU's instruction length (the others are classified as unknown). */
+static size_t classify_all(int mi, size_t n, const uint8_t (*bytes)[16], const uint8_t *lens,
+                           const uint64_t *addrs, struct cinsn *ins)
+{
+    csh h;
+    cs_insn *x = cs_get(mi, &h);
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = bytes[i];
+        size_t sz = lens[i];
+        uint64_t ad = addrs[i];
+        if (x && cs_disasm_iter(h, &p, &sz, &ad, x) && x->size == lens[i]) {
+            classify_insn(h, x, addrs[i], &ins[i]);
+            ok++;
+        } else {
+            classify_unknown(addrs[i], lens[i], &ins[i]);
+        }
+    }
+    return ok;
+}
+
 /* Classify the block's instructions and register its counting operations.  Called by
  * translate() (p4pmu_plugin.c) after the bridge's entry hook, before anything else. */
 static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, unsigned vi)
@@ -2825,45 +2847,13 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
         addrs[i] = qemu_plugin_insn_vaddr(insn);
     }
     int best = -1;
-    size_t best_ok = 0;
     for (int ci = 0; ci < nc && best < 0; ci++) {
-        int mi = cands[ci];
-        csh h;
-        cs_insn *x = cs_get(mi, &h);
-        size_t ok = 0;
-        for (size_t i = 0; i < n; i++) {
-            const uint8_t *p = bytes[i];
-            size_t sz = lens[i];
-            uint64_t ad = addrs[i];
-            if (x && cs_disasm_iter(h, &p, &sz, &ad, x) && x->size == lens[i]) {
-                classify_insn(h, x, addrs[i], &ins[i]);
-                ok++;
-            } else {
-                classify_unknown(addrs[i], lens[i], &ins[i]);
-            }
-        }
-        if (ok == n) {
-            best = mi;
-        } else if (ok > best_ok || ci == 0) {
-            best_ok = ok;
-        }
+        if (classify_all(cands[ci], n, (const uint8_t (*)[16])bytes, lens, addrs, ins) == n) best = cands[ci];
     }
     if (best < 0) {
         /* no mode decodes every instruction to QEMU's length: use the first candidate */
-        int mi = cands[0];
-        csh h;
-        cs_insn *x = cs_get(mi, &h);
-        for (size_t i = 0; i < n; i++) {
-            const uint8_t *p = bytes[i];
-            size_t sz = lens[i];
-            uint64_t ad = addrs[i];
-            if (x && cs_disasm_iter(h, &p, &sz, &ad, x) && x->size == lens[i]) {
-                classify_insn(h, x, addrs[i], &ins[i]);
-            } else {
-                classify_unknown(addrs[i], lens[i], &ins[i]);
-            }
-        }
-        best = mi;
+        best = cands[0];
+        classify_all(best, n, (const uint8_t (*)[16])bytes, lens, addrs, ins);
     }
     tl_mode_pref = best;
     free(bytes);
