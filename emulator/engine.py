@@ -193,9 +193,16 @@ class Engine:
             rising -= inc[act.first] * pmu.edge_prev
             np.copyto(total, rising, where=self.edge_eff)
         if act.shared and self.any_complement:
-            for n in np.flatnonzero(pmu.compare & pmu.complement & ~self.edge_eff):
-                total[n] -= int(total[n]) * act.shared // act.clocks  # (exact integers)
+            self.drop_shared_clocks(total, act.shared, act.clocks)
         return pas, inc, gate, total
+
+    def drop_shared_clocks(self, total, shared: int, clocks: int) -> None:
+        """D21, in place on a batch's per-counter totals: a COMPARE + COMPLEMENT counter
+        (without EDGE) does not count the batch's `shared` clocks again -- floor(total *
+        shared / clocks) less (exact integers; exact for the count-every-clock idiom)."""
+        pmu = self.pmu
+        for n in np.flatnonzero(pmu.compare & pmu.complement & ~self.edge_eff):
+            total[n] -= int(total[n]) * shared // clocks
 
     def advance(self, act) -> StepResult:
         pmu = self.pmu

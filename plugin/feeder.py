@@ -261,18 +261,17 @@ class Feeder:
         """The batch's per-counter totals computed by C from our per-kind table, when the step
         would be the engine's plain case anyway: no EDGE counter (table exact), no OVF
         0 -> 1, no PMI arming, no FORCE_OVF.  Shared clocks reduce COMPARE + COMPLEMENT
-        counters as the engine does (engine.py).  Returns False to take the full step."""
+        counters as the engine does (Engine.drop_shared_clocks).  Returns False to take the
+        full step."""
         if self._winc_key.get(vcpu) != self._table_key(vcpu, pmu, o):
             return False
         tot = np.frombuffer(self.ffi.buffer(o.tot, 8 * 18), dtype=np.int64)
         add = np.where(run, tot, 0)
+        eng = pmu.engine
         if shared:
-            add = add.copy()
-            for n in np.flatnonzero(pmu.compare & pmu.complement):
-                add[n] -= int(add[n]) * shared // clocks  # (exact integers)
+            eng.drop_shared_clocks(add, shared, clocks)
         if (add < 0).any():
             return False
-        eng = pmu.engine
         eng._cached()
         pos = add > 0
         if (pos & (eng.arm_cand | pmu.force_ovf)).any():
