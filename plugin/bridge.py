@@ -21,6 +21,9 @@ Plugin options (``-plugin libp4pmu_plugin.so,opt=val,...``; Contract 2 of docs/a
   errata=on|off   emulate the model's errata (cascade-PMI)       default: on
   mirror=on|off   let the C-side register mirror serve accesses and deadlines of simple
                   programmings (plugin/mirror.c; docs/bridge.md)  default: on
+  exact=on|off    exact deadlines: the counter that drives the deadline is watched in its
+                  own events, not in clocks (plugin/counting.c W2; docs/guest-events.md
+                  "Exact deadlines")                            default: on
 
 Every method returns a status the C side understands (OK = 1, FAULT = 2); an exception is
 reported by the embedding's error handler and the C side then leaves the access to QEMU.
@@ -60,10 +63,11 @@ class Options:
     bp_penalty: int | None = None
     errata: bool = True
     mirror: bool = True
+    exact: bool = True
 
 
 OPTION_NAMES = ("model", "stepping", "strict", "log", "threads", "pypath", "verbose", "count",
-                "pmi", "bp_penalty", "errata", "mirror")
+                "pmi", "bp_penalty", "errata", "mirror", "exact")
 
 
 def _bool(name: str, value: str) -> bool:
@@ -118,6 +122,8 @@ def parse_options(args: list[str]) -> Options:
             o.errata = _bool(k, v)
         elif k == "mirror":
             o.mirror = _bool(k, v)
+        elif k == "exact":
+            o.exact = _bool(k, v)
         elif k == "bp_penalty":
             try:
                 o.bp_penalty = int(v, 0)

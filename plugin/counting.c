@@ -37,10 +37,11 @@
 #define MAX_KINDS (1u << 16)
 #define NEXT (2u * MAX_KINDS) /* ext kind = kind * 2 + os */
 #define SB_HDR 8u
-/* scoreboard words: W (deadline clocks), CUR (the block running or run last), PEND (unused),
- * XPEND (threads=2 requests), X (the address the last block's "silent" outcome continues
- * at, see "Silent branch outcomes" below) */
-enum { SB_W = 0, SB_CUR = 1, SB_PEND = 2, SB_XPEND = 3, SB_X = 4 };
+/* scoreboard words: W (deadline clocks), CUR (the block running or run last), W2 (the exact
+ * deadline of one watched counter, in its events: "Exact deadlines" below), XPEND (threads=2
+ * requests), X (the address the last block's "silent" outcome continues at, see "Silent
+ * branch outcomes" below) */
+enum { SB_W = 0, SB_CUR = 1, SB_W2 = 2, SB_XPEND = 3, SB_X = 4 };
 /* per-block execution counters at SB_HDR + id; the "banked" executions of silent-capable
  * conditional blocks at SB_BANK0 + gate index (see "Silent branch outcomes") */
 #define MAX_GATES (1u << 18)
@@ -111,6 +112,8 @@ struct blk {
     uint32_t maxclk;            /* most clocks one execution can add (maxclk()) */
     uint32_t final_k;           /* the final clock before the outcome (dynamic ends) */
     uint32_t wadd;              /* W increment per execution (static clocks + final clock) */
+    uint32_t w2add;             /* W2 increment per execution: the most events of the exact-
+                                 * deadline counter one execution can add (0: no W2 ops) */
     uint64_t xval;              /* SB_X stored at entry: where the silent outcome goes */
 };
 
@@ -288,6 +291,19 @@ struct cvcpu {
     uint64_t w_base;
     int64_t py_left;
     int pmi_level;
+    /* the exact deadline (W2, "Exact deadlines"): on for this vCPU, the counter's watch
+     * slot, its events left before it may overflow (fresh: computed since W2 was last
+     * armed), the verdict's cache key (the increment table it was made for), and the
+     * candidate for the next signature with how many steps in a row it was the same */
+    int w2_on, w2_slot, w2_fresh;
+    int64_t w2_left;
+    const int32_t *w2_key_winc;
+    uint32_t w2_key_nk;
+    int w2_key_ctr, w2_key_ok;
+    int w2_cand;
+    const int32_t *w2_cand_winc;
+    uint32_t w2_cand_nk, w2_streak;
+    uint64_t w2_checks;
     /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_XPEND); fold_seq counts
      * the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT entry and APIC
      * ID so that the sibling can interrupt it while it is halted (mask_pending: set the LVT
@@ -605,6 +621,40 @@ static void ph_clear(struct phash *h)
 }
 
 static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
+
+/* Exact deadlines (docs/guest-events.md "Exact deadlines").  W counts clocks, and a deadline
+ * in clocks must assume the most events per clock (3 instructions, say): a counter armed to
+ * interrupt after 10,000 instructions of a loop that retires 0.75 per clock was checked about
+ * 23 times per interrupt, each check closing a quarter of the distance.  W2 counts the events
+ * of one watched counter instead: each block adds the most events of that counter one of its
+ * executions can add (w2add, from Python's per-kind increment table), and its conditional
+ * callback fires at the entry of the first block that may take the counter to its limit,
+ * where fast_check decides exactly, as it does for W.  The weights are fixed when a block is
+ * translated, so the signature (the counter and its increments per kind) is fixed for the
+ * translation cache: it is chosen after the same counter has driven the deadline at
+ * W2_STREAK steps in a row, and installed by a flush (qemu_plugin_reset).  A vCPU whose
+ * programming does not match the signature keeps W2 idle (0) and its deadlines in clocks. */
+#define W2_STREAK 4        /* steps in a row with the same candidate before the first flush */
+#define W2_RESTREAK 256    /* ... before a flush that replaces a signature */
+#define W2_MAX_FLUSHES 16  /* signatures installed per run at most */
+static int w2_mode = 1;    /* option exact=on|off */
+static struct {
+    volatile int active;   /* blocks translated now carry W2 operations for the signature */
+    volatile int pending;  /* a flush installing `next` is under way */
+    unsigned flushes;
+    struct w2sig {
+        int ctr;           /* counter 0-17 */
+        uint32_t nk;       /* increments known for ext kinds < nk */
+        const int32_t *col;/* [ext] increment per clock of that kind (malloc'ed, kept) */
+        int64_t rate;      /* the most per clock (ext kinds >= nk) */
+        int64_t pen[2];    /* the penalty clocks after a misprediction, summed, per CPL */
+    } sig, next;
+} w2;
+
+static inline int64_t w2_inc(const struct w2sig *g, uint32_t e, int64_t clocks)
+{
+    return e < g->nk ? (int64_t)g->col[e] * clocks : g->rate * clocks;
+}
 
 static inline void touch(struct cvcpu *c, uint32_t e)
 {
@@ -1226,6 +1276,10 @@ static void rep_resolve(unsigned vi, struct cvcpu *c, const struct blk *pb, uint
         c->res_n = -1;
     }
     sbv(vi)[SB_W] += nfull + 1;
+    if (c->w2_on) {
+        sbv(vi)[SB_W2] += (uint64_t)(w2_inc(&w2.sig, ext(k_rep_full, os), (int64_t)nfull) +
+                                     w2_inc(&w2.sig, ext(fk, os), 1));
+    }
 }
 
 /* a silent-capable block's bank word */
@@ -2242,6 +2296,81 @@ static void sibling_pmi(unsigned vi, unsigned sib)
     __atomic_store_n(&sbv(sib)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
 }
 
+static void w2_request(const struct p4c_out *o, int slot); /* below */
+
+/* does the increment table of outs[vi] give counter `ctr` the signature's increments? */
+static int w2_matches(const struct p4c_out *o, int ctr)
+{
+    const struct w2sig *g = &w2.sig;
+    if (ctr != g->ctr || !o->winc) return 0;
+    uint32_t nk = o->nkext < g->nk ? o->nkext : g->nk;
+    for (uint32_t e = 0; e < nk; e++) {
+        if (o->winc[(size_t)e * 18 + ctr] != g->col[e]) return 0;
+    }
+    /* kinds the signature does not know are weighted at its rate: no new kind may exceed it */
+    for (uint32_t e = nk; e < o->nkext; e++) {
+        if (o->winc[(size_t)e * 18 + ctr] > g->rate) return 0;
+    }
+    return 1;
+}
+
+/* After a step (Python or the mirror wrote outs[vi]; the batch was just folded): is this
+ * vCPU's deadline counter the signature's?  Then W2 watches it, with its headroom.  Else
+ * count how long the same counter has driven the deadline, and install it as the signature
+ * when it has for long enough. */
+static void w2_update(unsigned vi)
+{
+    struct cvcpu *c = &cv[vi];
+    const struct p4c_out *o = &outs[vi];
+    c->w2_on = 0;
+    if (!w2_mode || !cnt_instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
+    int nw = o->nwatch;
+    /* the counter that drives the clock deadline */
+    int cand = -1;
+    int64_t best = INT64_MAX;
+    for (int w = 0; w < nw; w++) {
+        int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
+        int64_t clk = (o->whead[w] + rate - 1) / rate;
+        if (clk < best) { best = clk; cand = w; }
+    }
+    if (w2.active) {
+        int slot = -1;
+        for (int w = 0; w < nw; w++) {
+            if (o->widx[w] == w2.sig.ctr) slot = w;
+        }
+        if (slot >= 0) {
+            if (c->w2_key_winc != o->winc || c->w2_key_nk != o->nkext ||
+                c->w2_key_ctr != w2.sig.ctr) {
+                c->w2_key_winc = o->winc;
+                c->w2_key_nk = o->nkext;
+                c->w2_key_ctr = w2.sig.ctr;
+                c->w2_key_ok = w2_matches(o, w2.sig.ctr);
+            }
+            if (c->w2_key_ok) {
+                c->w2_on = 1;
+                c->w2_slot = slot;
+                c->w2_left = o->whead[slot];
+                c->w2_fresh = 1;
+                c->w2_streak = 0;
+                return;
+            }
+        }
+    }
+    if (cand < 0 || w2.pending || w2.flushes >= W2_MAX_FLUSHES) return;
+    if (c->w2_cand == o->widx[cand] && c->w2_cand_winc == o->winc && c->w2_cand_nk == o->nkext) {
+        c->w2_streak++;
+    } else {
+        c->w2_cand = o->widx[cand];
+        c->w2_cand_winc = o->winc;
+        c->w2_cand_nk = o->nkext;
+        c->w2_streak = 1;
+    }
+    if (c->w2_streak >= (w2.flushes ? W2_RESTREAK : W2_STREAK)) {
+        c->w2_streak = 0;
+        w2_request(o, cand);
+    }
+}
+
 /* Arm W: fire after min(py_left, PMI_RECHECK if a request is asserted) clocks from now;
  * `rest` clocks already added to W belong after this point. */
 static void arm(unsigned vi, int64_t rest)
@@ -2256,6 +2385,19 @@ static void arm(unsigned vi, int64_t rest)
      * cb_first's fold request is pending (cb_sched takes it off again) */
     sb[SB_W] = c->w_base + (uint64_t)rest + c->w_resv * n_penalty +
                (c->force_fold ? W_PEND : 0);
+    if (!c->w2_on) {
+        sb[SB_W2] = 0; /* idle: 2^62 events away */
+    } else if (c->w2_fresh) {
+        /* w2_left counts from the fold or check just made; after an access inside a block
+         * (rest > 0), the rest of that block runs in the next batch but its W2 increment
+         * is in already: add the whole increment again (it may only fire early) */
+        uint32_t cur = (uint32_t)sb[SB_CUR];
+        int64_t h = c->w2_left > 0 ? c->w2_left : 0;
+        if (h > (int64_t)(W_THRESH >> 2)) h = (int64_t)(W_THRESH >> 2);
+        sb[SB_W2] = W_THRESH - (uint64_t)h + (rest > 0 && cur ? blocks[cur]->w2add : 0);
+        c->w2_fresh = 0;
+    }
+    /* else: W2 keeps counting from its last arming */
 }
 
 /* Returns 1 if an interrupt was delivered to this vCPU. */
@@ -2270,6 +2412,7 @@ static int after_python(unsigned vi, int64_t rest_clocks)
     c->py_left = o->budget > 0 ? o->budget : -1;
     int lp = cnt_threads == 2 ? (int)(vi & 1) : 0;
     c->pmi_level = o->pmi[lp] != 0;
+    w2_update(vi);
     arm(vi, rest_clocks);
     int delivered = 0;
     if (pmi_on) {
@@ -2523,6 +2666,12 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     for (int w = 0; w < nw; w++) {
         int64_t r = o->whead[w] - U[w];
         if (r <= N[w]) return 0; /* the next block may take it over the edge: Python */
+        if (c->w2_on && w == c->w2_slot) {
+            /* W2 watches it exactly: events left before `next` runs */
+            c->w2_left = r;
+            c->w2_fresh = 1;
+            continue;
+        }
         int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
         int64_t clk = (r + rate - 1) / rate;
         if (clk < best) best = clk;
@@ -2532,6 +2681,7 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
 }
 
 static int mirror_deadline(unsigned vi); /* mirror.c: the deadline served in C, or 0 */
+static void deadline_step(unsigned vi, uint32_t id);
 
 /* block entry, conditional on W >= 2^62: a pending block end to resolve, a deadline, or a
  * fold request */
@@ -2575,6 +2725,39 @@ static void cb_sched(unsigned int vi, void *ud)
         }
         return;
     }
+    deadline_step(vi, id);
+}
+
+/* block entry, conditional on W2 >= 2^62 - w2add: the exact-deadline counter may reach its
+ * limit in this block (W2's increments are upper bounds): decide exactly */
+static void cb_w2(unsigned int vi, void *ud)
+{
+    struct cvcpu *c = &cv[vi];
+    uint32_t id = (uint32_t)(uintptr_t)ud;
+    const struct blk *b = blocks[id];
+    if (!c->w2_on) {
+        c->sbase[SB_W2] = 0;
+        return;
+    }
+    c->cpl_os = b->os;
+    c->w2_checks++;
+    entry_settle(vi, c);
+    int64_t ok = fast_check(vi, b);
+    if (ok > 0) {
+        /* not yet: fast_check re-computed the events left (and the clock budget of the
+         * other watched counters) */
+        c->py_left = ok;
+        arm(vi, 0);
+        return;
+    }
+    deadline_step(vi, id);
+}
+
+/* a deadline at the entry of block `id`, before it runs: fold, the mirror or Python steps
+ * the PMU, and an interrupt it raises is taken before the block */
+static void deadline_step(unsigned vi, uint32_t id)
+{
+    struct cvcpu *c = &cv[vi];
     c->deadlines++;
     fold_at_entry(vi, id);
     if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
@@ -2617,6 +2800,7 @@ static void after_python_other(unsigned vi)
     c->py_left = o->budget > 0 ? o->budget : -1;
     int lp = (int)(vi & 1);
     c->pmi_level = o->pmi[lp] != 0;
+    w2_update(vi);
     arm(vi, 0);
     for (int t = 0; t < 2; t++) {
         if (o->pmi[t] && pmi_on) {
@@ -2791,6 +2975,26 @@ static void cb_hlt(unsigned int vi, void *ud)
 
 static __thread int tl_mode_pref = -1;
 
+/* the most events of the exact-deadline counter one execution of b can add (fast_check's
+ * bound for the next block; kinds the signature does not know at its rate); REP iterations
+ * are added when the REP resolves (rep_resolve) */
+static uint32_t w2_weight(const struct blk *b)
+{
+    const struct w2sig *g = &w2.sig;
+    int64_t n = 0;
+    for (uint32_t k = 0; k < b->nk; k++) n += w2_inc(g, ext(b->hk[k], b->os), b->hc[k]);
+    if (b->res) {
+        int64_t m = 0;
+        for (unsigned v = 0; v < 4; v++) {
+            int64_t x = w2_inc(g, ext(b->var[v], b->os), 1) + ((v & 1) ? g->pen[b->os ? 1 : 0] : 0);
+            if (x > m) m = x;
+        }
+        n += m;
+    }
+    if (n < 0) n = 0;
+    return n > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 /* Classify the n instructions of a block in Capstone mode mi (16, 32 or 64 bit); returns how
  * many decoded to QEMU's instruction length (the others are classified as unknown). */
 static size_t classify_all(int mi, size_t n, const uint8_t (*bytes)[16], const uint8_t *lens,
@@ -2861,11 +3065,12 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
     free(addrs);
     uint32_t id = block_new(qemu_plugin_tb_vaddr(tb), (unsigned)n, ins, os, best);
     if (!id) return 0;
+    if (__atomic_load_n(&w2.active, __ATOMIC_ACQUIRE)) blocks[id]->w2add = w2_weight(blocks[id]);
     const struct blk *b = blocks[id];
     void *ud = (void *)(uintptr_t)id;
     p4_plugin_u64 eW = {sb_cnt, SB_W * 8}, eCur = {sb_cnt, SB_CUR * 8},
                   eXp = {sb_cnt, SB_XPEND * 8}, eX = {sb_cnt, SB_X * 8},
-                  eN = {sb_cnt, (SB_HDR + id) * 8};
+                  eN = {sb_cnt, (SB_HDR + id) * 8}, eW2 = {sb_cnt, SB_W2 * 8};
     /* in this order (TB entry operations run in registration order): */
     /* the previous block's outcome unless it is the silent one (or none is needed) */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE, eX,
@@ -2877,7 +3082,14 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
                                                   eXp, 0, ud);
     }
+    if (b->w2add) {
+        /* fires when this block might take the exact-deadline counter to its limit */
+        qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_w2, P4_CB_RW_REGS_PC, P4_COND_GE, eW2,
+                                                  W_THRESH - b->w2add, ud);
+    }
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, eW, b->wadd);
+    if (b->w2add) qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, eW2,
+                                                                   b->w2add);
     /* the first execution in the batch (dirty list), or a gated silent-capable block */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_first, P4_CB_NO_REGS, P4_COND_EQ, eN, 0,
                                               ud);
@@ -2949,6 +3161,48 @@ static void reset_done(void *ud)
     DBG("counting: instrumentation on (translation cache flushed)\n");
 }
 
+/* A new exact-deadline signature is installed (all vCPUs stopped): blocks translated from
+ * now on carry W2 operations for it; every vCPU takes it up at its next step (w2_update). */
+static void w2_installed(void *ud)
+{
+    (void)ud;
+    w2.sig = w2.next;
+    w2.flushes++;
+    for (int i = 0; i < n_vcpus_max; i++) {
+        if (!cv[i].init) continue;
+        cv[i].w2_on = 0;
+        cv[i].w2_key_winc = NULL;
+        sbv((unsigned)i)[SB_W2] = 0;
+    }
+    __atomic_store_n(&w2.active, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&w2.pending, 0, __ATOMIC_RELEASE);
+    register_callbacks();
+    DBG("counting: exact deadlines for counter %d (signature %u; translation cache flushed)\n",
+        w2.sig.ctr, w2.flushes);
+}
+
+/* Ask for counter widx[slot] of outs `o` as the exact-deadline signature (a flush). */
+static void w2_request(const struct p4c_out *o, int slot)
+{
+    int ctr = o->widx[slot];
+    uint32_t nk = o->nkext;
+    int32_t *col = malloc(sizeof(int32_t) * (nk ? nk : 1));
+    int64_t rate = 1;
+    for (uint32_t e = 0; e < nk; e++) {
+        col[e] = o->winc[(size_t)e * 18 + ctr];
+        if (col[e] > rate) rate = col[e];
+    }
+    if (o->wrate[slot] > rate) rate = o->wrate[slot];
+    struct w2sig g = {ctr, nk, col, rate, {0, 0}};
+    for (int os = 0; os < 2; os++) {
+        for (unsigned q = 0; q < n_penalty; q++) g.pen[os] += w2_inc(&g, ext(k_penalty[q], os), 1);
+    }
+    w2.next = g; /* (the previous signature's column stays allocated: blocks were weighted
+                  * with it until the flush) */
+    w2.pending = 1;
+    qemu_plugin_reset(plugin_id, w2_installed, NULL);
+}
+
 /* count=auto: the guest enabled a counter for the first time.  qemu_plugin_reset flushes the
  * translation cache (asynchronously, between blocks) and unregisters our callbacks;
  * reset_done registers them again with instrumentation on. */
@@ -2970,6 +3224,8 @@ static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vc
         } else if (!strncmp(a, "bp_penalty=", 11)) {
             bp_penalty = (unsigned)strtoul(a + 11, NULL, 0);
             if (bp_penalty > 60) bp_penalty = 60;
+        } else if (!strncmp(a, "exact=", 6)) {
+            w2_mode = strcmp(a + 6, "off") != 0;
         } else if (!strncmp(a, "threads=", 8)) {
             cnt_threads = atoi(a + 8) == 2 ? 2 : 1;
         }

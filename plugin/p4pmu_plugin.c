@@ -954,12 +954,17 @@ static void at_exit(void *ud)
             if (cv[i].init)
                 fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
                         "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
-                        "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds\n", i,
+                        "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
+                        "%llu exact-deadline callbacks\n", i,
                         (unsigned long long)cv[i].folds, (unsigned long long)cv[i].deadlines,
                         (unsigned long long)cv[i].fast_deadlines,
                         (unsigned long long)cv[i].resolutions, (unsigned long long)cv[i].silent,
                         (unsigned long long)cv[i].gates, (unsigned long long)cv[i].silent_bad,
-                        n_blocks - 1, n_kinds);
+                        n_blocks - 1, n_kinds, (unsigned long long)cv[i].w2_checks);
+            if (i == 0)
+                fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
+                        "counter %d\n", w2_mode ? "on" : "off", w2.flushes,
+                        w2.flushes ? w2.sig.ctr : -1);
             if (mirrors)
                 fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
                         "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "

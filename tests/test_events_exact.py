@@ -1,0 +1,119 @@
+"""Exact deadlines (plugin/counting.c W2; docs/guest-events.md "Exact deadlines") must never
+change results, only how often C looks.
+
+Each guest script runs with `exact=on` (the default) and `exact=off` (every deadline in
+clocks, as before): everything the guest printed (register values, PMI records: vector,
+LVT, OVF flags, interrupted IP, counter value) must be identical.  The plugin's debug
+summary (P4PMU_DEBUG=1) says whether a signature was installed and how many deadline
+callbacks C took; with exact deadlines the checks per interrupt must drop from the clock
+bound's geometric approach (about 20 per interrupt here) to a handful.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, \
+    EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
+from p4pmu.qemu_glue import bench
+
+pytestmark = pytest.mark.guest
+
+_VCPU = re.compile(r"p4pmu-debug: vCPU 0: \d+ folds, (\d+) deadline callbacks \((\d+) re-armed "
+                   r"by the C check\).*; (\d+) exact-deadline callbacks$")
+_EXACT = re.compile(r"p4pmu-debug: exact deadlines: (on|off), (\d+) signature\(s\) installed, "
+                    r"counter (-?\d+)$")
+
+
+def _run(run_guest, script, exact, mirror, bits):
+    r = run_guest(f"events{bits}", model="0F_04", script=script,
+                  plugin_opts=(f"exact={exact}", f"mirror={mirror}"),
+                  env={"P4PMU_DEBUG": "1"}, timeout=120)
+    r.require_completed()
+    v = [m for m in map(_VCPU.match, r.stderr.splitlines()) if m]
+    e = [m for m in map(_EXACT.match, r.stderr.splitlines()) if m]
+    assert len(v) == 1 and len(e) == 1, r.stderr[-2000:]
+    deadlines, rearmed, w2 = map(int, v[0].groups())
+    return r.out.lines, {"checks": deadlines + rearmed + w2, "signatures": int(e[0].group(2)),
+                         "counter": int(e[0].group(3))}
+
+
+def _bench_script() -> EvScript:
+    """`p4pmu bench`'s configuration (d) on a short loop: counter 12 counts OS and USR
+    instructions and interrupts every 10,000 (NMI, the minimal handler)."""
+    s = EvScript()
+    s._add(bench.script("pmi", "bench", 30_000).replace("pmilog\n", "").strip())
+    s.wrmsr(cccr_msr(12), 0)
+    s.rdmsr(counter_msr(12), "d_ctr")
+    s.pmi_log()
+    return s
+
+
+def _more(s: EvScript) -> EvScript:
+    """Then periodic sampling of USR instructions with the logging handler (counter 12 with
+    another ESCR: the installed signature does not match), then counter 13 interrupting on
+    branches."""
+    lvt = LVT_NMI | VEC_PMI
+    cccr = cccr_value(12, "MSR_CRU_ESCR0", pmi_t0=True)
+    s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=12, reload=preset(2999),
+                 cccr=cccr, lvt=lvt)
+    s.pmi_reset()
+    s.lvt(lvt)
+    s.wrmsr(escr_msr("MSR_CRU_ESCR0"), escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True))
+    s.wrmsr(counter_msr(12), preset(2999))
+    s.wrmsr(cccr_msr(12), cccr)
+    s.loop("alu", 4000, user=True, intr=True)
+    s.wrmsr(cccr_msr(12), 0)
+    s.rdmsr(counter_msr(12), "s_ctr")
+    s.pmi_log()
+    cccr13 = cccr_value(13, "MSR_CRU_ESCR2", pmi_t0=True)
+    s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=13, reload=preset(499),
+                 cccr=cccr13, lvt=lvt)
+    s.pmi_reset()
+    s.lvt(lvt)
+    s.wrmsr(escr_msr("MSR_CRU_ESCR2"),
+            escr_value("branch_retired", "MMNP", "MMNM", "MMTP", "MMTM", t0_usr=True))
+    s.wrmsr(counter_msr(13), preset(499))
+    s.wrmsr(cccr_msr(13), cccr13)
+    s.loop("alt", 3000, user=True, intr=True)
+    s.wrmsr(cccr_msr(13), 0)
+    s.rdmsr(counter_msr(13), "b_ctr")
+    s.pmi_log()
+    return s
+
+
+def _same(on, off):
+    assert on == off, "guest output differs:\n" + "\n".join(
+        f"  exact=on  {a!r}\n  exact=off {b!r}" for a, b in zip(on, off) if a != b)
+
+
+@pytest.mark.parametrize("bits,mirror", ((32, "on"), (32, "off"), (64, "on")))
+def test_exact_deadline_of_the_benchmark_interrupt(run_guest, bits, mirror):
+    """Configuration (d): the same interrupts at the same places, with a fraction of the
+    checks (the signature is installed after the first few interrupts)."""
+    s = _bench_script()
+    on, st_on = _run(run_guest, s, "on", mirror, bits)
+    off, st_off = _run(run_guest, s, "off", mirror, bits)
+    _same(on, off)
+    n = parse_events(on).pmi_counts[0][0]
+    assert n >= 50, n
+    assert st_on["signatures"] == 1 and st_on["counter"] == 12, st_on
+    assert st_off["signatures"] == 0, st_off
+    # the clock bound closes in on each interrupt in many steps; W2 fires near it only
+    assert st_off["checks"] >= 20 * n, (st_off, n)
+    assert st_on["checks"] <= 0.2 * st_off["checks"], (st_on, st_off, n)
+
+
+@pytest.mark.parametrize("mirror", ("on", "off"))
+def test_programmings_the_signature_does_not_match(run_guest, mirror):
+    """After the signature for counter 12 (OS and USR instructions) is installed, counter 12
+    with another ESCR and counter 13 on branches interrupt exactly as without W2 (their
+    deadlines stay in clocks)."""
+    s = _more(_bench_script())
+    on, st_on = _run(run_guest, s, "on", mirror, 32)
+    off, _ = _run(run_guest, s, "off", mirror, 32)
+    _same(on, off)
+    pmis = [c[0] for c in parse_events(on).pmi_counts]
+    assert len(pmis) == 3 and pmis[0] >= 50 and pmis[1] >= 8 and pmis[2] >= 8, pmis
+    assert st_on["signatures"] == 1 and st_on["counter"] == 12, st_on
