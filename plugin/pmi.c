@@ -37,14 +37,14 @@ static int pmi_deliver_here(unsigned vi)
 {
     struct vcpu *v = V(vi);
     uint32_t lvt, id;
-    if (!apic_rd(v, APIC_LVT_PERF, &lvt) || !apic_rd(v, APIC_ID_REG, &id)) {
-        return -1;
-    }
+    if (!apic_rd(v, APIC_LVT_PERF, &lvt)) return -1;
     if (lvt & LVT_MASKED) {
+        /* (the usual case of the look every PMI_RECHECK clocks while a request is
+         * asserted: one APIC read) */
         n_pmi_masked++;
-        DBG("PMI for vCPU %u: LVT %#x masked\n", vi, lvt);
         return 0;
     }
+    if (!apic_rd(v, APIC_ID_REG, &id)) return -1;
     unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
     /* NetBurst sets the mask bit when it delivers (SDM 10.5.1) */
     apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
