@@ -8,6 +8,10 @@ invocation under
   (c) the plugin with all 18 counters counting modelled events;
   (d) the plugin with a performance interrupt every 10,000 instructions (NMI, minimal handler:
       reload the counter, clear OVF, unmask the LVT entry);
+  (f) QEMU's own floor for (d), without the plugin: the loop `selfnmi`, which stores NMI |
+      self to the local APIC's ICR every 571 iterations (about 10,000 instructions), with
+      (d)'s handler, against `selfnmi_ram`, the same loop storing to RAM instead: what an
+      interrupt at (d)'s rate costs in plain QEMU (delivery, handler, IRET);
   (e) the MSR microbenchmark: one RDMSR 300h / WRMSR 300h / RDMSR 174h (not a PMU MSR) per
       loop iteration, with and without the plugin, nothing enabled; and RDMSR 300h with the
       18 counters of (c) counting,
@@ -102,6 +106,12 @@ def script(config: str, loop: str, n: int) -> str:
         for ctr, escr, ev, bits in ALL18:
             lines.append(f"w 0x{T.COUNTER_BASE + ctr:x} 0")
             lines.append(f"w 0x{T.CCCR_BASE + ctr:x} 0x{_cccr(ctr, escr):x}")
+    elif config == "floor":
+        # (d)'s handler and LVT, nothing counting (plain QEMU ignores the handler's WRMSRs
+        # to PMU registers it does not know)
+        cccr = _cccr(12, "MSR_CRU_ESCR0", pmi=True)
+        reload = (-(PMI_PERIOD - 1)) & T.COUNTER_MASK
+        lines += [f"pmicfg 8 12 0x{reload:x} 0x{cccr:x} 0 0x{4 << 8:x}", f"lvt 0x{4 << 8:x}"]
     elif config == "pmi":
         escr = "MSR_CRU_ESCR0"
         reload = (-(PMI_PERIOD - 1)) & T.COUNTER_MASK  # interrupt on the 10,000th event
@@ -116,7 +126,7 @@ def script(config: str, loop: str, n: int) -> str:
     if config == "all18":
         for ctr, *_ in ALL18:
             lines.append(f"r 0x{T.COUNTER_BASE + ctr:x} c{ctr}")
-    if config == "pmi":
+    if config in ("pmi", "floor"):
         lines.append("pmilog")
     return "\n".join(lines) + "\n"
 
@@ -290,6 +300,27 @@ class Bench:
         guest["all18"]["counts"] = counts
         res["guest"] = guest
 
+        # (f) QEMU's floor: a self-NMI every ~10,000 instructions, plain QEMU
+        fl: dict[str, list[float]] = {"selfnmi_ram": [], "selfnmi": []}
+        fl_out = ""
+        for rep in range(self.repeat):
+            self.say(f"bench: round {rep + 1}/{self.repeat}: plain QEMU with self-NMIs")
+            for loop in fl:
+                t, out = self.one(f"floor-{loop}", False, script("floor", loop, self.iterations))
+                fl[loop].append(t)
+                if loop == "selfnmi":
+                    fl_out = out
+        t0, _ = self.one("floor-start", False, script("floor", "empty", 1))
+        a, b = min(fl["selfnmi_ram"]) - t0, min(fl["selfnmi"]) - t0
+        nmis = 0
+        for ln in fl_out.splitlines():
+            if ln.startswith("I "):
+                nmis = int(ln.split()[1])
+        res["floor"] = {"loop_s": a, "nmi_s": b, "ratio": b / a if a > 0 else float("nan"),
+                        "interrupts": nmis,
+                        "us_per_interrupt": (b - a) * 1e6 / nmis if nmis else float("nan"),
+                        "loop_all_s": fl["selfnmi_ram"], "nmi_all_s": fl["selfnmi"]}
+
         # (e) MSR microbenchmark
         k1, k2 = self.msr_k
         msr = {}
@@ -356,6 +387,11 @@ def report(res: dict) -> str:
     if c:
         zero = [k for k, v in c.items() if v == 0]
         out.append(f"    (c) counters that stayed 0: {zero or 'none'}")
+    f = res.get("floor")
+    if f:
+        out.append(f"(f) plain QEMU, a self-NMI every ~{PMI_PERIOD:,} instructions with (d)'s "
+                   f"handler: {f['ratio']:.2f} x the same loop without ({f['interrupts']:,} "
+                   f"NMIs, {f['us_per_interrupt']:.2f} us each): QEMU's own part of (d)")
     out.append("")
     out.append(f"MSR microbenchmark (loop of K = {res['msr_k'][0]:,} vs {res['msr_k'][1]:,} "
                "accesses, median of per-access cost):")

@@ -37,6 +37,18 @@ def test_one_interrupt_every_10000_instructions(run_guest):
     assert n * 17 // (B.PMI_PERIOD + 40) <= got <= n * 18 // B.PMI_PERIOD + 1, got
 
 
+@pytest.mark.parametrize("loop,want", (("selfnmi", True), ("selfnmi_ram", False)))
+def test_floor_loops_take_one_nmi_every_10000_instructions_in_plain_qemu(run_guest, loop, want):
+    """(f): without the plugin, `selfnmi` sends itself an NMI every 571 iterations (about
+    10,000 instructions) through the APIC's ICR and (d)'s handler takes it; `selfnmi_ram`,
+    the same loop storing to RAM, takes none."""
+    n = 571 * 40
+    r = run_guest("events32", script=_Text(B.script("floor", loop, n)), plugin=False, timeout=60)
+    r.require_completed()
+    got = parse_events(r.out.lines).pmi_counts[-1][0]
+    assert got == (40 if want else 0), got
+
+
 def test_report_formats_results():
     res = {"model": "0F_04", "iterations": 1000, "instructions": 17500, "repeat": 1,
            "guest": {"plain": {"guest_s": 1.0, "ns_per_insn": 1.0, "ratio": 1.0},
@@ -54,3 +66,5 @@ def test_report_formats_results():
     text = B.report(res)
     assert "MISSED" in text and "stopped" in text and "scaled" in text
     assert "counters that stayed 0: [1]" in text
+    res["floor"] = {"ratio": 1.07, "interrupts": 35_000, "us_per_interrupt": 1.1}
+    assert "(f) plain QEMU, a self-NMI" in B.report(res)

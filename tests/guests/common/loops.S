@@ -392,6 +392,54 @@ bench_end:
 	EPILOGUE
 	ret
 
+/* ---- selfnmi / selfnmi_ram: the bench loop with one 32-bit store every 571 iterations
+ * (about 10,000 instructions).  selfnmi stores NMI | self to the local APIC's ICR, so plain
+ * QEMU delivers an NMI (the benchmark's floor for an interrupt at the (d) rate: QEMU's own
+ * NMI delivery, the handler and IRET); selfnmi_ram stores the same value to loop_data, so
+ * the two differ only in where that one store goes. */
+#define SELFNMI_PERIOD 571
+#define SELFNMI_ICR 0x40400 /* ICR low: delivery mode NMI (100b << 8), shorthand self */
+#define SELFNMI_LOOP(name, dest) \
+LOOP(name) \
+	PROLOGUE; \
+	movl $loop_data, %ebx; \
+	movl $0x12345678, %eax; \
+	xorl %edx, %edx; \
+	xorl %esi, %esi; \
+	movl $SELFNMI_PERIOD, %ebp; \
+	xorps %xmm0, %xmm0; \
+	xorps %xmm1, %xmm1; \
+name##_body: \
+	movl %eax, %edi; \
+	shll $13, %edi; \
+	xorl %edi, %eax; \
+	movl %eax, %edi; \
+	shrl $17, %edi; \
+	xorl %edi, %eax; \
+	addl %eax, %edx; \
+	movl %eax, %edi; \
+	andl $0x3c, %edi; \
+	addl %edx, 64(RBX, RDI_IDX); \
+	testl $0x100, %eax; \
+	jz 1f; \
+	incl %esi; \
+1:	movl 64(RBX, RDI_IDX), %edi; \
+	addl %edi, %esi; \
+	addss %xmm1, %xmm0; \
+	decl %ebp; \
+	jnz 2f; \
+	movl $SELFNMI_PERIOD, %ebp; \
+	movl $dest, %edi; \
+	movl $SELFNMI_ICR, (RDI_IDX); \
+2:	decl %ecx; \
+	jnz name##_body; \
+	movl %esi, %eax; \
+	EPILOGUE; \
+	ret
+
+SELFNMI_LOOP(selfnmi, 0xFEE00300)
+SELFNMI_LOOP(selfnmi_ram, loop_data + 128)
+
 /* ---- rdpmc: two served RDPMCs per iteration (CPL 0 only: CR4.PCE is clear) --------------
  * The first starts a block (the loop branch goes there): the bridge skips it with set_pc;
  * the second is inside its block: the bridge's #UD round trip, whose exception and its
