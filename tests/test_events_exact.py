@@ -54,33 +54,31 @@ def _more(s: EvScript) -> EvScript:
     """Then periodic sampling of USR instructions with the logging handler (counter 12 with
     another ESCR: the installed signature does not match), then counter 13 interrupting on
     branches."""
-    lvt = LVT_NMI | VEC_PMI
-    cccr = cccr_value(12, "MSR_CRU_ESCR0", pmi_t0=True)
-    s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=12, reload=preset(2999),
-                 cccr=cccr, lvt=lvt)
-    s.pmi_reset()
-    s.lvt(lvt)
-    s.wrmsr(escr_msr("MSR_CRU_ESCR0"), escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True))
-    s.wrmsr(counter_msr(12), preset(2999))
-    s.wrmsr(cccr_msr(12), cccr)
-    s.loop("alu", 4000, user=True, intr=True)
-    s.wrmsr(cccr_msr(12), 0)
-    s.rdmsr(counter_msr(12), "s_ctr")
-    s.pmi_log()
-    cccr13 = cccr_value(13, "MSR_CRU_ESCR2", pmi_t0=True)
-    s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=13, reload=preset(499),
-                 cccr=cccr13, lvt=lvt)
-    s.pmi_reset()
-    s.lvt(lvt)
-    s.wrmsr(escr_msr("MSR_CRU_ESCR2"),
-            escr_value("branch_retired", "MMNP", "MMNM", "MMTP", "MMTM", t0_usr=True))
-    s.wrmsr(counter_msr(13), preset(499))
-    s.wrmsr(cccr_msr(13), cccr13)
-    s.loop("alt", 3000, user=True, intr=True)
-    s.wrmsr(cccr_msr(13), 0)
-    s.rdmsr(counter_msr(13), "b_ctr")
-    s.pmi_log()
+    _sampling(s, 12, "MSR_CRU_ESCR0", escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True),
+              3000, "alu", 4000, "s_ctr")
+    _sampling(s, 13, "MSR_CRU_ESCR2",
+              escr_value("branch_retired", "MMNP", "MMNM", "MMTP", "MMTM", t0_usr=True),
+              500, "alt", 3000, "b_ctr")
     return s
+
+
+def _sampling(s: EvScript, ctr: int, escr: str, escr_val: int, period: int, loop: str,
+              iters: int, tag: str) -> None:
+    """Counter `ctr` interrupts (NMI) every `period` events of a ring-3 loop; the logging
+    handler clears OVF, reloads and unmasks."""
+    lvt = LVT_NMI | VEC_PMI
+    cccr = cccr_value(ctr, escr, pmi_t0=True)
+    s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=ctr,
+                 reload=preset(period - 1), cccr=cccr, lvt=lvt)
+    s.pmi_reset()
+    s.lvt(lvt)
+    s.wrmsr(escr_msr(escr), escr_val)
+    s.wrmsr(counter_msr(ctr), preset(period - 1))
+    s.wrmsr(cccr_msr(ctr), cccr)
+    s.loop(loop, iters, user=True, intr=True)
+    s.wrmsr(cccr_msr(ctr), 0)
+    s.rdmsr(counter_msr(ctr), tag)
+    s.pmi_log()
 
 
 def _same(on, off):
