@@ -3184,6 +3184,11 @@ static void w2_installed(void *ud)
 /* Ask for counter widx[slot] of outs `o` as the exact-deadline signature (a flush). */
 static void w2_request(const struct p4c_out *o, int slot)
 {
+    int idle = 0; /* one request at a time, whichever vCPU thread asks first */
+    if (!__atomic_compare_exchange_n(&w2.pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        return;
+    }
     int ctr = o->widx[slot];
     uint32_t nk = o->nkext;
     int32_t *col = malloc(sizeof(int32_t) * (nk ? nk : 1));
@@ -3199,7 +3204,6 @@ static void w2_request(const struct p4c_out *o, int slot)
     }
     w2.next = g; /* (the previous signature's column stays allocated: blocks were weighted
                   * with it until the flush) */
-    w2.pending = 1;
     qemu_plugin_reset(plugin_id, w2_installed, NULL);
 }
 
