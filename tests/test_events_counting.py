@@ -117,11 +117,16 @@ PLAN = Plan(SETUPS, list(TRACEABLE), rings=(0, 3), ns=(120, 1200))
 
 @pytest.fixture(scope="module")
 def counting(run_guest):
+    return _runs(run_guest, PLAN)
+
+
+def _runs(run_guest, plan):
+    """bits -> (the guest's output, its LoopModel) of `plan`'s script, each run once."""
     cache = {}
 
     def get(bits: int):
         if bits not in cache:
-            r = run_guest(f"events{bits}", script=PLAN.script(), timeout=300)
+            r = run_guest(f"events{bits}", script=plan.script(), timeout=300)
             r.require_completed()
             elf = guest_build.BUILD_DIR / f"events{bits}.elf"
             cache[bits] = (parse_events(r.out.lines), LoopModel(elf, bits))
@@ -189,17 +194,7 @@ def test_served_pmu_instructions_retire(run_guest, bits):
     inside a block (the bridge's #UD round trip, which QEMU reports as an exception and then
     as an interrupt: its delivery) retire once each, like any instruction (I3).  (A served
     RDPMC that ended its block was once cut again at the delivery and lost.)"""
-    cache = {}
-
-    def counting(b):
-        if b not in cache:
-            r = run_guest(f"events{b}", script=PLAN_CPL0.script(), timeout=300)
-            r.require_completed()
-            elf = guest_build.BUILD_DIR / f"events{b}.elf"
-            cache[b] = (parse_events(r.out.lines), LoopModel(elf, b))
-        return cache[b]
-
-    _check(counting, bits, ("basic", "uops", "types"), "rdpmc", PLAN_CPL0)
+    _check(_runs(run_guest, PLAN_CPL0), bits, ("basic", "uops", "types"), "rdpmc", PLAN_CPL0)
 
 
 def test_the_loops_are_what_the_expectations_assume():
