@@ -304,6 +304,7 @@ struct cvcpu {
     const int32_t *w2_cand_winc;
     uint32_t w2_cand_nk, w2_streak;
     uint64_t w2_checks;
+    uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
     /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_XPEND); fold_seq counts
      * the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT entry and APIC
      * ID so that the sibling can interrupt it while it is halted (mask_pending: set the LVT
@@ -1951,6 +1952,11 @@ struct p4c_out {
      * Python marked the table exact, i.e. no EDGE counter); tot_ok = 0: not available */
     int tot_ok;
     int64_t tot[18];
+    /* written by Python or the mirror: the columns of tot[] wanted (bit n: counter n; the
+     * others are left 0), and 1 when no counter needs the adjacent pairs (pa/pb/pn then
+     * stay empty, threads=1 only) */
+    uint32_t tmask;
+    int nopairs;
 };
 
 static struct p4c_out *outs;
@@ -2021,6 +2027,11 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     struct cvcpu *c = &cv[vi];
     uint64_t *sb = sbv(vi);
     c->folds++;
+    /* the batch's adjacent clock pairs only when a counter needs them (an EDGE detector:
+     * Python says so for the programming of this batch, threads=1); else only the few
+     * collected during execution, dropped below, and no pair check */
+    const int pairs = !(outs[vi].nopairs && cnt_threads == 1);
+    c->pairless_folds += !pairs;
     silent_before_fold(vi);
     /* the block counters */
     for (uint32_t i = 0; i < c->ndirty; i++) {
@@ -2031,7 +2042,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
         const struct blk *b = blocks[id];
         if (b->gate) *bank_w(c, b) = 0;
         for (uint32_t k = 0; k < b->nk; k++) acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
-        for (uint32_t k = 0; k < b->np; k++)
+        for (uint32_t k = 0; k < b->np && pairs; k++)
             ph_add(&c->pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os), (int64_t)(n * b->pc[k]));
         c->firsts[b->os ? 1 : 0] += (int64_t)n;
         if (!dyn_end(b)) acc_last_add(c, ext(b->last_k, b->os), (int64_t)n);
@@ -2058,6 +2069,11 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     int tot_ok = o->winc != NULL && o->tot_ok >= 0;
     int64_t tot[18];
     memset(tot, 0, sizeof(tot));
+    /* only the columns asked for (the running counters): tmask */
+    int tcol[18], ntcol = 0;
+    for (int k = 0; k < 18; k++) {
+        if (o->tmask & (1u << k)) tcol[ntcol++] = k;
+    }
     for (uint32_t i = 0; i < c->ntouched; i++) {
         uint32_t e = c->touched[i];
         if (c->acc[e] < 0) { c->o_bad++; c->acc[e] = 0; }
@@ -2069,7 +2085,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
                     tot_ok = 0;
                 } else {
                     const int32_t *row = o->winc + (size_t)e * 18;
-                    for (int k = 0; k < 18; k++) tot[k] += c->acc[e] * row[k];
+                    for (int j = 0; j < ntcol; j++) tot[tcol[j]] += c->acc[e] * row[tcol[j]];
                 }
             }
         }
@@ -2099,7 +2115,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
             int col = pass == 0 ? os : !os;
             int64_t t = r < cols[col] ? r : cols[col];
             if (t > 0) {
-                ph_add(&c->pairs, e, bub[col], t);
+                if (pairs) ph_add(&c->pairs, e, bub[col], t);
                 cols[col] -= t;
                 c->acc_last[e] -= t;
             }
@@ -2110,7 +2126,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     }
     if (cols[0] > 0 || cols[1] > 0) c->o_bad++;
     int64_t npairs = 0;
-    for (uint32_t i = 0; i < c->pairs.n; i++) {
+    for (uint32_t i = 0; i < c->pairs.n && pairs; i++) {
         uint32_t s = c->pairs.used[i];
         int64_t v = c->pairs.val[s];
         if (v < 0) { c->o_bad++; continue; }
@@ -2119,7 +2135,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
         out_pair(c, (uint32_t)(k >> 32), (uint32_t)k, v);
         npairs += v;
     }
-    if (clocks && npairs != clocks - 1) c->o_bad++;
+    if (clocks && npairs != clocks - 1 && pairs) c->o_bad++;
     if (c->o_bad && !c->bad_folds++) {
         /* never expected: say so at once (and at exit, counting_report), not only in the
          * access log's "# feeder: ... repaired" */
@@ -3241,6 +3257,7 @@ static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vc
     core_clk = calloc((size_t)max_vcpus / 2 + 1, sizeof(*core_clk));
     memset(cv, 0, (size_t)max_vcpus * sizeof(*cv));
     outs = calloc((size_t)max_vcpus, sizeof(*outs));
+    for (int i = 0; outs && i < max_vcpus; i++) outs[i].tmask = (1u << 18) - 1;
     pensums = calloc((size_t)max_vcpus, sizeof(*pensums));
     sb_cnt = qemu_plugin_scoreboard_new(sizeof(uint64_t) * SB_WORDS);
     cond_tables();

@@ -67,6 +67,14 @@ class _MirrorView:
     key: object = None  # what the static part (run ... cccr_fault) was written for
 
 
+_BIT = np.left_shift(np.int64(1), np.arange(18, dtype=np.int64))
+
+
+def _bits(mask) -> int:
+    """A boolean array over the 18 counters as a bit mask (bit n: counter n)."""
+    return int(_BIT[np.asarray(mask, dtype=bool)].sum())
+
+
 def _chain(K: int) -> np.ndarray:
     """Adjacent-pair counts of K clocks of kinds 0, 1, ..., K-1 in that order."""
     t = np.zeros((K, K))
@@ -231,8 +239,9 @@ class Feeder:
         first = int(index(np.array([int(o.first)]))[0])
         last = int(index(np.array([int(o.last)]))[0])
         if int(trans.sum()) != clocks - 1:
-            # should not happen (o.bad): keep totals exact, put the difference on the last
-            # kind's self-transition so the batch is consistent
+            # no pairs collected (o.nopairs: no EDGE detector in this programming), or a
+            # bookkeeping error (o.bad, should not happen): keep totals exact, put the
+            # difference on the last kind's self-transition so the batch is consistent
             d = clocks - 1 - int(trans.sum())
             trans[last, last] = max(0.0, trans[last, last] + d)
             if int(trans.sum()) != clocks - 1:
@@ -265,6 +274,8 @@ class Feeder:
         full step."""
         if self._winc_key.get(vcpu) != self._table_key(vcpu, pmu, o):
             return False
+        if _bits(run) & ~int(o.tmask):
+            return False  # a running counter's total was not computed
         tot = np.frombuffer(self.ffi.buffer(o.tot, 8 * 18), dtype=np.int64)
         add = np.where(run, tot, 0)
         eng = pmu.engine
@@ -305,6 +316,10 @@ class Feeder:
             return  # nothing runs, no request: the values written last time still hold
         o = self._outs.get(vcpu) or self._out(vcpu)
         st = self._state(vcpu, pmu, key)
+        # the next batch: its adjacent pairs only for an edge detector (C collects none
+        # otherwise, threads=1), its totals only for the running counters
+        o.nopairs = st["nopairs"]
+        o.tmask = st["tmask"]
         if not self.started and st["any_run"]:
             self.started = True
             o.start = 1
@@ -360,7 +375,9 @@ class Feeder:
         st = {"any_run": bool(run.any()), "idx": idx, "arm_w": head1, "rate_b": rate,
               "levels": tuple(1 if pmu.pmi_request(t) else 0 for t in range(self.threads)),
               "watch_ok": 0 < idx.size <= 18 and not pmu.force_ovf[idx].any(),
-              "exact": not bool(eng.edge_eff.any())}
+              "exact": not bool(eng.edge_eff.any()),
+              "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
+              "tmask": _bits(run)}
         self._st_cache[vcpu] = (key, st)
         return st
 

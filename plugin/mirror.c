@@ -107,6 +107,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     int64_t add[18];
     int cross = 0;
     for (int n = 0; n < 18; n++) {
+        if (m->run[n] && !(o->tmask & (1u << n))) return 0; /* its total was not computed */
         add[n] = m->run[n] ? o->tot[n] : 0;
         if (add[n] < 0) return 0;
         if (add[n] && !m->ovf[n] && m->ctr[n] + (uint64_t)add[n] >= lim) cross = 1;
@@ -199,6 +200,9 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
         nw++;
     }
     int64_t b = nw ? (best > 1 ? best : 1) : 0;
+    uint32_t tm = 0;
+    for (int n = 0; n < 18; n++) tm |= m->run[n] ? 1u << n : 0u;
+    o->tmask = tm; /* the next batch's totals: of the running counters */
     o->budget = b;
     o->tot_ok = 0;
     o->nwatch = b ? nw : 0;

@@ -961,6 +961,11 @@ static void at_exit(void *ud)
                         (unsigned long long)cv[i].resolutions, (unsigned long long)cv[i].silent,
                         (unsigned long long)cv[i].gates, (unsigned long long)cv[i].silent_bad,
                         n_blocks - 1, n_kinds, (unsigned long long)cv[i].w2_checks);
+            if (cv[i].init)
+                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
+                        "clock pairs (no EDGE detector)\n", i,
+                        (unsigned long long)cv[i].pairless_folds,
+                        (unsigned long long)cv[i].folds);
             if (i == 0)
                 fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
                         "counter %d\n", w2_mode ? "on" : "off", w2.flushes,

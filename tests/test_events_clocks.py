@@ -22,6 +22,14 @@ TB0 = "MSR_TBPU_ESCR0"
 ALL4 = ("MMNP", "MMNM", "MMTP", "MMTM")
 
 SETUPS = [
+    # first no EDGE detector at all: these batches collect no adjacent clock pairs (the
+    # plugin skips them), the EDGE counters of the next setups must count exactly after them
+    Setup("plain", [
+        Ctr(12, C0, "instr_retired", ("NBOGUSNTAG",), os=True, usr=True),
+        Ctr(0, FSB0, "global_power_events", ("RUNNING",), os=True, usr=True),
+        Ctr(14, C1, "uops_retired", ("NBOGUS", "BOGUS"), os=True, usr=True, compare=True,
+            complement=True, threshold=0),
+    ]),
     Setup("clk", [
         Ctr(0, FSB0, "global_power_events", ("RUNNING",), os=True),
         Ctr(2, FSB1, "global_power_events", ("RUNNING",), usr=True),

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.guest
 
 _VCPU = re.compile(r"p4pmu-debug: vCPU 0: \d+ folds, (\d+) deadline callbacks \((\d+) re-armed "
                    r"by the C check\).*; (\d+) exact-deadline callbacks$")
+_PAIRS = re.compile(r"p4pmu-debug: vCPU 0: (\d+) of (\d+) batches without adjacent clock pairs")
 _EXACT = re.compile(r"p4pmu-debug: exact deadlines: (on|off), (\d+) signature\(s\) installed, "
                     r"counter (-?\d+)$")
 
@@ -33,10 +34,12 @@ def _run(run_guest, script, exact, mirror, bits):
     r.require_completed()
     v = [m for m in map(_VCPU.match, r.stderr.splitlines()) if m]
     e = [m for m in map(_EXACT.match, r.stderr.splitlines()) if m]
-    assert len(v) == 1 and len(e) == 1, r.stderr[-2000:]
+    p = [m for m in map(_PAIRS.match, r.stderr.splitlines()) if m]
+    assert len(v) == 1 and len(e) == 1 and len(p) == 1, r.stderr[-2000:]
     deadlines, rearmed, w2 = map(int, v[0].groups())
     return r.out.lines, {"checks": deadlines + rearmed + w2, "signatures": int(e[0].group(2)),
-                         "counter": int(e[0].group(3))}
+                         "counter": int(e[0].group(3)), "pairless": int(p[0].group(1)),
+                         "folds": int(p[0].group(2))}
 
 
 def _bench_script() -> EvScript:
@@ -101,6 +104,10 @@ def test_exact_deadline_of_the_benchmark_interrupt(run_guest, bits, mirror):
     # the clock bound closes in on each interrupt in many steps; W2 fires near it only
     assert st_off["checks"] >= 20 * n, (st_off, n)
     assert st_on["checks"] <= 0.2 * st_off["checks"], (st_on, st_off, n)
+    # no EDGE detector anywhere in this script: no batch collects adjacent clock pairs
+    # (tests/test_events_clocks.py checks the EDGE counts after such batches)
+    for st in (st_on, st_off):
+        assert st["folds"] >= 3 * n and st["pairless"] == st["folds"], st
 
 
 @pytest.mark.parametrize("mirror", ("on", "off"))
