@@ -51,10 +51,12 @@ def test_floor_loops_take_one_nmi_every_10000_instructions_in_plain_qemu(run_gue
 
 def test_report_formats_results():
     res = {"model": "0F_04", "iterations": 1000, "instructions": 17500, "repeat": 1,
-           "guest": {"plain": {"guest_s": 1.0, "ns_per_insn": 1.0, "ratio": 1.0},
+           "guest": {"plain": {"guest_s": 1.0, "ns_per_insn": 1.0, "ratio": 1.0,
+                               "ratio_median": 1.0},
                      "none": {"guest_s": 1.01, "ns_per_insn": 1.0, "ratio": 1.01,
-                              "target": 1.05, "met": True},
+                              "ratio_median": 1.04, "target": 1.05, "met": True},
                      "all18": {"guest_s": 2.0, "ns_per_insn": 2.0, "ratio": 2.0,
+                               "ratio_median": 1.87,
                                "target": 1.3, "met": False, "counts": {0: 5, 1: 0},
                                "iterations": 100},
                      "pmi": {"timed_out_s": 30.0, "ratio_above": 29.0, "target": 1.5,
@@ -66,5 +68,16 @@ def test_report_formats_results():
     text = B.report(res)
     assert "MISSED" in text and "stopped" in text and "scaled" in text
     assert "counters that stayed 0: [1]" in text
+    assert " 1.01    1.04 <= 1.05 ok" in text and " 2.00    1.87  <= 1.3 MISSED" in text, text
     res["floor"] = {"ratio": 1.07, "interrupts": 35_000, "us_per_interrupt": 1.1}
     assert "(f) plain QEMU, a self-NMI" in B.report(res)
+
+
+def test_round_ratios_pair_each_round_with_its_own_plain_run():
+    """The median column: each round's work over the same round's plain run (start-ups
+    subtracted); a configuration scaled down mid-run has only its last rounds."""
+    plain = {"start_min_s": 0.1, "work_all_s": [1.1, 2.1, 1.6]}
+    g = {"start_min_s": 0.3, "work_all_s": [1.3, 4.3, 2.3]}
+    assert B._round_ratios(plain, g, 1.0) == pytest.approx([1.0, 2.0, 1.333333], rel=1e-5)
+    scaled = {"start_min_s": 0.3, "work_all_s": [0.5, 0.45]}  # 1/10 of the loop, rounds 2-3
+    assert B._round_ratios(plain, scaled, 10.0) == pytest.approx([1.0, 1.0], rel=1e-5)
