@@ -372,6 +372,26 @@ def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
     return ids, M
 
 
+# Features that depend on a branch's outcome (taken, predicted) or on the clocks a
+# misprediction adds (bogus retirement, then stalls: penalty_clocks): the direction bits,
+# the misprediction flags, wrong-path retirement and the clock itself ("running").  A
+# programming whose enabled counters read none of them counts the same whatever the outcomes
+# are: the plugin may then translate without outcome callbacks (docs/guest-events.md, "The
+# outcome-free level").
+OUTCOME_FEATURES = ("bogus_instr", "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
+                    "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind", "running")
+
+
+@functools.lru_cache(maxsize=256)
+def outcome_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
+    """The event-class ids whose line reads an outcome feature (OUTCOME_FEATURES) under
+    this tagging."""
+    ids, M = line_matrix(tagging)
+    rows = [FE[f] for f in OUTCOME_FEATURES]
+    dep = (M[rows, :] != 0).any(axis=0)
+    return frozenset(int(i) for i in ids[dep])
+
+
 def clock_lines(clock: Clock, tagging: Tagging = NO_TAGGING) -> dict:
     """{(event, mask bit name): value} of one clock (values capped at 15 by the engine)."""
     ids, M = line_matrix(tagging)
@@ -407,5 +427,5 @@ def with_params(**kw) -> dict:
 
 
 __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_clock",
-           "penalty_clocks", "features", "line_matrix", "clock_lines", "clock_kind", "Tagging",
-           "with_params", "replace"]
+           "penalty_clocks", "features", "line_matrix", "OUTCOME_FEATURES", "outcome_classes",
+           "clock_lines", "clock_kind", "Tagging", "with_params", "replace"]

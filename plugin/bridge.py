@@ -24,6 +24,9 @@ Plugin options (``-plugin libp4pmu_plugin.so,opt=val,...``; Contract 2 of docs/a
   exact=on|off    exact deadlines: the counter that drives the deadline is watched in its
                   own events, not in clocks (plugin/counting.c W2; docs/guest-events.md
                   "Exact deadlines")                            default: on
+  lite=on|off     the outcome-free level: while no enabled counter depends on branch
+                  outcomes, blocks are translated without outcome callbacks
+                  (docs/guest-events.md "The outcome-free level")  default: on
 
 Every method returns a status the C side understands (OK = 1, FAULT = 2); an exception is
 reported by the embedding's error handler and the C side then leaves the access to QEMU.
@@ -64,10 +67,11 @@ class Options:
     errata: bool = True
     mirror: bool = True
     exact: bool = True
+    lite: bool = True
 
 
 OPTION_NAMES = ("model", "stepping", "strict", "log", "threads", "pypath", "verbose", "count",
-                "pmi", "bp_penalty", "errata", "mirror", "exact")
+                "pmi", "bp_penalty", "errata", "mirror", "exact", "lite")
 
 
 def _bool(name: str, value: str) -> bool:
@@ -124,6 +128,8 @@ def parse_options(args: list[str]) -> Options:
             o.mirror = _bool(k, v)
         elif k == "exact":
             o.exact = _bool(k, v)
+        elif k == "lite":
+            o.lite = _bool(k, v)
         elif k == "bp_penalty":
             try:
                 o.bp_penalty = int(v, 0)

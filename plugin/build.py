@@ -51,7 +51,7 @@ struct p4c_out {
     uint32_t *seq; uint32_t nseq;
     int nwatch; uint32_t nkext; int64_t whead[18]; int32_t wrate[18]; int32_t *winc;
     int32_t widx[18]; int tot_ok; int64_t tot[18];
-    uint32_t tmask; int nopairs;
+    uint32_t tmask; int nopairs; int lite;
 };
 struct p4c_out *p4c_out(unsigned vi);
 const uint8_t *p4c_kinds(uint32_t *n);

@@ -26,6 +26,7 @@
  * appended under a mutex at translation time and read lock-free afterwards (an entry is
  * published before its id is).
  */
+#include <strings.h>
 #include <capstone/capstone.h>
 #include "p4_tables.h"
 
@@ -101,7 +102,10 @@ struct blk {
     uint32_t gid;               /* the predictor entry's group */
     /* the rest */
     uint32_t n;
-    uint8_t mode, pad[3];
+    uint8_t mode;
+    uint8_t lite_cond;          /* translated at the outcome-free level, ends in a conditional
+                                 * branch: accounted as a static end (not taken, predicted) */
+    uint8_t pad[2];
     struct cinsn *ins;
     /* full static portion [0, n) incl. bubble, excluding the final clock of a dynamic end */
     uint32_t nk, np;
@@ -305,6 +309,7 @@ struct cvcpu {
     uint32_t w2_cand_nk, w2_streak;
     uint64_t w2_checks;
     uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
+    uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
     /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_XPEND); fold_seq counts
      * the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT entry and APIC
      * ID so that the sibling can interrupt it while it is halted (mask_pending: set the LVT
@@ -551,6 +556,9 @@ static unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, ui
         c[m - 1].f[KF_BR] = b->end;
         c[m - 1].f[KF_TAKEN] = 1;
     }
+    if (e == b->n && b->lite_cond && m) {
+        c[m - 1].f[KF_BR] = BRK_COND; /* not taken, predicted (the outcome-free level) */
+    }
     if (e == b->n && dyn_end(b) && b->end != END_REP && m) {
         m--; /* the final clock is dynamic */
     }
@@ -641,7 +649,7 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
 static int w2_mode = 1;    /* option exact=on|off */
 static struct {
     volatile int active;   /* blocks translated now carry W2 operations for the signature */
-    volatile int pending;  /* a flush installing `next` is under way */
+    volatile int req;      /* the pending flush (flush_pending) installs `next` */
     unsigned flushes;
     struct w2sig {
         int ctr;           /* counter 0-17 */
@@ -651,6 +659,32 @@ static struct {
         int64_t pen[2];    /* the penalty clocks after a misprediction, summed, per CPL */
     } sig, next;
 } w2;
+
+/* One translation-cache flush at a time (qemu_plugin_reset drops a second request while one
+ * is under way): it installs what is wanted when it runs (a W2 signature, the level). */
+static volatile int flush_pending;
+
+/* The outcome-free level (docs/guest-events.md "The outcome-free level").  When no enabled
+ * counter reads anything that depends on a branch's outcome or on the clocks a misprediction
+ * adds (Python decides, from clockmodel.OUTCOME_FEATURES: p4c_out.lite), blocks are
+ * translated without outcome callbacks: a conditional end is a static end (the final clock
+ * not taken, predicted), every block with a static end stores X_LITE in SB_X and every block
+ * checks SB_X != X_LITE, so the check fires only after calls, returns, indirect jumps, REP
+ * and far transfers.  The predictor is not trained by conditional branches at that level.
+ * An execution QEMU abandons at an MMIO access (no X check sees it there) is found by a
+ * memory callback of the one-instruction CF_MEMI_ONLY block that re-executes the access
+ * (cb_memi).  Installed and removed by a flush; removal at once (a programming that needs
+ * outcomes is written by a WRMSR, which ends its block: no conditional end runs at the lite
+ * level after it), installation after LITE_STREAK steps in a row that want it, at most
+ * LITE_MAX_INSTALLS times per run.  One vCPU, threads=1 only. */
+#define X_LITE 0x8000000000000003ull
+#define LITE_STREAK 4
+#define LITE_MAX_INSTALLS 16
+static int lite_mode = 1;  /* option lite=on|off */
+static struct {
+    volatile int active;   /* blocks translated now are at the outcome-free level */
+    unsigned installs, removals, streak;
+} lite;
 
 static inline int64_t w2_inc(const struct w2sig *g, uint32_t e, int64_t clocks)
 {
@@ -1112,7 +1146,8 @@ static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
     (void)id; /* listed in the group once published (block_new) */
 }
 
-static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os, int mode)
+static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os, int mode,
+                          int lite_lvl)
 {
     struct blk *b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
     memset(b, 0, sizeof(*b));
@@ -1122,6 +1157,10 @@ static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os,
     b->os = (uint8_t)os;
     b->mode = (uint8_t)mode;
     b->end = (uint8_t)end_of(&ins[n - 1]);
+    if (lite_lvl && b->end == BRK_COND) {
+        b->end = BRK_NONE; /* outcome-free level: a static end (variant 0) */
+        b->lite_cond = 1;
+    }
     /* static schedule: the full portion of one execution */
     uint32_t *s;
     unsigned m = portion_seq_calc(b, 0, n, &s);
@@ -1172,6 +1211,7 @@ static uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os,
     /* SB_X at entry: where the next block starts when no resolution is needed (static ends)
      * or when the outcome is silent; X_FORCE: the next block entry resolves it */
     b->xval = b->end == BRK_NONE ? nxt : b->end == BRK_JMP ? last->target : X_FORCE;
+    if (lite_lvl && (b->end == BRK_NONE || b->end == BRK_JMP)) b->xval = X_LITE;
     b->back = last->target < last->addr;
     b->btarget = last->target;
     b->bnext = nxt;
@@ -1829,6 +1869,7 @@ static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
 {
     const struct blk *b = blocks[id];
     if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
+    if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
     const struct cinsn *last = &b->ins[b->n - 1];
     switch (b->end) {
     case BRK_COND:
@@ -1957,6 +1998,8 @@ struct p4c_out {
      * stay empty, threads=1 only) */
     uint32_t tmask;
     int nopairs;
+    int lite;          /* written by Python: the enabled counters need no branch outcome
+                        * (the outcome-free level may be installed: lite_update) */
 };
 
 static struct p4c_out *outs;
@@ -2313,6 +2356,7 @@ static void sibling_pmi(unsigned vi, unsigned sib)
 }
 
 static void w2_request(const struct p4c_out *o, int slot); /* below */
+static void lite_update(void);                             /* below */
 
 /* does the increment table of outs[vi] give counter `ctr` the signature's increments? */
 static int w2_matches(const struct p4c_out *o, int ctr)
@@ -2372,7 +2416,7 @@ static void w2_update(unsigned vi)
             }
         }
     }
-    if (cand < 0 || w2.pending || w2.flushes >= W2_MAX_FLUSHES) return;
+    if (cand < 0 || flush_pending || w2.flushes >= W2_MAX_FLUSHES) return;
     if (c->w2_cand == o->widx[cand] && c->w2_cand_winc == o->winc && c->w2_cand_nk == o->nkext) {
         c->w2_streak++;
     } else {
@@ -2429,6 +2473,7 @@ static int after_python(unsigned vi, int64_t rest_clocks)
     int lp = cnt_threads == 2 ? (int)(vi & 1) : 0;
     c->pmi_level = o->pmi[lp] != 0;
     w2_update(vi);
+    lite_update();
     arm(vi, rest_clocks);
     int delivered = 0;
     if (pmi_on) {
@@ -2573,6 +2618,27 @@ static void cb_rep(unsigned int vi, void *ud)
     const struct cinsn *r = &b->ins[b->n - 1];
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
     cv[vi].rep_rcx = rd_rcx(V(vi)) & mask;
+}
+
+/* A memory access of the one instruction of block `ud` (outcome-free level).  A block's entry
+ * operations run before its instruction, so SB_CUR is the block itself -- unless this is the
+ * CF_MEMI_ONLY block QEMU runs to re-execute an MMIO access it left another block at (the
+ * plugin sees its translation and its memory callbacks, not its entry operations): then the
+ * block in SB_CUR stopped at this instruction, which retires here (docs/guest-events.md,
+ * "Execution abandoned by QEMU"; at the full level the successor's X check finds it). */
+static void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
+{
+    (void)info;
+    (void)vaddr;
+    uint32_t self = (uint32_t)(uintptr_t)ud;
+    struct cvcpu *c = &cv[vi];
+    uint64_t *sb = c->sbase;
+    uint32_t cur = (uint32_t)sb[SB_CUR];
+    if (!cur || cur == self) return;
+    int j = find_insn(blocks[cur], blocks[self]->vaddr);
+    if (j < 0) return;
+    c->memi_cuts++;
+    cut_exec(vi, cur, (unsigned)j + 1, sb[SB_X] != X_DONE);
 }
 
 /* per vCPU: the increments of the n_penalty clocks after a misprediction, summed, per CPL and
@@ -3079,7 +3145,8 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
     free(bytes);
     free(lens);
     free(addrs);
-    uint32_t id = block_new(qemu_plugin_tb_vaddr(tb), (unsigned)n, ins, os, best);
+    int lt = __atomic_load_n(&lite.active, __ATOMIC_ACQUIRE);
+    uint32_t id = block_new(qemu_plugin_tb_vaddr(tb), (unsigned)n, ins, os, best, lt);
     if (!id) return 0;
     if (__atomic_load_n(&w2.active, __ATOMIC_ACQUIRE)) blocks[id]->w2add = w2_weight(blocks[id]);
     const struct blk *b = blocks[id];
@@ -3090,7 +3157,7 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
     /* in this order (TB entry operations run in registration order): */
     /* the previous block's outcome unless it is the silent one (or none is needed) */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE, eX,
-                                              b->vaddr, (void *)b);
+                                              lt ? X_LITE : b->vaddr, (void *)b);
     /* fires when this block might cross the deadline */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_sched, P4_CB_RW_REGS_PC, P4_COND_GE, eW,
                                               W_THRESH - maxclk(b), ud);
@@ -3115,6 +3182,11 @@ static uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v, un
     if (b->end == END_REP) {
         qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, n - 1), cb_rep,
                                                P4_CB_R_REGS, ud);
+    }
+    if (lt && n == 1) {
+        /* may be the re-execution of an MMIO access QEMU left a block at (cb_memi) */
+        qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, 0), cb_memi, P4_CB_NO_REGS,
+                                         P4_MEM_RW, ud);
     }
     if (cnt_threads == 2) {
         for (size_t i = 0; i < n; i++) {
@@ -3169,19 +3241,45 @@ static void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
 
 static void register_callbacks(void); /* p4pmu_plugin.c */
 
+static int lite_wanted(void)
+{
+    if (!lite_mode || cnt_threads != 1 || n_vcpus_max != 1 || br_trace || !outs) return 0;
+    return cv[0].init && outs[0].lite;
+}
+
+/* the translation level for the blocks translated from now on (all vCPUs are stopped) */
+static void lite_set(int on)
+{
+    if (on == lite.active) return;
+    if (on) lite.installs++;
+    else lite.removals++;
+    lite.streak = 0;
+    __atomic_store_n(&lite.active, on, __ATOMIC_RELEASE);
+    DBG("counting: %s level (translation cache flushed)\n", on ? "outcome-free" : "full");
+}
+
 static void reset_done(void *ud)
 {
     (void)ud;
+    lite_set(lite_wanted());
     __atomic_store_n(&cnt_instrument, 1, __ATOMIC_SEQ_CST);
     register_callbacks();
     DBG("counting: instrumentation on (translation cache flushed)\n");
 }
 
-/* A new exact-deadline signature is installed (all vCPUs stopped): blocks translated from
- * now on carry W2 operations for it; every vCPU takes it up at its next step (w2_update). */
-static void w2_installed(void *ud)
+/* The flush asked for by flush_request is done (all vCPUs stopped): install what is wanted
+ * now.  A new exact-deadline signature: blocks translated from now on carry W2 operations
+ * for it; every vCPU takes it up at its next step (w2_update).  The level: lite_wanted(). */
+static void flush_installed(void *ud)
 {
     (void)ud;
+    lite_set(lite_wanted());
+    if (!w2.req) {
+        __atomic_store_n(&flush_pending, 0, __ATOMIC_RELEASE);
+        register_callbacks();
+        return;
+    }
+    w2.req = 0;
     w2.sig = w2.next;
     w2.flushes++;
     for (int i = 0; i < n_vcpus_max; i++) {
@@ -3191,20 +3289,43 @@ static void w2_installed(void *ud)
         sbv((unsigned)i)[SB_W2] = 0;
     }
     __atomic_store_n(&w2.active, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&w2.pending, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&flush_pending, 0, __ATOMIC_RELEASE);
     register_callbacks();
     DBG("counting: exact deadlines for counter %d (signature %u; translation cache flushed)\n",
         w2.sig.ctr, w2.flushes);
 }
 
+/* Ask for a flush (no-op while one is under way: it installs what is wanted when it runs).
+ * Returns 1 if this call asked. */
+static int flush_request(void)
+{
+    int idle = 0; /* one request at a time, whichever vCPU thread asks first */
+    if (!__atomic_compare_exchange_n(&flush_pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        return 0;
+    }
+    return 1;
+}
+
+/* After a step: does the translation level still fit the programming?  To the full level at
+ * once (the next block entry flushes); to the outcome-free level after LITE_STREAK steps in
+ * a row that want it. */
+static void lite_update(void)
+{
+    if (!cnt_instrument) return; /* not started: reset_done chooses */
+    int want = lite_wanted();
+    if (want == lite.active) {
+        lite.streak = 0;
+        return;
+    }
+    if (want && (lite.installs >= LITE_MAX_INSTALLS || ++lite.streak < LITE_STREAK)) return;
+    if (flush_request()) qemu_plugin_reset(plugin_id, flush_installed, NULL);
+}
+
 /* Ask for counter widx[slot] of outs `o` as the exact-deadline signature (a flush). */
 static void w2_request(const struct p4c_out *o, int slot)
 {
-    int idle = 0; /* one request at a time, whichever vCPU thread asks first */
-    if (!__atomic_compare_exchange_n(&w2.pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE)) {
-        return;
-    }
+    if (!flush_request()) return;
     int ctr = o->widx[slot];
     uint32_t nk = o->nkext;
     int32_t *col = malloc(sizeof(int32_t) * (nk ? nk : 1));
@@ -3220,7 +3341,8 @@ static void w2_request(const struct p4c_out *o, int slot)
     }
     w2.next = g; /* (the previous signature's column stays allocated: blocks were weighted
                   * with it until the flush) */
-    qemu_plugin_reset(plugin_id, w2_installed, NULL);
+    w2.req = 1;
+    qemu_plugin_reset(plugin_id, flush_installed, NULL);
 }
 
 /* count=auto: the guest enabled a counter for the first time.  qemu_plugin_reset flushes the
@@ -3232,6 +3354,13 @@ static void counting_start(void)
     qemu_plugin_reset(plugin_id, reset_done, NULL);
 }
 
+/* a boolean option's "off" spellings (bridge.py _bool validated the value already) */
+static int opt_off(const char *v)
+{
+    return !strcasecmp(v, "off") || !strcasecmp(v, "no") || !strcasecmp(v, "false") ||
+           !strcmp(v, "0");
+}
+
 static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vcpus)
 {
     plugin_id = id;
@@ -3240,12 +3369,14 @@ static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vc
         if (!strncmp(a, "count=", 6)) {
             cnt_mode = !strcmp(a + 6, "off") ? 0 : !strcmp(a + 6, "on") ? 2 : 1;
         } else if (!strncmp(a, "pmi=", 4)) {
-            pmi_on = strcmp(a + 4, "off") != 0;
+            pmi_on = !opt_off(a + 4);
         } else if (!strncmp(a, "bp_penalty=", 11)) {
             bp_penalty = (unsigned)strtoul(a + 11, NULL, 0);
             if (bp_penalty > 60) bp_penalty = 60;
         } else if (!strncmp(a, "exact=", 6)) {
-            w2_mode = strcmp(a + 6, "off") != 0;
+            w2_mode = !opt_off(a + 6);
+        } else if (!strncmp(a, "lite=", 5)) {
+            lite_mode = !opt_off(a + 5);
         } else if (!strncmp(a, "threads=", 8)) {
             cnt_threads = atoi(a + 8) == 2 ? 2 : 1;
         }

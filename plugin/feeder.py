@@ -320,6 +320,7 @@ class Feeder:
         # otherwise, threads=1), its totals only for the running counters
         o.nopairs = st["nopairs"]
         o.tmask = st["tmask"]
+        o.lite = st["lite"]
         if not self.started and st["any_run"]:
             self.started = True
             o.start = 1
@@ -377,9 +378,34 @@ class Feeder:
               "watch_ok": 0 < idx.size <= 18 and not pmu.force_ovf[idx].any(),
               "exact": not bool(eng.edge_eff.any()),
               "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
-              "tmask": _bits(run)}
+              "tmask": _bits(run),
+              "lite": 1 if self._outcome_free(pmu) else 0}
         self._st_cache[vcpu] = (key, st)
         return st
+
+    def _outcome_free(self, pmu) -> bool:
+        """Do the enabled counters count the same whatever the branch outcomes are?  (No
+        enabled counter selects a line that reads CM.OUTCOME_FEATURES, under either CPL's
+        tagging, and none compares per clock.)  Every counter that may count without
+        another MSR write is looked at: enabled ones (running or not) and those a CASCADE or
+        extended-cascade bit starts when another overflows (SDM 18.15.5.5-6).  One logical
+        processor per core only.  The plugin then may translate at its outcome-free level
+        (counting.c)."""
+        if self.ht:
+            return False
+        en = pmu.enable | pmu.cascade | pmu.ext_cascade
+        if not en.any():
+            return True
+        if (pmu.compare & en).any():
+            return False
+        dep = set()
+        for os_ in (True, False):
+            dep |= CM.outcome_classes(self._tagging(pmu, 0, os_))
+        if not dep:
+            return True
+        cls = np.fromiter(dep, dtype=np.int64)
+        lines = (cls[:, None] * 4 + np.arange(4)).ravel()
+        return not bool(np.count_nonzero(pmu.engine.W[np.ix_(lines, np.flatnonzero(en))]))
 
     def _table(self, vcpu: int, pmu, o, st) -> None:
         """The per-kind increment table for C (fold totals, fast_check), its watched-counter

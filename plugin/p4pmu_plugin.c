@@ -966,6 +966,11 @@ static void at_exit(void *ud)
                         "clock pairs (no EDGE detector)\n", i,
                         (unsigned long long)cv[i].pairless_folds,
                         (unsigned long long)cv[i].folds);
+            if (cv[i].init)
+                fprintf(stderr, "p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
+                        "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
+                        lite.active ? "on" : "off", lite.installs, lite.removals,
+                        (unsigned long long)cv[i].memi_cuts);
             if (i == 0)
                 fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
                         "counter %d\n", w2_mode ? "on" : "off", w2.flushes,

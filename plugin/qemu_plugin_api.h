@@ -97,7 +97,17 @@ enum p4_discon_type {
 };
 
 /* Callback types (v7: every callback receives the userdata given at registration). */
+enum p4_mem_rw {
+    P4_MEM_R = 1,
+    P4_MEM_W = 2,
+    P4_MEM_RW = 3,
+};
+
+typedef uint32_t p4_meminfo_t;
+
 typedef void (*p4_udata_cb_t)(void *userdata);
+typedef void (*p4_vcpu_mem_cb_t)(unsigned int vcpu_index, p4_meminfo_t info, uint64_t vaddr,
+                                 void *userdata);
 typedef void (*p4_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
 typedef void (*p4_tb_trans_cb_t)(struct qemu_plugin_tb *tb, void *userdata);
 typedef void (*p4_discon_cb_t)(unsigned int vcpu_index, enum p4_discon_type type,
@@ -114,6 +124,9 @@ void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, p4_udata_cb_t cb, void 
 void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
                                             p4_vcpu_udata_cb_t cb, enum p4_cb_flags flags,
                                             void *userdata);
+void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *insn, p4_vcpu_mem_cb_t cb,
+                                      enum p4_cb_flags flags, enum p4_mem_rw rw,
+                                      void *userdata);
 void qemu_plugin_register_vcpu_tb_exec_cond_cb(struct qemu_plugin_tb *tb,
                                                p4_vcpu_udata_cb_t cb, enum p4_cb_flags flags,
                                                enum p4_cond cond, p4_plugin_u64 entry,
