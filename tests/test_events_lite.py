@@ -11,13 +11,18 @@ callback cut (cb_memi: at that level no X check finds a block QEMU left at an MM
 """
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
 
 import pytest
 
 from guests.evscript import EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, \
     escr_value, parse_events, preset
 from p4pmu.qemu_glue import bench
+from conftest import P4PMU, QEMU_MACHINE_ARGS
+from guests import build as guest_build
 from test_events_exact import _bench_script, _sampling
 
 pytestmark = pytest.mark.guest
@@ -162,3 +167,25 @@ def test_a_cascaded_counter_that_needs_directions_keeps_the_full_level(run_guest
     _same(on, off)
     assert parse_events(on)["c14"] > 0
     assert not st["on"] and st["installs"] == 0, st
+
+
+@pytest.mark.parametrize("spelling", ("off", "no", "false", "0", "OFF"))
+def test_every_off_spelling_the_bridge_accepts_turns_the_level_off(guests, tmp_path, spelling):
+    """bridge.py accepts off/no/false/0 (any case) for a boolean option; the C side must read
+    a raw `-plugin ...,lite=VALUE` the same way (before, C knew only "off" for exact= and
+    pmi=).  `p4pmu qemu` normalises the value, so this runs the command line it prints with
+    the raw spelling put back."""
+    script = LEVELS[0][1].write(tmp_path / "script.bin")
+    args = [*QEMU_MACHINE_ARGS, "-serial", f"file:{tmp_path / 'serial.txt'}",
+            "-kernel", str(guest_build.guest_path("events32")), "-initrd", str(script)]
+    dry = subprocess.run([str(P4PMU), "qemu", "--plugin-opt", "lite=off", "--dry-run", "--",
+                          *args], capture_output=True, text=True, check=True)
+    cmd = shlex.split(dry.stdout.strip().splitlines()[-1])
+    k = next(i for i, a in enumerate(cmd) if a.startswith("-plugin")) + 1
+    assert cmd[k].endswith(",lite=off"), cmd[k]
+    cmd[k] = cmd[k][:-len("off")] + spelling
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                       env={**os.environ, "P4PMU_DEBUG": "1"})
+    m = [x for x in map(_LITE.match, r.stderr.splitlines()) if x]
+    assert len(m) == 1 and "DONE" in (tmp_path / "serial.txt").read_text(), r.stderr[-2000:]
+    assert m[0].group(1) == "off" and m[0].group(2) == "0", m[0].group(0)
