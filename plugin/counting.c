@@ -308,6 +308,10 @@ struct cvcpu {
     const int32_t *w2_cand_winc;
     uint32_t w2_cand_nk, w2_streak;
     uint64_t w2_checks;
+    /* the last deadline step: at the entry of block step_b, leaving fold count step_folds
+     * (cb_w2 at the same entry, nothing run since: no second step) */
+    uint32_t step_b;
+    uint64_t step_folds, w2_same_entry;
     uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
     uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
     /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_XPEND); fold_seq counts
@@ -2431,6 +2435,21 @@ static void w2_update(unsigned vi)
     }
 }
 
+/* W2 watches its counter exactly: W's clock deadline covers only the other watched
+ * counters (what fast_check leaves in py_left), not W2's at its most events per clock */
+static void w2_budget(struct cvcpu *c, const struct p4c_out *o)
+{
+    if (!c->w2_on || c->py_left <= 0) return;
+    int64_t best = INT64_MAX;
+    for (int w = 0; w < o->nwatch; w++) {
+        if (w == c->w2_slot) continue;
+        int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
+        int64_t clk = (o->whead[w] + rate - 1) / rate;
+        if (clk < best) best = clk;
+    }
+    c->py_left = best > 0 ? best : 1;
+}
+
 /* Arm W: fire after min(py_left, PMI_RECHECK if a request is asserted) clocks from now;
  * `rest` clocks already added to W belong after this point. */
 static void arm(unsigned vi, int64_t rest)
@@ -2473,6 +2492,7 @@ static int after_python(unsigned vi, int64_t rest_clocks)
     int lp = cnt_threads == 2 ? (int)(vi & 1) : 0;
     c->pmi_level = o->pmi[lp] != 0;
     w2_update(vi);
+    w2_budget(c, o);
     lite_update();
     arm(vi, rest_clocks);
     int delivered = 0;
@@ -2822,6 +2842,13 @@ static void cb_w2(unsigned int vi, void *ud)
         return;
     }
     c->cpl_os = b->os;
+    if (c->step_b == id && c->step_folds == c->folds && !c->ndirty) {
+        /* cb_sched stepped at this very entry and W2 was armed from its result: this block
+         * may reach the limit.  Nothing ran since, so a step now would decide the same; W2
+         * fires again at the next entry (at most this block's increment was left) */
+        c->w2_same_entry++;
+        return;
+    }
     c->w2_checks++;
     entry_settle(vi, c);
     int64_t ok = fast_check(vi, b);
@@ -2842,6 +2869,8 @@ static void deadline_step(unsigned vi, uint32_t id)
     struct cvcpu *c = &cv[vi];
     c->deadlines++;
     fold_at_entry(vi, id);
+    c->step_b = id;
+    c->step_folds = c->folds;
     if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
         outs[vi].budget = 0;
     }
