@@ -81,3 +81,19 @@ def test_round_ratios_pair_each_round_with_its_own_plain_run():
     assert B._round_ratios(plain, g, 1.0) == pytest.approx([1.0, 2.0, 1.333333], rel=1e-5)
     scaled = {"start_min_s": 0.3, "work_all_s": [0.5, 0.45]}  # 1/10 of the loop, rounds 2-3
     assert B._round_ratios(plain, scaled, 10.0) == pytest.approx([1.0, 1.0], rel=1e-5)
+
+
+@pytest.mark.parametrize("plugin", (False, True))
+def test_runs_are_timed_by_the_vcpu_thread(plugin):
+    """The figure compared is the CPU time of QEMU's vCPU thread (the guest, every plugin
+    callback and Python call), read while it runs: not the main thread's start-up (Python
+    and numpy with the plugin), which the process figure includes."""
+    b = B.Bench(model="0F_04", repeat=1, iterations=1000, msr_k=(1, 2), progress=False)
+    cmd, serial = b.cmd(plugin, B.script("all18" if plugin else "none", "bench", 200_000))
+    r = B._run(cmd, timeout=120)
+    assert r.status == 1 and "DONE" in serial.read_text(), r.serial[-2000:]
+    assert r.vcpu, "the vCPU thread's CPU time was not read"
+    assert 0 < r.cpu < r.process_cpu
+    if plugin:
+        # the plugin's Python start-up ran on the main thread, before the vCPU thread existed
+        assert r.process_cpu - r.cpu > 0.05, (r.cpu, r.process_cpu)
