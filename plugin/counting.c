@@ -308,10 +308,6 @@ struct cvcpu {
     const int32_t *w2_cand_winc;
     uint32_t w2_cand_nk, w2_streak;
     uint64_t w2_checks;
-    /* the last deadline step: at the entry of block step_b, leaving fold count step_folds
-     * (cb_w2 at the same entry, nothing run since: no second step) */
-    uint32_t step_b;
-    uint64_t step_folds, w2_same_entry;
     uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
     uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
     /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_XPEND); fold_seq counts
@@ -2359,6 +2355,14 @@ static void sibling_pmi(unsigned vi, unsigned sib)
     __atomic_store_n(&sbv(sib)[SB_XPEND], 1, __ATOMIC_SEQ_CST);
 }
 
+/* the clocks before watched counter w may have received `events` more: at its largest
+ * per-clock increment (the clock budget of W) */
+static inline int64_t watch_clocks(const struct p4c_out *o, int w, int64_t events)
+{
+    int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
+    return (events + rate - 1) / rate;
+}
+
 static void w2_request(const struct p4c_out *o, int slot); /* below */
 static void lite_update(void);                             /* below */
 
@@ -2393,8 +2397,7 @@ static void w2_update(unsigned vi)
     int cand = -1;
     int64_t best = INT64_MAX;
     for (int w = 0; w < nw; w++) {
-        int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
-        int64_t clk = (o->whead[w] + rate - 1) / rate;
+        int64_t clk = watch_clocks(o, w, o->whead[w]);
         if (clk < best) { best = clk; cand = w; }
     }
     if (w2.active) {
@@ -2443,8 +2446,7 @@ static void w2_budget(struct cvcpu *c, const struct p4c_out *o)
     int64_t best = INT64_MAX;
     for (int w = 0; w < o->nwatch; w++) {
         if (w == c->w2_slot) continue;
-        int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
-        int64_t clk = (o->whead[w] + rate - 1) / rate;
+        int64_t clk = watch_clocks(o, w, o->whead[w]);
         if (clk < best) best = clk;
     }
     c->py_left = best > 0 ? best : 1;
@@ -2774,8 +2776,7 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
             c->w2_fresh = 1;
             continue;
         }
-        int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
-        int64_t clk = (r + rate - 1) / rate;
+        int64_t clk = watch_clocks(o, w, r);
         if (clk < best) best = clk;
     }
     c->fast_deadlines++;
@@ -2842,13 +2843,6 @@ static void cb_w2(unsigned int vi, void *ud)
         return;
     }
     c->cpl_os = b->os;
-    if (c->step_b == id && c->step_folds == c->folds && !c->ndirty) {
-        /* cb_sched stepped at this very entry and W2 was armed from its result: this block
-         * may reach the limit.  Nothing ran since, so a step now would decide the same; W2
-         * fires again at the next entry (at most this block's increment was left) */
-        c->w2_same_entry++;
-        return;
-    }
     c->w2_checks++;
     entry_settle(vi, c);
     int64_t ok = fast_check(vi, b);
@@ -2869,8 +2863,6 @@ static void deadline_step(unsigned vi, uint32_t id)
     struct cvcpu *c = &cv[vi];
     c->deadlines++;
     fold_at_entry(vi, id);
-    c->step_b = id;
-    c->step_folds = c->folds;
     if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
         outs[vi].budget = 0;
     }

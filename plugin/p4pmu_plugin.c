@@ -955,13 +955,12 @@ static void at_exit(void *ud)
                 fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
                         "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
                         "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
-                        "%llu exact-deadline callbacks (%llu more at an entry just stepped)\n", i,
+                        "%llu exact-deadline callbacks\n", i,
                         (unsigned long long)cv[i].folds, (unsigned long long)cv[i].deadlines,
                         (unsigned long long)cv[i].fast_deadlines,
                         (unsigned long long)cv[i].resolutions, (unsigned long long)cv[i].silent,
                         (unsigned long long)cv[i].gates, (unsigned long long)cv[i].silent_bad,
-                        n_blocks - 1, n_kinds, (unsigned long long)cv[i].w2_checks,
-                        (unsigned long long)cv[i].w2_same_entry);
+                        n_blocks - 1, n_kinds, (unsigned long long)cv[i].w2_checks);
             if (cv[i].init)
                 fprintf(stderr, "p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
                         "clock pairs (no EDGE detector)\n", i,
