@@ -16,6 +16,7 @@ import pytest
 
 from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, \
     EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
+from p4pmu.emulator import tables as T
 from p4pmu.qemu_glue import bench
 
 pytestmark = pytest.mark.guest
@@ -113,6 +114,38 @@ def test_exact_deadline_of_the_benchmark_interrupt(run_guest, bits, mirror, lite
     # (tests/test_events_clocks.py checks the EDGE counts after such batches)
     for st in (st_on, st_off):
         assert st["folds"] >= 3 * n and st["pairless"] == st["folds"], st
+
+
+@pytest.mark.parametrize("mirror", ("on", "off"))
+def test_another_watched_counter_keeps_its_clock_deadline(run_guest, mirror):
+    """W's clock deadline covers the watched counters W2 does not watch.  Configuration (d)
+    until W2 watches counter 12; then, with 12 still interrupting every 10,000
+    instructions, counter 13 counts the same instructions from -123,457 and its overflow
+    starts counter 15 (CASCADE, SDM 18.15.5.5).  Where 13 overflows must be found exactly,
+    so 15's count and every interrupt are the same as without W2."""
+    text = bench.script("pmi", "bench", 30_000).replace("pmilog\n", "")
+    s = EvScript()
+    s._add(text.rstrip("\n"))
+    instr = escr_value("instr_retired", "NBOGUSNTAG", t0_os=True, t0_usr=True)
+    s.wrmsr(escr_msr("MSR_CRU_ESCR1"), instr)
+    s.wrmsr(counter_msr(15), 0)
+    s.wrmsr(cccr_msr(15), cccr_value(15, "MSR_CRU_ESCR1", enable=False, cascade=True))
+    s.wrmsr(counter_msr(13), preset(123_457))
+    s.wrmsr(cccr_msr(13), cccr_value(13, "MSR_CRU_ESCR0"))
+    s.loop("bench", 20_000)
+    s.wrmsr(cccr_msr(12), 0)
+    s.rdmsr(cccr_msr(13), "cccr13")
+    s.rdmsr(counter_msr(15), "ctr15")
+    s.pmi_log()
+    on, st_on = _run(run_guest, s, "on", mirror, 32)
+    off, _ = _run(run_guest, s, "off", mirror, 32)
+    _same(on, off)
+    out = parse_events(on)
+    assert st_on["signatures"] == 1 and st_on["counter"] == 12, st_on
+    assert out.pmi_counts[0][0] >= 80, out.pmi_counts
+    assert out["cccr13"] >> T.CCCR_FIELD["OVF"].lo & 1, "counter 13 did not overflow"
+    # 15 counted the second loop's instructions after 13's overflow (20,000 x 17.5 in all)
+    assert 200_000 < out["ctr15"] < 20_000 * 18 - 123_457, out["ctr15"]
 
 
 @pytest.mark.parametrize("mirror", ("on", "off"))
