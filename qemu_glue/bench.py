@@ -25,13 +25,14 @@ process: its main thread starts Python and numpy (0.2-0.3 s, page faults, varyin
 +-0.03 s from run to run), work that the start-up run subtracts only up to that noise, which
 biased every plugin configuration's ratio upwards (session 7, host profile of (b): its vCPU
 thread did plain QEMU's work within 3 %, while the process figure said 1.10).  Each
-configuration runs a work run (the benchmark loop, N iterations) and a start-up run (the same script with an empty loop: boot, plugin and Python
-start-up, PMU programming); guest work = work run - start-up run, each the minimum over
---repeat runs (interleaved across configurations, so a burst of load from elsewhere hits all
-of them).  The report also gives the median over rounds of each round's ratio to the same
-round's plain run (one unusually fast or slow plain run moves every best-of ratio, not this
-median); a target counts as met only when both meet it.  The MSR cost is (t(K2) - t(K1)) / (K2 - K1) for two loop lengths, the median over
-the repeats.
+configuration runs a work run (the benchmark loop, N iterations) and a start-up run (the
+same script with an empty loop: boot, plugin and Python start-up, PMU programming); guest
+work = work run - start-up run, each the minimum over --repeat runs (interleaved across
+configurations, so a burst of load from elsewhere hits all of them).  The report also gives
+the median over rounds of each round's ratio to the same round's plain run (one unusually
+fast or slow plain run moves every best-of ratio, not this median); a target counts as met
+only when both meet it.  The MSR cost is (t(K2) - t(K1)) / (K2 - K1) for two loop lengths,
+the median over the repeats.
 
 The benchmark loop (loops.S `loop_bench`): 17-18 instructions per iteration -- xorshift ALU work,
 a load and a read-modify-write store into a 64-byte table, a data-dependent branch, one scalar
@@ -420,8 +421,9 @@ def report(res: dict) -> str:
     g = res["guest"]
     out = [f"p4pmu bench: model {res['model']}, guest loop {res['iterations']:,} iterations "
            f"({res['instructions']:,} instructions), best of {res['repeat']} (CPU time of "
-           f"QEMU's {res.get('timing', 'process')}, start-up run subtracted); median: of the per-round ratios to the "
-           "same round's plain run; a target is met when both ratios meet it"]
+           f"QEMU's {res.get('timing', 'process')}, start-up run subtracted); median: of the "
+           "per-round ratios to the same round's plain run; a target is met when both ratios "
+           "meet it"]
     if res.get("plugin_opts"):
         out.append("plugin options: " + ",".join(f"{k}={v}" for k, v in
                                                  res["plugin_opts"].items()))
