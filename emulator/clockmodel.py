@@ -392,6 +392,24 @@ def outcome_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
     return frozenset(int(i) for i in ids[dep])
 
 
+@functools.lru_cache(maxsize=1)
+def modelled_classes() -> frozenset:
+    """The event-class ids the clock model can ever drive: the lines of `line_matrix` under
+    no tagging and under every tagging (tagged instructions, tagged loads/stores for
+    front_end_event, execution_event's tag bits).  Every other class (cache, TLB, bus,
+    replay and similar memory-side events) reads 0 in this emulator whatever the guest does."""
+    every_tag = Tagging(True, True, tuple((f, 0xF) for f in sorted(
+        set(UOP_EVENT_FEATURES.values()))))
+    return frozenset(int(i) for i in line_matrix(NO_TAGGING)[0]) | \
+        frozenset(int(i) for i in line_matrix(every_tag)[0])
+
+
+def is_modelled(event: str, bit) -> bool:
+    """Whether mask bit `bit` (name or number) of `event` can count in this emulator."""
+    e = EV.EVENT_BY_NAME[event]
+    return e.counts and EV.CLASS_ID[(e.name, e.bit(bit))] in modelled_classes()
+
+
 def clock_lines(clock: Clock, tagging: Tagging = NO_TAGGING) -> dict:
     """{(event, mask bit name): value} of one clock (values capped at 15 by the engine)."""
     ids, M = line_matrix(tagging)
@@ -428,4 +446,5 @@ def with_params(**kw) -> dict:
 
 __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_clock",
            "penalty_clocks", "features", "line_matrix", "OUTCOME_FEATURES", "outcome_classes",
-           "clock_lines", "clock_kind", "Tagging", "with_params", "replace"]
+           "clock_lines", "clock_kind", "Tagging", "with_params", "replace", "modelled_classes",
+           "is_modelled"]
