@@ -572,6 +572,15 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# events (p4pmu.qemu_glue.events_cmd)
+
+
+def cmd_events(a: argparse.Namespace) -> int:
+    from p4pmu.qemu_glue import events_cmd
+    return events_cmd.main(a)
+
+
+# --------------------------------------------------------------------------------------------
 # Parser
 
 
@@ -672,6 +681,13 @@ def build_parser() -> argparse.ArgumentParser:
     from p4pmu.qemu_glue import bench as _bench
     _bench.add_arguments(b)
     b.set_defaults(func=cmd_bench)
+
+    from p4pmu.qemu_glue import events_cmd  # p4pmu events (qemu_glue/events_cmd.py)
+    ev = sub.add_parser("events", formatter_class=fmt,
+                        help="list NetBurst events; encode event:MASK:...:u for perf",
+                        description=events_cmd.DESCRIPTION, epilog=events_cmd.EPILOG)
+    events_cmd.add_arguments(ev)
+    ev.set_defaults(func=cmd_events)
 
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
     lx = sub.add_parser(

@@ -59,6 +59,32 @@ def linux_index(event: str) -> int:
         raise KeyError(f"{event!r} is not one of Linux's P4 events") from None
 
 
+# The event-mask bits Linux's driver accepts in a raw event, where they are fewer than the
+# event table's: p4_event_bind_map[].escr_emask (arch/x86/events/intel/p4.c; bit k = ESCR bit
+# 9 + k, positions as in perf_event_p4.h's P4_ESCR_EMASKS).  p4_validate_raw_event fails a raw
+# event with any other bit set (EINVAL).  Every Linux event not listed accepts all its bits.
+LINUX_EMASK_NARROWER = {
+    "TC_deliver_mode": 0x007F,  # no IB (bit 7)
+    "memory_complete": 0x0003,  # no USC, ULC (SDM Table 19-34 only)
+    "BSQ_cache_reference": 0x073F,  # no WR_2ndL_HIT, WR_3rdL_HIT, WR_3rdL_MISS (ditto)
+    "IOQ_allocation": 0xEFE1,  # of the 5-bit request-type field only bit 0 ("DEFAULT")
+    "IOQ_active_entries": 0xEFE1,
+    "retired_mispred_branch_type": 0x001E,  # no UNCONDITIONAL (SDM Table 19-34 only)
+    "retired_branch_type": 0x001E,
+    "WC_Buffer": 0x0003,  # no WCB_HITM_EVICT (SDM Table 19-34 only)
+    "b2b_cycles": 0, "bnr": 0, "snoop": 0, "response": 0,  # only an empty mask
+    "machine_clear": 0x0007,  # Linux puts MOCLEAR/SMCLEAR at bits 1/2, the SDM at 2/6
+}
+
+
+def linux_emask(event: str) -> int:
+    """The event-mask field bits (ESCR[24:9] >> 9) Linux's P4 driver accepts for `event` in a
+    raw event; KeyError if Linux does not know the event."""
+    linux_index(event)
+    ev = next(e for e in EV.EVENTS if e.name.lower() == event.lower())
+    return LINUX_EMASK_NARROWER.get(ev.name, sum(1 << k for k in ev.mask))
+
+
 def raw_config(event: str, *masks: str, cccr: int = 0) -> int:
     """perf's raw config for a NetBurst event with the named ESCR mask bits (and CCCR bits
     such as COMPARE/THRESHOLD in `cccr`)."""
