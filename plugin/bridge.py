@@ -172,6 +172,7 @@ class Bridge:
         self._log = None
         self.n_rdmsr = self.n_wrmsr = self.n_rdpmc = self.n_misc = 0
         self.n_faults = self.n_errors = 0
+        self._said: set = set()  # keys of the notices already given (emulator/notices.py)
         if options.log:
             try:
                 self._log = open(options.log, "w", buffering=1, encoding="utf-8")
@@ -294,6 +295,12 @@ class Bridge:
         if feeder is not None:
             self._enter(vcpu, pmu, feeder)
             feeder.consume(vcpu, pmu)
+        reg = pmu.registers.get(msr)
+        old = 0  # the ESCR's or CCCR's value before the write (emulator/notices.py)
+        if reg is not None and reg.kind == "escr":
+            old = int(pmu.escr_raw[reg.index])
+        elif reg is not None and reg.kind == "cccr":
+            old = int(pmu.cccr_raw[reg.index]) | int(pmu.ovf[reg.index]) << 31
         try:
             pmu.wrmsr(vcpu % self.threads, msr, value)
         except self.PMUFault as f:
@@ -304,7 +311,35 @@ class Bridge:
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: WRMSR 0x{msr:X}{self._name(pmu, msr)} <- "
                         f"0x{value:X}")
+        if reg is not None and reg.kind in ("cccr", "escr"):
+            self._check_programming(vcpu, pmu, reg, old)
         return OK
+
+    def _check_programming(self, vcpu: int, pmu, reg, old: int) -> None:
+        """Say once what a CCCR or ESCR write makes untrustworthy (emulator/notices.py)."""
+        from p4pmu.emulator import notices
+        if reg.kind == "cccr":
+            self._say(vcpu, notices.cccr_changed_under(pmu, reg.index, old))
+            self._say(vcpu, notices.unmodelled(pmu, reg.index))
+            return
+        self._say(vcpu, notices.escr_changed_under(pmu, reg.index, old))
+        for c in (pmu.escr_index == reg.index).nonzero()[0]:
+            self._say(vcpu, notices.unmodelled(pmu, int(c)))
+
+    def _say(self, vcpu: int, notice) -> None:
+        """A warning for the user, once per notice key: stderr (p4pmu linux shows QEMU's
+        "p4pmu: warning:" lines as they come) and the log."""
+        if notice is None or notice.key in self._said:
+            return
+        self._said.add(notice.key)
+        line = f"{self._who(vcpu)}: {notice.text}"
+        self._write(f"# warning: {line}")
+        print(f"p4pmu: warning: {line}", file=sys.stderr, flush=True)
+
+    def counter_rewritten(self, vcpu: int, msr: int, first: int, second: int) -> None:
+        """C side: a counter's two back-to-back writes differ (p4pmu_plugin.c)."""
+        from p4pmu.emulator import notices
+        self._say(vcpu, notices.counter_rewritten(msr, first, second))
 
     def rdpmc(self, vcpu: int, ecx: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)

@@ -254,6 +254,12 @@ def p4pmu_py_note(vcpu, message):
     return 1
 
 
+@ffi.def_extern(onerror=_onerror("counter rewritten"))
+def p4pmu_py_counter_rewritten(vcpu, msr, first, second):
+    _bridge.counter_rewritten(vcpu, msr, first, second)
+    return 1
+
+
 @ffi.def_extern(onerror=_onerror("deadline"))
 def p4pmu_py_deadline(vcpu):
     return _bridge.deadline(vcpu)

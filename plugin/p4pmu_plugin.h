@@ -27,6 +27,7 @@ int p4pmu_py_wrmsr(unsigned int vcpu, uint32_t msr, uint64_t value);
 int p4pmu_py_rdpmc(unsigned int vcpu, uint32_t ecx, uint64_t *out);
 int p4pmu_py_misc_enable(unsigned int vcpu, uint64_t qemu_value, uint64_t *out);
 int p4pmu_py_note(unsigned int vcpu, const char *message);
+int p4pmu_py_counter_rewritten(unsigned int vcpu, uint32_t msr, uint64_t first, uint64_t second);
 int p4pmu_py_deadline(unsigned int vcpu);
 void p4pmu_py_exit(void);
 /* END EMBEDDING API */

@@ -33,6 +33,7 @@ import collections
 import os
 import re
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -86,6 +87,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", choices=li.ARCHES, default="amd64",
                    help="guest architecture: amd64 (64-bit kernel, booted as an ELF through "
                         "PVH) or i386 (the 686 kernel); default amd64")
+    p.add_argument("--kernel", choices=li.KERNELS, default=li.DEFAULT_KERNEL,
+                   help=f"guest kernel: 5.10 (Debian 11's LTS kernel, whose P4 driver counts "
+                        f"right) or 6.1 (Debian 12's, whose p4_pmu_set_period installs a "
+                        f"counter's previous period: perf's counts are nonsense unless the "
+                        f"recipe in docs/linux-guest.md is followed); default "
+                        f"{li.DEFAULT_KERNEL}")
     p.add_argument("--smp", type=int, default=1, metavar="N",
                    help="number of logical CPUs (default 1)")
     p.add_argument("--threads", type=int, choices=(1, 2), default=1,
@@ -290,6 +297,7 @@ class _Console:
 
 _broken: set[int] = set()
 stdout_closed = threading.Event()  # the host's stdout reader went away (`... | head`)
+_write_lock = threading.Lock()  # stdout and stderr share a terminal: one line at a time
 
 
 def _write_out(stream, chunk: bytes) -> None:
@@ -300,13 +308,14 @@ def _write_out(stream, chunk: bytes) -> None:
     if key in _broken:
         return
     try:
-        buf = getattr(stream, "buffer", None)
-        if buf is not None:
-            buf.write(chunk)
-            buf.flush()
-        else:
-            stream.write(chunk.decode("utf-8", "replace"))
-            stream.flush()
+        with _write_lock:
+            buf = getattr(stream, "buffer", None)
+            if buf is not None:
+                buf.write(chunk)
+                buf.flush()
+            else:
+                stream.write(chunk.decode("utf-8", "replace"))
+                stream.flush()
     except (BrokenPipeError, ValueError, OSError):
         _broken.add(key)
         try:
@@ -319,23 +328,72 @@ def _write_out(stream, chunk: bytes) -> None:
             stdout_closed.set()
 
 
+class LineSink:
+    """Passes a stream on in whole lines: the command's stdout and stderr arrive through two
+    UARTs a byte at a time, and on one terminal their bytes would interleave mid-line.  A
+    partial line (a prompt, a progress bar, binary data) goes out once nothing more came for
+    `PARTIAL_AFTER` seconds, once it reaches `MAX_PARTIAL` bytes, and at the end."""
+
+    PARTIAL_AFTER = 0.1
+    MAX_PARTIAL = 1 << 16
+
+    def __init__(self, write):
+        self.write = write
+        self.partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self.partial + chunk
+        cut = data.rfind(b"\n") + 1
+        if len(data) - cut >= self.MAX_PARTIAL:
+            cut = len(data)
+        if cut:
+            self.write(data[:cut])
+        self.partial = data[cut:]
+
+    def flush(self) -> None:
+        if self.partial:
+            self.write(self.partial)
+            self.partial = b""
+
+
 def _relay(rfd: int, sink) -> None:
-    """Copy a pipe to ``sink`` until EOF.  A UART delivers one byte per write(), so after a
-    short read the copy waits a moment and lets bytes collect in the pipe (64 KiB, far more
-    than a UART's 0.5 MB/s fills in the pause): fewer wake-ups, less CPU taken from QEMU."""
+    """Copy a pipe to ``sink`` (a callable, or a LineSink) until EOF.  A UART delivers one
+    byte per write(), so after a short read the copy waits a moment and lets bytes collect in
+    the pipe (64 KiB, far more than a UART's 0.5 MB/s fills in the pause): fewer wake-ups,
+    less CPU taken from QEMU."""
+    feed = sink.feed if isinstance(sink, LineSink) else sink
     try:
         while True:
+            if isinstance(sink, LineSink) and sink.partial:
+                ready, _, _ = select.select([rfd], [], [], LineSink.PARTIAL_AFTER)
+                if not ready:
+                    sink.flush()
+                    continue
             try:
                 chunk = os.read(rfd, 1 << 16)
             except InterruptedError:
                 continue
             if not chunk:
                 break
-            sink(chunk)
+            feed(chunk)
             if len(chunk) < 4096:
                 time.sleep(0.01)
     finally:
+        if isinstance(sink, LineSink):
+            sink.flush()
         os.close(rfd)
+
+
+WARNING_PREFIX = b"p4pmu: warning:"
+
+
+def _read_qemu_stderr(stream, keep: bytearray) -> None:
+    """Keep QEMU's stderr for the kernel log and the failure report; pass the plugin's
+    warnings (emulator/notices.py) on to the user's stderr as they come."""
+    for line in iter(stream.readline, b""):
+        keep.extend(line)
+        if line.startswith(WARNING_PREFIX):
+            _write_out(sys.stderr, line)
 
 
 class _Stop(Exception):
@@ -400,7 +458,7 @@ def run_guest(cmd: list[str], console: _Console, out_sink, err_sink, fds: tuple[
             t.start()
             threads.append(t)
         assert p.stderr is not None
-        t = threading.Thread(target=lambda: qerr.extend(p.stderr.read()), daemon=True)
+        t = threading.Thread(target=_read_qemu_stderr, args=(p.stderr, qerr), daemon=True)
         t.start()
         threads.append(t)
         deadline = time.monotonic() + timeout if timeout else None
@@ -517,7 +575,7 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
 
     qemu = ensure_qemu(progress=True)
     plugin = None if a.no_plugin else (plugin_arg or plugin_file(build=True))
-    image = li.ensure_image(a.arch, progress=True)
+    image = li.ensure_image(a.arch, progress=True, kernel=a.kernel)
 
     tmp = Path(tempfile.mkdtemp(prefix="p4pmu-linux-"))
     keep_log: Path | None = None
@@ -548,8 +606,8 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
         with open(log_file, "wb") as logf:
             console = _Console(logf, a.show_kernel)
             qstatus, ended, qerr = run_guest(
-                cmd, console, lambda c: _write_out(sys.stdout, c),
-                lambda c: _write_out(sys.stderr, c), wfds, rfds,  # type: ignore[arg-type]
+                cmd, console, LineSink(lambda c: _write_out(sys.stdout, c)),
+                LineSink(lambda c: _write_out(sys.stderr, c)), wfds, rfds,  # type: ignore
                 a.timeout or None)
             if qerr.strip():
                 logf.write(b"\n--- QEMU's standard error ---\n" + qerr.encode())

@@ -62,24 +62,36 @@ from p4pmu.qemu_glue.provision import (DEBIAN_KEYRING, DEBIAN_MIRROR, ProvisionE
                                        cache_root, finish_cache)
 
 # --------------------------------------------------------------------------------------------
-# The pins: the one place that names the kernel.  Both come from Debian 12 "bookworm".
-# amd64 is bookworm-security's current 6.1 kernel (the one studied in
-# shared/notes/linux-guest.md).  i386 is the 12.x point release's: bookworm-security's i386
-# index cannot be fetched from the mirror this was built against ("File has unexpected size",
-# persistently), so the -686 pin stays on the point release.  To move a pin: `python -m
-# p4pmu.qemu_glue.linux_image --policy --arch amd64` shows what the archive offers.
+# The pins: the one place that names the guest kernels (`p4pmu linux --kernel`).
+#
+# 5.10 (the default) is Debian 11 "bullseye"'s LTS kernel from its final point release (11.11,
+# a suite that no longer changes).  Its P4 driver writes the counter's *current* period twice
+# (erratum N15, inside x86_perf_event_set_period), so perf counts right from the first command.
+# 6.1 is Debian 12 "bookworm"'s.  Its p4_pmu_set_period writes the *previous* period as the
+# second write: the counts of a counter's first use, of a task switched out and back in and of
+# multiplexed events are nonsense, on a real Pentium 4 as here (docs/linux-guest.md, "Linux
+# 6.1's p4_pmu_set_period quirk").  amd64 6.1 is bookworm-security's current kernel; i386 6.1
+# is the 12.x point release's: bookworm-security's i386 index could not be fetched from the
+# mirror this was built against ("File has unexpected size", persistently).  To move a pin:
+# `python -m p4pmu.qemu_glue.linux_image --policy --kernel K --arch A` shows what the archive
+# offers.
 
 DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 
 
 @dataclass(frozen=True)
 class KernelPin:
+    kernel: str  # the --kernel choice: "5.10" or "6.1"
     arch: str  # Debian architecture of the guest: amd64 or i386
     flavour: str  # amd64 or 686
     abi: str  # "6.1.0-56": part of the package name and of `uname -r`
-    version: str  # Debian version of linux-image-<abi>-<flavour> and of linux-perf
-    suites: tuple[str, ...]  # apt suites to read (bookworm-security lives on its own mirror)
+    version: str  # Debian version of linux-image-<abi>-<flavour> and of the perf package
+    perf_package: str  # linux-perf-5.10 (bullseye), linux-perf (bookworm): same source
+    busybox_version: str  # busybox-static of the same Debian release
+    debian: str  # "11 bullseye", "12 bookworm": for messages and /etc/os-release
+    suites: tuple[str, ...]  # apt suites to read (the -security ones live on their own mirror)
     boot: str  # "pvh": the uncompressed vmlinux through PVH; "bzimage": the bzImage as is
+    set_period_quirk: bool  # the driver's second counter write installs the previous period
 
     @property
     def kernel_package(self) -> str:
@@ -90,17 +102,29 @@ class KernelPin:
         """`uname -r` in the guest."""
         return f"{self.abi}-{self.flavour}"
 
+    @property
+    def codename(self) -> str:
+        return self.debian.split()[-1]
 
-PINS: dict[str, KernelPin] = {
-    "amd64": KernelPin("amd64", "amd64", "6.1.0-56", "6.1.192-2",
-                       ("bookworm", "bookworm-updates", "bookworm-security"), "pvh"),
-    "i386": KernelPin("i386", "686", "6.1.0-50", "6.1.176-1",
-                      ("bookworm", "bookworm-updates"), "bzimage"),
-}
-PERF_PACKAGE = "linux-perf"  # same source (and version) as the kernel
+
+_BULLSEYE = ("bullseye",)
+_BOOKWORM = ("bookworm", "bookworm-updates")
+_BB_BULLSEYE = "1:1.30.1-6+b3"
+_BB_BOOKWORM = "1:1.35.0-4+deb12u1+b1"
+PINS: dict[tuple[str, str], KernelPin] = {(p.kernel, p.arch): p for p in (
+    KernelPin("5.10", "amd64", "amd64", "5.10.0-32", "5.10.223-1", "linux-perf-5.10",
+              _BB_BULLSEYE, "11 bullseye", _BULLSEYE, "pvh", False),
+    KernelPin("5.10", "i386", "686", "5.10.0-32", "5.10.223-1", "linux-perf-5.10",
+              _BB_BULLSEYE, "11 bullseye", _BULLSEYE, "bzimage", False),
+    KernelPin("6.1", "amd64", "amd64", "6.1.0-56", "6.1.192-2", "linux-perf",
+              _BB_BOOKWORM, "12 bookworm", _BOOKWORM + ("bookworm-security",), "pvh", True),
+    KernelPin("6.1", "i386", "686", "6.1.0-50", "6.1.176-1", "linux-perf",
+              _BB_BOOKWORM, "12 bookworm", _BOOKWORM, "bzimage", True),
+)}
+KERNELS = ("5.10", "6.1")
+DEFAULT_KERNEL = "5.10"
+ARCHES = ("amd64", "i386")
 BUSYBOX_PACKAGE = "busybox-static"
-BUSYBOX_VERSION = "1:1.35.0-4+deb12u1+b1"
-ARCHES = tuple(PINS)
 
 # perf's optional libraries: their packages are not downloaded, their sonames are stubbed.
 STUB_PACKAGES = re.compile(r"(libpython3\.\d+|libperl5\.\d+|libslang2|libopencsd\d*|"
@@ -174,6 +198,13 @@ poweroff -f
 """
 
 
+def guest_helpers() -> dict[str, str]:
+    """Scripts the image carries besides busybox and perf: guest path -> text.  `p4event`
+    prints perf's raw encoding of a NetBurst event by name (docs/events.md)."""
+    from p4pmu.qemu_glue.events_cmd import guest_script
+    return {"/usr/local/bin/p4event": guest_script()}
+
+
 class ImageError(ProvisionError):
     """Building or finding a Linux guest image failed; the message says what to do."""
 
@@ -182,38 +213,44 @@ class ImageError(ProvisionError):
 # Paths, state
 
 
-def image_dir(arch: str) -> Path:
-    pin = _pin(arch)
-    return cache_root() / f"linux-{pin.version.split(':', 1)[-1]}-{arch}"
-
-
-def _pin(arch: str) -> KernelPin:
+def pin_for(arch: str, kernel: str = DEFAULT_KERNEL) -> KernelPin:
+    """The pin of a guest; ImageError for an unknown architecture or kernel."""
+    if arch not in ARCHES:
+        raise ImageError(f"unknown guest architecture {arch!r} (known: {', '.join(ARCHES)})")
     try:
-        return PINS[arch]
+        return PINS[(kernel, arch)]
     except KeyError:
-        raise ImageError(f"unknown guest architecture {arch!r} (known: {', '.join(ARCHES)})") \
+        raise ImageError(f"unknown guest kernel {kernel!r} (known: {', '.join(KERNELS)})") \
             from None
 
 
-def recipe(arch: str) -> dict:
+def image_dir(arch: str, kernel: str = DEFAULT_KERNEL) -> Path:
+    pin = pin_for(arch, kernel)
+    return cache_root() / f"linux-{pin.version.split(':', 1)[-1]}-{arch}"
+
+
+def recipe(arch: str, kernel: str = DEFAULT_KERNEL) -> dict:
     """Everything the image is built from, except the resolved library versions."""
-    pin = _pin(arch)
+    pin = pin_for(arch, kernel)
     return {
         "format": IMAGE_FORMAT,
         "arch": arch,
         "kernel": f"{pin.kernel_package}={pin.version}",
-        "perf": f"{PERF_PACKAGE}={pin.version}",
-        "busybox": f"{BUSYBOX_PACKAGE}={BUSYBOX_VERSION}",
+        "perf": f"{pin.perf_package}={pin.version}",
+        "busybox": f"{BUSYBOX_PACKAGE}={pin.busybox_version}",
         "suites": list(pin.suites),
         "boot": pin.boot,
         "stub_packages": STUB_PACKAGES.pattern,
         "stub_sonames": STUB_SONAMES.pattern,
         "init": hashlib.sha256(INIT_SCRIPT.encode()).hexdigest(),
+        "helpers": hashlib.sha256(json.dumps(guest_helpers(), sort_keys=True).encode())
+        .hexdigest(),
     }
 
 
-def recipe_hash(arch: str) -> str:
-    return hashlib.sha256(json.dumps(recipe(arch), sort_keys=True).encode()).hexdigest()[:20]
+def recipe_hash(arch: str, kernel: str = DEFAULT_KERNEL) -> str:
+    return hashlib.sha256(json.dumps(recipe(arch, kernel), sort_keys=True).encode()) \
+        .hexdigest()[:20]
 
 
 @dataclass
@@ -225,6 +262,7 @@ class LinuxImage:
     boot: str  # "pvh" or "bzimage"
     version: str  # Debian version of the kernel and perf
     release: str  # uname -r
+    pin: KernelPin | None = None
     stamp: dict = field(default_factory=dict)
 
 
@@ -236,44 +274,47 @@ def _read_stamp(vdir: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _image_from_stamp(arch: str, vdir: Path, st: dict) -> LinuxImage | None:
-    pin = _pin(arch)
+def _image_from_stamp(pin: KernelPin, vdir: Path, st: dict) -> LinuxImage | None:
     kernel = vdir / ("vmlinux" if pin.boot == "pvh" else "bzImage")
     initrd = vdir / "initrd.cpio"
     if not (kernel.is_file() and initrd.is_file()):
         return None
-    return LinuxImage(arch, vdir, kernel, initrd, pin.boot, pin.version, pin.release, st)
+    return LinuxImage(pin.arch, vdir, kernel, initrd, pin.boot, pin.version, pin.release, pin,
+                      st)
 
 
-def find_image(arch: str) -> LinuxImage | None:
+def find_image(arch: str, kernel: str = DEFAULT_KERNEL) -> LinuxImage | None:
     """The cached image if it is complete and built from the current recipe, else None."""
-    vdir = image_dir(arch)
+    vdir = image_dir(arch, kernel)
     st = _read_stamp(vdir)
-    if (not st or st.get("format") != _STAMP_FORMAT or st.get("recipe") != recipe_hash(arch)):
+    if (not st or st.get("format") != _STAMP_FORMAT
+            or st.get("recipe") != recipe_hash(arch, kernel)):
         return None
-    return _image_from_stamp(arch, vdir, st)
+    return _image_from_stamp(pin_for(arch, kernel), vdir, st)
 
 
-def image_state(arch: str) -> str:
+def image_state(arch: str, kernel: str = DEFAULT_KERNEL) -> str:
     """'complete', 'missing', 'incomplete' (no valid stamp) or 'stale' (another recipe)."""
-    vdir = image_dir(arch)
+    vdir = image_dir(arch, kernel)
     if not vdir.exists():
         return "missing"
-    if find_image(arch):
+    if find_image(arch, kernel):
         return "complete"
     st = _read_stamp(vdir)
     return "stale" if st and st.get("format") == _STAMP_FORMAT else "incomplete"
 
 
-def ensure_image(arch: str = "amd64", progress: bool = True, stream=None) -> LinuxImage:
+def ensure_image(arch: str = "amd64", progress: bool = True, stream=None,
+                 kernel: str = DEFAULT_KERNEL) -> LinuxImage:
     """The cached image, built first when missing, half-finished or stale."""
-    img = find_image(arch)
+    pin = pin_for(arch, kernel)
+    img = find_image(arch, kernel)
     if img:
         return img
     pr = _Progress(progress, stream)
     _check_tools()
     root = cache_root()
-    vdir = image_dir(arch)
+    vdir = image_dir(arch, kernel)
     if ":" in str(vdir) or "," in str(vdir):
         raise ImageError(f"the cache path {vdir} contains ':' or ',', which QEMU's option "
                          "syntax cannot take; set XDG_CACHE_HOME to a path without them")
@@ -285,10 +326,10 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None) -> Lin
                              f"image: {_mb(free)} free, about {_mb(_MIN_FREE_BYTES)} needed. "
                              "Free some space or point XDG_CACHE_HOME elsewhere")
         with _lock(root / f".linux-{arch}.lock", pr):
-            img = find_image(arch)  # another process may have built it meanwhile
+            img = find_image(arch, kernel)  # another process may have built it meanwhile
             if img:
                 return img
-            return _build_locked(arch, root, vdir, pr)
+            return _build_locked(pin, root, vdir, pr)
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise ImageError(f"the disk is full while building the Linux guest image in {vdir}: "
@@ -305,8 +346,9 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None) -> Lin
 # apt
 
 
-class _BookwormApt(_AptEnv):
-    """provision's private apt configuration, reading bookworm's suites for one architecture."""
+class _DebianApt(_AptEnv):
+    """provision's private apt configuration, reading one Debian release's suites for one
+    architecture."""
 
     def __init__(self, base: Path, arch: str, suites: Iterable[str]):
         super().__init__(base, arch)
@@ -340,9 +382,10 @@ def _apt_error(what: str, rc: int, out: str, pin: KernelPin) -> ImageError:
             or "has no installation candidate" in low:
         msg = (f"{what} failed: a pinned package is no longer in Debian's {', '.join(pin.suites)} "
                f"indexes (Debian replaces kernels with every security update and point "
-               f"release). Move the pin in p4pmu/qemu_glue/linux_image.py (PINS[{pin.arch!r}], "
-               f"BUSYBOX_VERSION) to what `python -m p4pmu.qemu_glue.linux_image --policy "
-               f"--arch {pin.arch}` shows.\n"
+               f"release). Move the pin in p4pmu/qemu_glue/linux_image.py (PINS, the "
+               f"({pin.kernel!r}, {pin.arch!r}) entry) to what `python -m "
+               f"p4pmu.qemu_glue.linux_image --policy --kernel {pin.kernel} --arch {pin.arch}` "
+               f"shows.\n"
                + "\n".join(ln for ln in out.splitlines() if ln.startswith(("E:", "W:"))))
     else:
         msg = msg.replace("QEMU_DEB_VERSION in p4pmu/qemu_glue/provision.py",
@@ -391,11 +434,11 @@ class _Pkg:
     hit: bool = False
 
 
-def _resolve(apt: _BookwormApt, pin: KernelPin, pr: _Progress) -> list[_Pkg]:
+def _resolve(apt: _DebianApt, pin: KernelPin, pr: _Progress) -> list[_Pkg]:
     """The pinned packages plus the closure of linux-perf's dependencies, without perf's
     optional libraries (stubbed) and without anything the image does not need."""
-    pinned = {pin.kernel_package: pin.version, PERF_PACKAGE: pin.version,
-              BUSYBOX_PACKAGE: BUSYBOX_VERSION}
+    pinned = {pin.kernel_package: pin.version, pin.perf_package: pin.version,
+              BUSYBOX_PACKAGE: pin.busybox_version}
     rc, out = apt.run(["apt-cache", "show", *(f"{n}={v}" for n, v in pinned.items())])
     if rc != 0:
         raise _apt_error("apt-cache show (the pinned packages)", rc, out, pin)
@@ -407,8 +450,8 @@ def _resolve(apt: _BookwormApt, pin: KernelPin, pr: _Progress) -> list[_Pkg]:
             raise _apt_error(f"looking up {n}={v}", 100,
                              f"E: Version '{v}' for '{n}' was not found", pin)
         chosen[n] = r
-    queue = [PERF_PACKAGE]
-    seen = {PERF_PACKAGE}
+    queue = [pin.perf_package]
+    seen = {pin.perf_package}
     while queue:
         batch, queue = queue, []
         wanted: list[list[str]] = []
@@ -429,7 +472,7 @@ def _resolve(apt: _BookwormApt, pin: KernelPin, pr: _Progress) -> list[_Pkg]:
             pick = next((a for a in alts if a in chosen or a in found), None)
             if pick is None:
                 raise ImageError(f"cannot resolve the dependency {' | '.join(alts)} of "
-                                 f"{PERF_PACKAGE} {pin.version} in {', '.join(pin.suites)}")
+                                 f"{pin.perf_package} {pin.version} in {', '.join(pin.suites)}")
             if pick not in chosen:
                 chosen[pick] = found[pick]
             if pick not in seen:
@@ -446,7 +489,7 @@ def _resolve(apt: _BookwormApt, pin: KernelPin, pr: _Progress) -> list[_Pkg]:
     return pkgs
 
 
-def _download(apt: _BookwormApt, pkgs: list[_Pkg], pin: KernelPin, pr: _Progress) -> None:
+def _download(apt: _DebianApt, pkgs: list[_Pkg], pin: KernelPin, pr: _Progress) -> None:
     arch_dir = apt.archives
     arch_dir.mkdir(parents=True, exist_ok=True)
     for p in pkgs:
@@ -1100,7 +1143,7 @@ def _closure(tree: _Tree, start: list[str]) -> _Closure:
             where = tree.find_lib(so)
             if where is None:
                 raise ImageError(f"{so}, needed by {gp}, is in none of the downloaded packages: "
-                                 f"the dependencies of {PERF_PACKAGE} changed? (or add the "
+                                 "the dependencies of perf's package changed? (or add the "
                                  "library to STUB_SONAMES in linux_image.py if perf can do "
                                  "without it)")
             found_by_soname[so] = where
@@ -1188,7 +1231,7 @@ def _build_root(tree: _Tree, out: Path, pin: KernelPin, pr: _Progress) -> dict:
     if not tree.host(perf).is_file():
         alt = sorted(tree.root.glob("usr/bin/perf_*"))
         if not alt:
-            raise ImageError(f"{PERF_PACKAGE} {pin.version} has no /usr/bin/perf")
+            raise ImageError(f"{pin.perf_package} {pin.version} has no /usr/bin/perf")
         perf = "/" + str(alt[0].relative_to(tree.root))
     busybox = tree.host("/bin/busybox")
     if not busybox.is_file():
@@ -1226,6 +1269,8 @@ def _build_root(tree: _Tree, out: Path, pin: KernelPin, pr: _Progress) -> dict:
             if a != "/bin/busybox" and not a.startswith("/usr/bin/perf"):
                 entries.append((a, "symlink", "/bin/busybox", 0o777))
     entries.append(("/init", "bytes", INIT_SCRIPT.encode(), 0o755))
+    for gp, text in guest_helpers().items():
+        entries.append((gp, "bytes", text.encode(), 0o755))
     etc = {
         "/etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent"
                        ":/bin/false\n",
@@ -1233,8 +1278,8 @@ def _build_root(tree: _Tree, out: Path, pin: KernelPin, pr: _Progress) -> dict:
         "/etc/hostname": "p4pmu\n",
         "/etc/hosts": "127.0.0.1\tlocalhost p4pmu\n",
         "/etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
-        "/etc/os-release": f'PRETTY_NAME="p4pmu guest (Debian 12 kernel {pin.release}, '
-                           f'{PERF_PACKAGE} {pin.version})"\nID=p4pmu\n',
+        "/etc/os-release": f'PRETTY_NAME="p4pmu guest (Debian {pin.debian} kernel {pin.release}, '
+                           f'{pin.perf_package} {pin.version})"\nID=p4pmu\n',
     }
     for p, text in etc.items():
         entries.append((p, "bytes", text.encode(), 0o644))
@@ -1292,8 +1337,8 @@ def _build_root(tree: _Tree, out: Path, pin: KernelPin, pr: _Progress) -> dict:
 # The build
 
 
-def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImage:
-    pin = _pin(arch)
+def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: _Progress) -> LinuxImage:
+    arch = pin.arch
     t0 = time.monotonic()
     if vdir.exists():
         st = _read_stamp(vdir)
@@ -1301,9 +1346,10 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
                "it has no completion stamp (an interrupted build)")
         pr.say(f"{vdir}: {why}: rebuilding")
         _safe_wipe(vdir, prefix="linux-", what="Linux image", error=ImageError)
-    pr.say(f"building the {arch} Linux guest image (Debian {pin.kernel_package} and "
-           f"{PERF_PACKAGE} {pin.version}, {BUSYBOX_PACKAGE}) into {vdir}")
-    apt = _BookwormApt(root / f"apt-bookworm-{arch}", arch, pin.suites)
+    pr.say(f"building the {arch} Linux {pin.kernel} guest image (Debian {pin.debian}: "
+           f"{pin.kernel_package} and {pin.perf_package} {pin.version}, {BUSYBOX_PACKAGE}) "
+           f"into {vdir}")
+    apt = _DebianApt(root / f"apt-{pin.codename}-{arch}", arch, pin.suites)
     apt.prepare()
 
     pr.say(f"[1/6] apt-get update ({', '.join(pin.suites)}, {arch})")
@@ -1311,7 +1357,7 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
     if rc != 0 or re.search(r"^(E:|W: Failed to fetch|Err:)", out, flags=re.M):
         raise _apt_error("apt-get update", rc, out, pin)
 
-    pr.say(f"[2/6] resolving {PERF_PACKAGE}'s libraries")
+    pr.say(f"[2/6] resolving {pin.perf_package}'s libraries")
     pkgs = _resolve(apt, pin, pr)
     _download(apt, pkgs, pin, pr)
 
@@ -1340,7 +1386,7 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
         if not has_pvh_note(vmlinux):
             raise ImageError(f"the vmlinux of {pin.kernel_package} has no PVH entry note "
                              "(XEN_ELFNOTE_PHYS32_ENTRY): QEMU cannot boot it directly; set "
-                             f"boot='bzimage' in PINS[{arch!r}]")
+                             f"boot='bzimage' in PINS[({pin.kernel!r}, {arch!r})]")
         (vdir / "vmlinux").write_bytes(vmlinux)
         kernel_file = vdir / "vmlinux"
     else:
@@ -1355,9 +1401,10 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
 
     stamp = {
         "format": _STAMP_FORMAT,
-        "recipe": recipe_hash(arch),
-        "recipe_inputs": recipe(arch),
+        "recipe": recipe_hash(arch, pin.kernel),
+        "recipe_inputs": recipe(arch, pin.kernel),
         "arch": arch,
+        "linux": pin.kernel,
         "kernel_package": pin.kernel_package,
         "version": pin.version,
         "release": pin.release,
@@ -1373,7 +1420,7 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
     pr.say(f"{arch} Linux guest image ready in {time.monotonic() - t0:.1f} s: kernel "
            f"{_mb(stamp['kernel_bytes'])}, initramfs {_mb(stamp['initrd_bytes'])} "
            f"({len(facts['libraries'])} libraries, {len(facts['stubs'])} stubs) at {vdir}")
-    img = find_image(arch)
+    img = find_image(arch, pin.kernel)
     assert img is not None
     return img
 
@@ -1382,30 +1429,31 @@ def _build_locked(arch: str, root: Path, vdir: Path, pr: _Progress) -> LinuxImag
 # Command line: python -m p4pmu.qemu_glue.linux_image [--policy] [--arch A] [--build]
 
 
-ALL_SUITES = ("bookworm", "bookworm-updates", "bookworm-security")
+ALL_SUITES = {"bullseye": ("bullseye", "bullseye-updates", "bullseye-security"),
+              "bookworm": ("bookworm", "bookworm-updates", "bookworm-security")}
 
 
-def _policy(arch: str) -> int:
-    """What Debian offers for the pins (all of bookworm's suites, whatever the pin reads)."""
-    pin = _pin(arch)
+def _policy(pin: KernelPin) -> int:
+    """What Debian offers for a pin (all of its release's suites, whatever the pin reads)."""
+    arch = pin.arch
     _check_tools()
     cache_root().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix=f".policy-{arch}.") as tmp:
-        apt = _BookwormApt(Path(tmp), arch, ALL_SUITES)
+        apt = _DebianApt(Path(tmp), arch, ALL_SUITES[pin.codename])
         apt.prepare()
         rc, out = apt.run(["apt-get", "-q", "update"])
         for ln in out.splitlines():
             if ln.startswith(("E:", "W:", "Err:")):
                 print(f"apt: {ln}", file=sys.stderr)
         meta = f"linux-image-{pin.flavour}"
-        rc, out = apt.run(["apt-cache", "policy", meta, PERF_PACKAGE, BUSYBOX_PACKAGE])
+        rc, out = apt.run(["apt-cache", "policy", meta, pin.perf_package, BUSYBOX_PACKAGE])
         print(out, end="")
         _, out2 = apt.run(["apt-cache", "show", meta])
         for m in re.finditer(r"^Version: (\S+)\n(?:.*\n)*?Depends: (linux-image-\S+)", out2,
                              flags=re.M):
             print(f"{meta} {m.group(1)} depends on {m.group(2)}")
     print(f"pinned ({', '.join(pin.suites)}): {pin.kernel_package}={pin.version}, "
-          f"{PERF_PACKAGE}={pin.version}, {BUSYBOX_PACKAGE}={BUSYBOX_VERSION}")
+          f"{pin.perf_package}={pin.version}, {BUSYBOX_PACKAGE}={pin.busybox_version}")
     return rc
 
 
@@ -1414,17 +1462,18 @@ def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m p4pmu.qemu_glue.linux_image",
                                  description="Build or inspect p4pmu's Linux guest images.")
     ap.add_argument("--arch", choices=ARCHES, default="amd64")
+    ap.add_argument("--kernel", choices=KERNELS, default=DEFAULT_KERNEL)
     ap.add_argument("--policy", action="store_true",
                     help="show the kernel, perf and busybox versions Debian offers, and the pins")
     ap.add_argument("--state", action="store_true", help="only show the cache state")
     a = ap.parse_args(argv)
     try:
         if a.policy:
-            return _policy(a.arch)
+            return _policy(pin_for(a.arch, a.kernel))
         if a.state:
-            print(f"{image_dir(a.arch)}: {image_state(a.arch)}")
+            print(f"{image_dir(a.arch, a.kernel)}: {image_state(a.arch, a.kernel)}")
             return 0
-        img = ensure_image(a.arch)
+        img = ensure_image(a.arch, kernel=a.kernel)
     except ProvisionError as e:
         print(f"p4pmu: error: {e}", file=sys.stderr)
         return 1
