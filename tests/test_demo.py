@@ -53,8 +53,8 @@ def test_demo_replays_linux_and_reports_each_fault(model):
 @pytest.mark.guest
 @pytest.mark.slow
 def test_demo_linux_perf():
-    """The Linux demo: the driver's detection line, perf stat counts equal to the model's
-    (and the first run's quirk stated with its exact size), a profile of the two hot
+    """The Linux demo (default kernel 5.10): the driver's detection line, perf stat counts
+    equal to the model's, from the first run after boot on, a profile of the two hot
     functions near 3:1."""
     r = subprocess.run([str(P4PMU), "demo"], capture_output=True, text=True, timeout=300)
     out = r.stdout
@@ -68,7 +68,7 @@ def test_demo_linux_perf():
     for got, ev, model, verdict in stat:
         assert got == model and verdict == "exact", (ev, got, model, verdict)
     flat = " ".join(out.split())  # explanations are wrapped
-    assert "too high by 549,755,813,887 (instructions, branches)" in flat, out
+    assert "the model's counts of that run (a cold branch predictor), exactly" in flat, out
     m = re.search(r"hot_a ([\d.]+)% and hot_b ([\d.]+)% of their samples", flat)
     assert m and abs(float(m.group(1)) - 75) <= 3, out
     assert "Done in" in out

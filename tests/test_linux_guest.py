@@ -1,9 +1,10 @@
 """`p4pmu linux`: the Linux guest image builder and the command (docs/linux-guest.md).
 
 The first group needs nothing but Python: the cpio writer, the stub libraries, the vmlinux
-extraction, --add parsing, the status line.  The `guest` group boots the real image (Debian's
-6.1 kernel, busybox, perf) under the real QEMU and the real plugin through
-``python -m p4pmu.qemu_glue.cli linux``; each boot takes 3-6 s.  The images are built once per
+extraction, --add parsing, the status line, the line relay.  The `guest` group boots the real
+image (Debian 11's 5.10 kernel by default, Debian 12's 6.1 with --kernel 6.1; busybox, perf)
+under the real QEMU and the real plugin through ``python -m p4pmu.qemu_glue.cli linux``; each
+boot takes 3-6 s.  The images are built once per
 user (the first build downloads about 80 MB for amd64 and 60 MB for i386 from Debian).
 
 P4PMU_LINUX_TEST_ARGS adds options to every `p4pmu linux` run, e.g. ``--plugin PATH
@@ -185,13 +186,35 @@ def test_find_status_needs_the_nonce():
 
 
 def test_recipe_names_the_pins():
-    for arch in li.ARCHES:
-        r = li.recipe(arch)
-        pin = li.PINS[arch]
-        assert r["kernel"] == f"{pin.kernel_package}={pin.version}"
-        assert r["perf"] == f"linux-perf={pin.version}"
-        assert li.image_dir(arch).name == f"linux-{pin.version}-{arch}"
-        assert len(li.recipe_hash(arch)) == 20
+    assert li.DEFAULT_KERNEL == "5.10" and set(li.KERNELS) == {"5.10", "6.1"}
+    for kernel in li.KERNELS:
+        for arch in li.ARCHES:
+            r = li.recipe(arch, kernel)
+            pin = li.PINS[(kernel, arch)]
+            assert pin.version.startswith(kernel + ".")
+            assert r["kernel"] == f"{pin.kernel_package}={pin.version}"
+            assert r["perf"] == f"{pin.perf_package}={pin.version}"
+            assert li.image_dir(arch, kernel).name == f"linux-{pin.version}-{arch}"
+            assert len(li.recipe_hash(arch, kernel)) == 20
+            # only 6.1's p4_pmu_set_period installs the previous period
+            assert pin.set_period_quirk == (kernel == "6.1")
+    with pytest.raises(li.ImageError, match="unknown guest kernel '4.19'"):
+        li.pin_for("amd64", "4.19")
+
+
+def test_line_sink_passes_whole_lines_then_the_rest():
+    out: list[bytes] = []
+    s = lx.LineSink(out.append)
+    s.feed(b"std")
+    assert out == []  # a partial line waits
+    s.feed(b"out line 1\nstdout li")
+    assert out == [b"stdout line 1\n"]
+    s.feed(b"ne 2\nprompt> ")
+    s.flush()  # the relay flushes after a pause and at the end
+    assert out == [b"stdout line 1\n", b"stdout line 2\n", b"prompt> "]
+    big = lx.LineSink(out.append)
+    big.feed(b"x" * lx.LineSink.MAX_PARTIAL)  # no newline for 64 KiB: passed on anyway
+    assert out[-1] == b"x" * lx.LineSink.MAX_PARTIAL and big.partial == b""
 
 
 def test_usage_errors():
@@ -222,7 +245,8 @@ def linux_ready():
             ensure_qemu(progress=True)
             if "--plugin" not in P4PMU_LINUX and "--no-plugin" not in P4PMU_LINUX:
                 plugin_file(build=True)
-            li.ensure_image(arch, progress=True)
+            for kernel in li.KERNELS:
+                li.ensure_image(arch, progress=True, kernel=kernel)
         except ProvisionError as e:
             pytest.fail(f"cannot prepare the {arch} Linux guest: {e}", pytrace=False)
         built[arch] = True
@@ -268,6 +292,30 @@ def test_exit_status_and_separate_streams(linux_ready):
     assert err[0] == "err line", show(r)
     assert err[1].split()[0] == hashlib.md5(body).hexdigest(), show(r)
     assert len(err) == 2, show(r)
+
+
+@pytest.mark.guest
+def test_stdout_and_stderr_lines_stay_whole_on_one_terminal(linux_ready):
+    """Both streams on one file, as on a terminal: every line arrives whole (they come through
+    two UARTs a byte at a time; without the line relay, bytes of the two interleaved)."""
+    linux_ready()
+    cmd = ("i=0; while [ $i -lt 300 ]; do echo stdout-line-$i; echo stderr-line-$i >&2; "
+           "i=$((i+1)); done")
+    r = subprocess.run([*P4PMU_LINUX, "--", cmd], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout.decode(errors="replace")[-3000:]
+    lines = r.stdout.decode().splitlines()
+    want = {f"{s}-line-{i}" for i in range(300) for s in ("stdout", "stderr")}
+    assert sorted(lines) == sorted(want), [ln for ln in lines if ln not in want][:10]
+
+
+@pytest.mark.guest
+def test_default_kernel_is_5_10_and_6_1_can_be_chosen(linux_ready):
+    linux_ready()
+    r = run_linux("--", "uname -r")
+    assert r.returncode == 0 and r.stdout.decode().startswith("5.10."), show(r)
+    r = run_linux("--kernel", "6.1", "--", "uname -r")
+    assert r.returncode == 0 and r.stdout.decode().startswith("6.1."), show(r)
 
 
 @pytest.mark.guest
