@@ -1,11 +1,12 @@
 """`p4pmu linux`: run a shell command in a Linux guest on the emulated Pentium 4.
 
-    p4pmu linux [--arch amd64|i386] [--smp N] [--threads 2] [--model 0F_MM]
-                [--add HOST_PATH[:GUEST_PATH]]... [--kernel-log PATH] [--show-kernel]
-                [--timeout S] -- COMMAND...
+    p4pmu linux [--kernel 5.10|6.1] [--arch amd64|i386] [--smp N] [--threads 2]
+                [--model 0F_MM] [--add HOST_PATH[:GUEST_PATH]]... [--kernel-log PATH]
+                [--show-kernel] [--timeout S] -- COMMAND...
 
-The guest is Debian 12's 6.1 kernel with busybox and perf (`p4pmu.qemu_glue.linux_image`
-builds and caches it).  COMMAND's words are joined with spaces and run with ``/bin/sh -c`` in
+The guest is Debian 11's 5.10 kernel (or Debian 12's 6.1, whose P4 driver miscounts: see
+docs/linux-guest.md) with busybox, perf and `p4event` (`p4pmu.qemu_glue.linux_image` builds
+and caches it).  COMMAND's words are joined with spaces and run with ``/bin/sh -c`` in
 ``/root`` as root; its standard output and standard error come out on the host's, and p4pmu
 exits with its exit status.  Other tools and the tests build on this interface.
 
@@ -133,6 +134,7 @@ def usage_epilog() -> str:
             f"failures: {EXIT_TIMEOUT} timeout, {EXIT_FAILURE} guest or QEMU failure, 2 usage.\n\n"
             "examples:\n"
             "  p4pmu linux -- perf stat -e instructions,branches ls /\n"
+            "  p4pmu linux -- 'perf stat -e $(p4event branch_retired:MMTP:MMTM:u) ls /'\n"
             "  p4pmu linux --add ./bench:/root/bench -- ./bench\n"
             "  p4pmu linux --arch i386 --smp 2 --threads 2 -- 'perf list hw'\n"
             "  p4pmu linux -- 'dmesg | grep -i -e pmu -e netburst'")

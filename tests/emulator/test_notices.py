@@ -1,0 +1,98 @@
+"""emulator/notices.py: the findings the bridge says once (pure model, no QEMU)."""
+from __future__ import annotations
+
+import pytest
+
+from p4pmu.emulator import clockmodel as CM
+from p4pmu.emulator import events as EV
+from p4pmu.emulator import notices as N
+from p4pmu.emulator.models import get_model
+from p4pmu.emulator.pmu import PMU
+
+CRU_ESCR0, CRU_ESCR2, BSU_ESCR0 = 0x3B8, 0x3CC, 0x3A0
+IQ_CCCR0, BPU_CCCR0 = 0x36C, 0x360
+ENABLE = 1 << 12
+INSTR_ESCR = 0x0400_0A0C  # instr_retired NBOGUSNTAG|BOGUSNTAG, T0_OS|T0_USR (Linux's)
+MISP_ESCR = 0x0600_020C  # mispred_branch_retired NBOGUS
+
+
+def cccr(sel: int, *, compare=False, complement=False, threshold=0) -> int:
+    return (ENABLE | sel << 13 | 3 << 16 | compare << 18 | complement << 19
+            | threshold << 20)
+
+
+def pmu() -> PMU:
+    return PMU(get_model("0F_04"))
+
+
+def slot(p: PMU, msr: int) -> int:
+    return p.registers[msr].index
+
+
+def test_modelled_classes_are_the_clock_models_lines():
+    assert CM.is_modelled("instr_retired", "NBOGUSNTAG")
+    assert CM.is_modelled("branch_retired", "MMTM")
+    assert CM.is_modelled("front_end_event", "NBOGUS")  # through load/store tagging
+    assert not CM.is_modelled("BSQ_cache_reference", "RD_2ndL_MISS")
+    assert not CM.is_modelled("replay_event", "NBOGUS")
+    assert not CM.is_modelled("uop_type", "TAGLOADS")  # tags, never counts
+    assert all(0 <= c < EV.NUM_CLASSES for c in CM.modelled_classes())
+
+
+def test_unmodelled_event_on_an_enabled_counter():
+    p = pmu()
+    p.wrmsr(0, BSU_ESCR0, 0x180E_000C)  # BSQ_cache_reference, Linux's cache-misses
+    p.wrmsr(0, BPU_CCCR0, cccr(7))
+    n = N.unmodelled(p, 0)
+    assert n is not None and "BSQ_cache_reference" in n.text and "reads 0" in n.text
+    assert n.key == ("unmodelled", "BSQ_cache_reference",
+                     ("RD_2ndL_MISS", "RD_3rdL_MISS", "WR_2ndL_MISS"))
+    p.wrmsr(0, BPU_CCCR0, cccr(7) & ~ENABLE)
+    assert N.unmodelled(p, 0) is None  # not enabled: nothing counts
+
+
+def test_modelled_events_and_the_every_clock_filter_are_not_reported():
+    p = pmu()
+    p.wrmsr(0, CRU_ESCR0, INSTR_ESCR)
+    p.wrmsr(0, IQ_CCCR0, cccr(4))
+    assert N.unmodelled(p, 12) is None
+    # replay_event (not modelled) under COMPARE+COMPLEMENT threshold 15 counts every clock
+    p.wrmsr(0, CRU_ESCR2, 0x1200_020C)
+    p.wrmsr(0, IQ_CCCR0, cccr(5, compare=True, complement=True, threshold=15))
+    assert N.unmodelled(p, 12) is None
+    p.wrmsr(0, IQ_CCCR0, cccr(5))
+    assert "replay_event" in N.unmodelled(p, 12).text
+
+
+def test_an_escr_reprogrammed_under_an_enabled_counter():
+    p = pmu()
+    p.wrmsr(0, CRU_ESCR0, MISP_ESCR)
+    p.wrmsr(0, IQ_CCCR0, cccr(4))
+    old = int(p.escr_raw[slot(p, CRU_ESCR0)])
+    p.wrmsr(0, CRU_ESCR0, INSTR_ESCR)
+    n = N.escr_changed_under(p, slot(p, CRU_ESCR0), old)
+    assert n is not None and n.key == ("shared-counter",)
+    assert "mispred_branch_retired to instr_retired" in n.text and "counter 12" in n.text
+    # the same event written again, or any write while the counter is off: nothing to say
+    assert N.escr_changed_under(p, slot(p, CRU_ESCR0), INSTR_ESCR) is None
+    p.wrmsr(0, IQ_CCCR0, cccr(4) & ~ENABLE)
+    p.wrmsr(0, CRU_ESCR0, MISP_ESCR)
+    assert N.escr_changed_under(p, slot(p, CRU_ESCR0), INSTR_ESCR) is None
+
+
+@pytest.mark.parametrize("old, new, said", [
+    (cccr(4), cccr(5, compare=True, complement=True, threshold=15), True),  # Linux's alias
+    (cccr(4), cccr(4) | 1 << 31, False),  # only OVF differs
+    (cccr(4) & ~ENABLE, cccr(5), False),  # enabled from off: a plain start
+    (cccr(4), cccr(4) & ~ENABLE, False),  # stopped
+])
+def test_a_cccr_reprogrammed_while_enabled(old, new, said):
+    p = pmu()
+    p.wrmsr(0, IQ_CCCR0, new)
+    assert (N.cccr_changed_under(p, 12, old) is not None) == said
+
+
+def test_counter_rewritten_names_the_61_driver():
+    n = N.counter_rewritten(0x30C, (1 << 40) - 1000, 0)
+    assert "counter 12 (MSR_IQ_COUNTER0)" in n.text and "p4_pmu_set_period" in n.text
+    assert "periods 1000 and 0" in n.text and "--kernel 5.10" in n.text

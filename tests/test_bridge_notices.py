@@ -1,0 +1,27 @@
+"""The bridge says each notice of emulator/notices.py once, on stderr and in the log
+(no QEMU: the bridge's Python side alone; the guest tests see the same lines through QEMU)."""
+from __future__ import annotations
+
+from p4pmu.plugin.bridge import OK, Bridge, Options
+
+BSU_ESCR0, BPU_CCCR0, BPU_COUNTER0 = 0x3A0, 0x360, 0x300
+CACHE_MISSES_ESCR, CCCR_ON = 0x180E_000C, 0x0403_F000  # Linux's cache-misses programming
+
+
+def test_a_notice_is_said_once_on_stderr_and_in_the_log(tmp_path, capsys):
+    log = tmp_path / "pmu.log"
+    b = Bridge(Options(log=str(log)))
+    for _ in range(3):  # perf starts the event again and again: one warning
+        assert b.wrmsr(0, BSU_ESCR0, CACHE_MISSES_ESCR) == OK
+        assert b.wrmsr(0, BPU_CCCR0, CCCR_ON) == OK
+        assert b.wrmsr(0, BPU_CCCR0, CCCR_ON & ~(1 << 12)) == OK
+    b.counter_rewritten(0, BPU_COUNTER0, (1 << 40) - 5, 0)
+    b.counter_rewritten(0, BPU_COUNTER0, (1 << 40) - 7, 0)
+    b.close()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("p4pmu: warning:")]
+    assert len(err) == 2, err
+    assert "BSQ_cache_reference" in err[0] and "reads 0" in err[0]
+    assert "p4_pmu_set_period" in err[1]
+    text = log.read_text()
+    assert text.count("# warning:") == 2
+    assert b.rdmsr(0, BPU_CCCR0) == (OK, CCCR_ON & ~(1 << 12))  # the guest sees no difference
