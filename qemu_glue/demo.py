@@ -257,8 +257,11 @@ def main(args: argparse.Namespace) -> int:
             f"and counts what it executes\n            booting the guest ({out.elapsed()}) ...")
     with tempfile.TemporaryDirectory(prefix="p4pmu-demo-") as tmp:
         klog = Path(tmp) / "kernel.log"
+        # --clock host: the guest's timer interrupts come only between translated blocks, so
+        # the clock model's schedule of each block is the one perf_p4 replays, to the clock
+        # (docs/linux-guest.md, "The guest's clock"); the demo samples with -c, not a frequency
         cmd = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux", "--arch", args.arch,
-               "--kernel", args.kernel,
+               "--kernel", args.kernel, "--clock", "host",
                "--model", model.key, "--add", add, "--kernel-log", str(klog),
                "--timeout", "300"]
         if args.log:

@@ -73,6 +73,17 @@ KERNEL_CMDLINE = ("console=ttyS0 panic=-1 oops=panic nokaslr mitigations=off aud
 KERNEL_CMDLINE_ARCH = {"amd64": "", "i386": "noisapnp"}
 COM3_IRQ = 5
 TAIL_LINES = 25
+# The guest's time (QEMU's virtual clock: timers, the TSC, `sleep`).  "virtual": from the
+# instructions executed, one per nanosecond (QEMU's -icount shift=0; the TSC runs at 1 GHz),
+# idle time skipped (sleep=off): the guest's time per unit of its work is the same whatever
+# the host's speed and whatever the plugin's PMU accesses cost the host, as on hardware --
+# so perf's frequency mode, the kernel's NMI-duration checks and its watchdogs see a machine
+# of a fixed speed.  "host": the guest's time is the host's (QEMU's default).
+# With several vCPUs, QEMU's icount runs them all on one thread, which the plugin does not
+# support (its per-vCPU state is per thread): "auto" is virtual on one vCPU, host otherwise.
+CLOCKS = {"virtual": ("-icount", "shift=0,sleep=off"), "host": ()}
+DEFAULT_CLOCK = "auto"
+
 
 
 class LinuxError(ProvisionError):
@@ -94,6 +105,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"counter's previous period: perf's counts are nonsense unless the "
                         f"recipe in docs/linux-guest.md is followed); default "
                         f"{li.DEFAULT_KERNEL}")
+    p.add_argument("--clock", choices=("auto", *CLOCKS), default=DEFAULT_CLOCK,
+                   help="the guest's time: virtual (from the instructions it executes, 1 ns "
+                        "each, idle time skipped: perf's frequency mode and the kernel's "
+                        "timing checks see a machine of a fixed speed; one vCPU only) or host "
+                        "(the host's time: boots about 3 s faster, but each PMU interrupt's "
+                        "host cost shows as guest time); default auto: virtual with one vCPU, "
+                        "host with several")
     p.add_argument("--smp", type=int, default=1, metavar="N",
                    help="number of logical CPUs (default 1)")
     p.add_argument("--threads", type=int, choices=(1, 2), default=1,
@@ -182,6 +200,16 @@ def parse_add(spec: str) -> AddSpec:
             guest.startswith(li.GUEST_RUN_DIR + "/"):
         raise UsageError(f"--add {spec}: {guest} is reserved for p4pmu's /init")
     return AddSpec(hp, guest)
+
+
+def resolve_clock(clock: str, smp: int) -> str:
+    if clock == "auto":
+        return "virtual" if smp == 1 else "host"
+    if clock == "virtual" and smp > 1:
+        raise UsageError(f"--clock virtual --smp {smp}: the virtual clock needs one vCPU (QEMU "
+                         "then runs every vCPU on one thread, which the plugin does not "
+                         "support yet); use --clock host")
+    return clock
 
 
 def check_machine(arch: str, smp: int, threads: int, model_key: str | None):
@@ -405,7 +433,8 @@ class _Stop(Exception):
 
 def compose_command(image: li.LinuxImage, model, popts: dict[str, str], plugin: Path | None,
                     qemu, smp: int, threads: int, memory: int, initrd: Path,
-                    append: list[str], fds: tuple[int, int, int]) -> list[str]:
+                    append: list[str], fds: tuple[int, int, int],
+                    clock: str = DEFAULT_CLOCK) -> list[str]:
     """The QEMU command line (`p4pmu qemu`'s composition with the guest's arguments)."""
     from p4pmu.qemu_glue.cli import compose_qemu_command
     con, out, err = fds
@@ -413,6 +442,7 @@ def compose_command(image: li.LinuxImage, model, popts: dict[str, str], plugin: 
     cmdline = " ".join(x for x in (KERNEL_CMDLINE, KERNEL_CMDLINE_ARCH.get(image.arch, ""),
                                    *append) if x)
     qargs = [
+        *CLOCKS[clock],
         "-machine", "pc", "-m", str(memory), "-nodefaults", "-no-reboot", "-display", "none",
         "-smp", smp_opt,
         "-kernel", str(image.kernel), "-initrd", str(initrd), "-append", cmdline,
@@ -549,6 +579,7 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
     except CliError as e:
         raise UsageError(str(e)) from None
     check_machine(a.arch, a.smp, a.threads, model.key)
+    clock = resolve_clock(a.clock, a.smp)
     if a.no_plugin and (a.plugin_opt or a.plugin):
         raise UsageError("--no-plugin cannot go with --plugin or --plugin-opt")
     plugin_arg = Path(a.plugin).expanduser().absolute() if a.plugin else None
@@ -598,7 +629,8 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
         wfds = tuple(w for _, w in pipes)
         try:
             cmd = compose_command(image, model, popts, plugin, qemu, a.smp, a.threads,
-                                  a.memory, initrd, a.append, wfds)  # type: ignore[arg-type]
+                                  a.memory, initrd, a.append, wfds,  # type: ignore[arg-type]
+                                  clock)
         except BaseException:
             for fd in (*rfds, *wfds):
                 os.close(fd)
