@@ -9,8 +9,9 @@ the page and this test cannot drift apart.  About 2 min 10 s on a 2-core host, n
 of it the run with the plugin (perf's test 24 alone takes about 100 s: docs/perf-test.md);
 39 s on the host clock.
 
-`--clock virtual` is passed when `p4pmu linux` has the option; on the host clock the rows of
-the page's "Host clock" table may have either of their results.  P4PMU_LINUX_TEST_ARGS adds
+The guest runs on p4pmu linux's default clock (virtual with one vCPU); on the host clock
+(P4PMU_LINUX_TEST_ARGS="--clock host") the rows of the page's "Host clock" table may have
+either of their results.  P4PMU_LINUX_TEST_ARGS adds
 options to both runs, as in tests/test_linux_guest.py.
 """
 from __future__ import annotations
@@ -168,15 +169,13 @@ def run_perf_test(args: list[str], selection: list[str]) -> Run:
 
 
 def clock() -> tuple[list[str], str]:
-    """(arguments to add, the guest's clock): --clock virtual where p4pmu linux has it."""
+    """(arguments to add, the guest's clock): the default, unless P4PMU_LINUX_TEST_ARGS
+    chooses one (or several vCPUs, whose default is the host clock)."""
+    from p4pmu.qemu_glue.linux import DEFAULT_CLOCK, resolve_clock
     if "--clock" in EXTRA_ARGS:
         return [], EXTRA_ARGS[EXTRA_ARGS.index("--clock") + 1]
-    if "--smp" in EXTRA_ARGS:
-        return [], "host"  # several vCPUs: the host clock
-    r = subprocess.run([*P4PMU_LINUX, "--help"], capture_output=True, text=True)
-    if "--clock" in r.stdout:
-        return ["--clock", "virtual"], "virtual"
-    return [], "host"
+    smp = int(EXTRA_ARGS[EXTRA_ARGS.index("--smp") + 1]) if "--smp" in EXTRA_ARGS else 1
+    return [], resolve_clock(DEFAULT_CLOCK, smp)
 
 
 @dataclass
