@@ -295,7 +295,8 @@ class Bridge:
         if feeder is not None:
             self._enter(vcpu, pmu, feeder)
             feeder.consume(vcpu, pmu)
-        reg = pmu.registers.get(msr)
+        # the notices read the emulator's decoded state; a stand-in PMU (tests) has none
+        reg = getattr(pmu, "registers", {}).get(msr)
         old = 0  # the ESCR's or CCCR's value before the write (emulator/notices.py)
         if reg is not None and reg.kind == "escr":
             old = int(pmu.escr_raw[reg.index])
