@@ -41,9 +41,11 @@ STAT_EVENTS = ["cycles:u", "instructions:u", "branches:u"]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", choices=("amd64", "i386"), default="amd64",
                    help="the guest kernel: amd64 (default) or i386 (the 686 kernel)")
-    p.add_argument("--kernel", choices=("5.10", "6.1"), default="5.10",
-                   help="the guest kernel (p4pmu linux --kernel): 5.10 (default) counts right "
-                        "from the first command; 6.1 shows its p4_pmu_set_period quirk")
+    from p4pmu.qemu_glue.linux_image import DEFAULT_KERNEL, KERNELS
+    p.add_argument("--kernel", choices=KERNELS, default=DEFAULT_KERNEL,
+                   help=f"the guest kernel (p4pmu linux --kernel; default {DEFAULT_KERNEL}): "
+                        "5.10 counts right from the first command; 6.1 shows its "
+                        "p4_pmu_set_period quirk")
     p.add_argument("--model", default=None,
                    help=f"NetBurst CPU model to emulate (default {DEFAULT_MODEL}; amd64 needs "
                         "one with EM64T)")
