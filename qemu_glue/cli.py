@@ -660,11 +660,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", formatter_class=fmt,
                        help="Linux perf on the emulated PMU: detection, perf stat, perf record",
-                       description="Boot the Linux guest (Debian 12's 6.1 kernel) on the "
+                       description="Boot the Linux guest (by default Debian 11's 5.10 kernel) "
+                                   "on the "
                                    "emulated Pentium 4 PMU and show the kernel's PMU detection, "
                                    "`perf stat` of a bundled workload next to the model's exact "
                                    "counts, and a `perf record` profile of a workload with known "
-                                   "hot spots (about 30 s). --replay: the older bare-metal demo "
+                                   "hot spots (about 15 s). --replay: the older bare-metal demo "
                                    "that replays the P4 driver's MSR traffic.")
     mod = _demo_module_quiet()
     if mod is not None and hasattr(mod, "add_arguments"):
@@ -692,9 +693,11 @@ def build_parser() -> argparse.ArgumentParser:
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
     lx = sub.add_parser(
         "linux", formatter_class=fmt,
-        help="run a command in a Linux guest (Debian 6.1 kernel, perf) on the emulated PMU",
+        help="run a command in a Linux guest (Debian's 5.10 or 6.1 kernel, perf) on the "
+             "emulated PMU",
         usage="p4pmu linux [OPTIONS] -- COMMAND...",
-        description="Boot a Linux guest (Debian 12's 6.1 kernel, busybox, perf) on an emulated "
+        description="Boot a Linux guest (Debian 11's 5.10 or 12's 6.1 kernel, busybox, perf) "
+                    "on an emulated "
                     "Pentium 4, run COMMAND in it with /bin/sh -c, print its stdout and stderr "
                     "here and exit with its status. The image is built from Debian's archive "
                     "into ~/.cache/p4pmu on first use.",

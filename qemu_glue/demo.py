@@ -1,7 +1,8 @@
 """`p4pmu demo`: Linux's own perf on an emulated Pentium 4.
 
-Boots the Linux guest (`p4pmu linux`: Debian 11's 5.10 kernel by default, busybox, perf) on the emulated
-PMU with the bundled workloads (qemu_glue/workloads/) and shows, in one run of the guest:
+Boots the Linux guest (`p4pmu linux`: Debian 11's 5.10 kernel by default, busybox, perf) on
+the emulated PMU with the bundled workloads (qemu_glue/workloads/) and shows, in one run of
+the guest:
 
 1. the kernel's PMU detection ("Netburst P4/Xeon PMU driver", the NMI watchdog);
 2. `perf stat` of `branchy` (cycles, instructions, branches, branch-misses at user level)
