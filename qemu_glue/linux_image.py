@@ -1,13 +1,15 @@
 """Linux guest images for `p4pmu linux`, built from Debian's archive by package name.
 
-An image is a kernel plus a base initramfs, cached per user under
+An image is one pinned kernel (`PINS`: Debian 11's 5.10, the default, or Debian 12's 6.1; amd64
+or 686) plus a base initramfs, cached per user under
 ``$XDG_CACHE_HOME/p4pmu/linux-<debian version>-<arch>/`` (``~/.cache`` by default):
 
 - ``vmlinux`` (amd64: the uncompressed ELF cut out of the bzImage with Python's `lzma`, which
   QEMU boots through PVH and so skips the decompressor) or ``bzImage`` (i386);
 - ``initrd.cpio``: an uncompressed cpio (newc) archive with busybox-static, ``perf`` from
-  ``linux-perf`` of the same source version as the kernel, the shared libraries perf needs,
-  stub libraries in place of perf's optional scripting and UI libraries, and ``/init``;
+  the perf package of the same source version as the kernel, the shared libraries perf needs,
+  stub libraries in place of perf's optional scripting and UI libraries, ``/init`` and the
+  helper scripts (`guest_helpers`: ``p4event``);
 - ``config`` of the kernel, ``manifest.txt`` (the image's files);
 - ``stamp`` written last (JSON: the recipe hash, the pinned and resolved packages with their
   SHA-256).  A folder without a valid stamp is a half-finished build and is redone; a stamp
@@ -15,9 +17,9 @@ An image is a kernel plus a base initramfs, cached per user under
 
 Nothing is installed system-wide.  The packages are downloaded with apt under a private
 configuration (`p4pmu.qemu_glue.provision._AptEnv`, the one QEMU's provisioning uses, pointed
-at bookworm's suites and the target architecture): apt checks the archive signatures against
+at the pin's suites and the target architecture): apt checks the archive signatures against
 the system's Debian keyring and every file against the signed index, and the files are checked
-once more against the index's SHA-256.  They stay in ``<cache>/p4pmu/apt-bookworm-<arch>/
+once more against the index's SHA-256.  They stay in ``<cache>/p4pmu/apt-<codename>-<arch>/
 archives`` so a rebuild needs no second download.  ``dpkg-deb`` unpacks them into a scratch
 folder; only the files the image needs are copied into the archive.
 
@@ -121,9 +123,9 @@ PINS: dict[tuple[str, str], KernelPin] = {(p.kernel, p.arch): p for p in (
     KernelPin("6.1", "i386", "686", "6.1.0-50", "6.1.176-1", "linux-perf",
               _BB_BOOKWORM, "12 bookworm", _BOOKWORM, "bzimage", True),
 )}
-KERNELS = ("5.10", "6.1")
+KERNELS = tuple(dict.fromkeys(k for k, _ in PINS))  # ("5.10", "6.1")
+ARCHES = tuple(dict.fromkeys(a for _, a in PINS))  # ("amd64", "i386")
 DEFAULT_KERNEL = "5.10"
-ARCHES = ("amd64", "i386")
 BUSYBOX_PACKAGE = "busybox-static"
 
 # perf's optional libraries: their packages are not downloaded, their sonames are stubbed.
