@@ -1,6 +1,6 @@
 """Cost of one counting-engine advance step with all 18 counters active.
 
-Run:  cd /work/main && .venv/bin/python benchmarks/bench_engine.py [--repeat R] [--number N]
+Run (repository root):  .venv/bin/python benchmarks/bench_engine.py [--repeat R] [--number N]
 
 Set-up (what the figure in docs/performance.md means): model 0F_04 with Hyper-Threading,
 all 18 counters enabled, every ESCR of the model programmed with a documented event, a mix of

@@ -1,6 +1,6 @@
 """The counting engine: one vectorised advance step over all 18 counters.
 
-Per clock, for every counter (SDM 18.15.5.2, behaviour.md 1; stage order of SDM 18.15.3):
+Per clock, for every counter (SDM Vol. 3B 18.15.5.2, Fig. 18-46; stage order of SDM 18.15.3):
 
     v    = min(15, sum of the selected event's mask-bit lines, qualified by T0/T1 OS/USR)
     pass = COMPLEMENT ? v <= THRESHOLD : v > THRESHOLD
@@ -12,7 +12,8 @@ Per clock, for every counter (SDM 18.15.5.2, behaviour.md 1; stage order of SDM 
 one matrix product of the batch's line values with a selection matrix built when registers
 are written; the filter, gate and per-kind increments are (kinds x counters) array
 operations; totals are a dot product with the kind counts; rising edges come from the
-adjacent-pair counts.  Overflow, cascade starts and PMI arming follow (behaviour.md 3-6).
+adjacent-pair counts.  Overflow, cascade starts and PMI arming follow (SDM 18.15.5.6-18.15.5.8;
+docs/emulator.md, "Decisions").
 
 Exactness (docs/emulator.md "Exactness"): for every counter that runs for the whole batch,
 its total (edges included) and OVF are exact for any batch.  Where inside a batch a counter first overflows is not part of the activity, so a
@@ -222,7 +223,7 @@ class Engine:
             np.mod(new, LIMIT, out=new)
         elif self.any_force_cand and np.count_nonzero(self.force_cand & (delta > 0)):
             return self._cascade(act, inc, pas, gate, total)
-        # fast path: no OVF 0 -> 1 transition, hence no cascade start (behaviour.md 2)
+        # fast path: no OVF 0 -> 1 transition, hence no cascade start (SDM 18.15.5.6)
         pmu.counter[:] = new
         self._edge_history(act, pas)
         raised = (False, False)

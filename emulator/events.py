@@ -1,8 +1,8 @@
 """The 47 NetBurst events as one declarative table (SDM Ch. 19 Tables 19-28/29/30/34;
-reference events.md sections 1-3, seed 003 for how an entry is read).
+SDM Vol. 3B 18.15.5.1 and Table 18-64 for how an entry is read).
 
 An event is keyed on (ESCR, event select): the same select code means different events on
-different ESCRs (events.md: "an emulator must key events on (ESCR, select)").  Each documented
+different ESCRs (SDM Tables 19-28/19-29 give each event its ESCRs and select).  Each documented
 mask bit of an event is an *event class*: the unit of activity the counting engine consumes
 (docs/emulator.md, "Activity").  A counter whose ESCR selects event E with mask M receives, per
 clock, the sum of the values of the classes (E, k) for the bits k set in M, qualified by the
@@ -78,7 +78,7 @@ _BSQ_MASK = {**_bits("REQ_TYPE0", "REQ_TYPE1", "REQ_LEN0", "REQ_LEN1"),
                      "REQ_DEM_TYPE", "REQ_ORD_TYPE", "MEM_TYPE0", "MEM_TYPE1", "MEM_TYPE2",
                      start=5)}
 _BRANCH_TYPE = _bits("UNCONDITIONAL", "CONDITIONAL", "CALL", "RETURN", "INDIRECT")
-_FSB_NOTE = ("SDM prints CCCR select 03h, but FSB_ESCR0/1 are ESCR number 6 (events.md 4.1); "
+_FSB_NOTE = ("SDM prints CCCR select 03h, but FSB_ESCR0/1 are ESCR number 6 (Table 18-63); "
              "attached to FSB_ESCR0/1 with select 6, the self-consistent reading")
 
 EVENTS: tuple[Event, ...] = (
@@ -149,7 +149,7 @@ EVENTS: tuple[Event, ...] = (
     Event("mispred_branch_retired", "AR", 0x03, 0x04, _CRU01, {0: "NBOGUS"}),
     Event("x87_assist", "AR", 0x03, 0x05, _CRU23, _bits("FPSU", "FPSO", "POAO", "POAU", "PREA")),
     Event("machine_clear", "AR", 0x02, 0x05, _CRU23, {0: "CLEAR", 2: "MOCLEAR", 6: "SMCLEAR"},
-          note="MOCLEAR/SMCLEAR positions as in the SDM; other sources disagree (events.md 4.2)"),
+          note="MOCLEAR/SMCLEAR positions as in the SDM; Linux's perf_event_p4.h has bits 1, 2"),
     # ---- model-specific at-retirement event, Table 19-30 ----
     Event("instr_completed", "AR", 0x07, 0x04, _CRU01, _bits("NBOGUS", "BOGUS"),
           models=frozenset({3, 4, 6})),
@@ -164,7 +164,7 @@ EVENT_BY_ESCR: dict[tuple[str, int], Event] = {
 
 def event_for(escr_name: str, select: int, model: int | None = None) -> Event | None:
     """The event an ESCR counts with this event select, or None (undocumented: input 0,
-    behaviour.md 10)."""
+    docs/emulator.md decision D4)."""
     e = EVENT_BY_ESCR.get((escr_name, select))
     if e is None or (model is not None and model not in e.models):
         return None

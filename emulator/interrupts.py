@@ -2,9 +2,9 @@
 
 The PMU gives a *level* per logical processor (`PMU.pmi_request(lp)`: some counter with OVF
 set, its OVF_PMI_T<lp> bit set, that has counted an event since it overflowed; it stays
-asserted while OVF is set -- behaviour.md 5).  Whoever owns the guest's local APIC turns that
+asserted while OVF is set -- SDM 18.15.5.8).  Whoever owns the guest's local APIC turns that
 level into interrupts with `pmi_delivery`, which models NetBurst's rule that delivering a PMI
-sets the LVT entry's mask bit (SDM 10.5.1 "Mask", Fig. 10-8 footnote; register-layout.md 7):
+sets the LVT entry's mask bit (SDM 10.5.1 "Mask", Fig. 10-8 footnote):
 one interrupt per unmask, and a second one if software unmasks before it clears OVF
 (Linux `p4_pmu_handle_irq` comment).
 """

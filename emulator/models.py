@@ -1,4 +1,4 @@
-"""CPU models: one declarative table (SDM 18.15.5.7 / seed 002, Table 18-63, Table 35-41).
+"""CPU models: one declarative table (SDM Vol. 3B 18.15.5.7, Table 18-63, Table 35-41).
 
 Each row is a CPUID family 0Fh DisplayModel with a default stepping.  The PMU differences
 between models (which ESCRs exist, extended cascading, instr_completed, the cascade-PMI
@@ -41,7 +41,7 @@ class CpuModel:
     @property
     def cascade_pmi_erratum(self) -> bool:
         """No PMI in cascade or extended-cascade mode: 0F_02, and 0F_00/0F_01 with stepping
-        above 09h (SDM 18.15.5.7, seed 002)."""
+        above 09h (SDM Vol. 3B 18.15.5.7)."""
         if self.model == 2:
             return True
         return self.model in (0, 1) and self.stepping > 9

@@ -2,7 +2,7 @@
 
 One `PMU` object is the register file of one physical core: the two logical processors of a
 Hyper-Threading core share every counter, CCCR, ESCR and 3F0h-3F2h register (SDM Table 35-41
-"Shared"; reference msr-map.md section 1).  The bridge calls `rdmsr`, `wrmsr`, `rdpmc` and
+"Shared"; SDM Vol. 3B 18.16).  The bridge calls `rdmsr`, `wrmsr`, `rdpmc` and
 `misc_enable`; every guest-visible fault is a `PMUFault` (the guest gets #GP(0)) raised before
 anything is changed.
 
@@ -84,7 +84,7 @@ def documented_mask(kind: str, model: CpuModel, ht: bool, counter: int | None = 
     if kind == "pebs_matrix_vert":
         return T.fields_mask(T.PEBS_MATRIX_VERT_FIELDS, ht)
     if kind == "tc_precise_event":
-        return 0  # bit layout undocumented (msr-map.md section 5): nothing is a known field
+        return 0  # bit layout undocumented (SDM Table 35-41): nothing is a known field
     raise KeyError(kind)
 
 
@@ -249,7 +249,7 @@ class PMU:
         self._sync(lp)
         k, i = reg.kind, reg.index
         if k == "counter":
-            # All 40 bits written (SDM 18.15.5.4 / msr-map.md 7); OVF unchanged (beh. 2).
+            # All 40 bits written (SDM 18.15.5.4, Fig. 18-44); OVF unchanged (decision D13).
             self.counter[i] = value
         elif k == "cccr":
             self._write_cccr(i, value)
@@ -264,7 +264,7 @@ class PMU:
             self.pebs_matrix_vert = value
 
     def rdpmc(self, lp: int, ecx: int) -> int:
-        """RDPMC (SDM Vol. 2; msr-map.md 7): ECX[30:0] = counter 0-17, ECX[31] = fast read
+        """RDPMC (SDM Vol. 2B RDPMC): ECX[30:0] = counter 0-17, ECX[31] = fast read
         (EAX = counter[31:0], EDX = 0); otherwise EDX:EAX = the 40-bit value."""
         ecx &= 0xFFFF_FFFF
         index, fast = ecx & 0x7FFF_FFFF, ecx >> 31
@@ -298,7 +298,7 @@ class PMU:
     def pmi_request(self, lp: int) -> bool:
         """Level of the performance-monitoring interrupt request for logical processor `lp`:
         some counter has OVF set, OVF_PMI_T<lp> set and has counted an event since it
-        overflowed (behaviour.md 5: stays asserted while OVF is set).  Counters running in
+        overflowed (SDM 18.15.5.8; it stays asserted while OVF is set).  Counters running in
         cascade mode give none on models with the cascade-PMI erratum (SDM 18.15.5.7)."""
         return bool(self.pmi_sources(lp).any())
 
@@ -312,11 +312,11 @@ class PMU:
 
     def in_cascade_mode(self) -> np.ndarray:
         """Counters that run only because of a CASCADE / extended-cascade start (ENABLE clear,
-        the start bit set): the PMI-erratum population (behaviour.md 6)."""
+        the start bit set): the PMI-erratum population (SDM 18.15.5.7)."""
         return ~self.enable & (self.cascade | self.ext_cascade)
 
     def running(self) -> np.ndarray:
-        """Effective running condition (behaviour.md 2): ENABLE, or CASCADE and the
+        """Effective running condition (SDM 18.15.5.3): ENABLE, or CASCADE and the
         alternate's OVF, or the extended-cascade bit and its source's OVF (SDM 18.15.5.5/6/7:
         clearing CASCADE or the alternate's OVF halts a cascaded counter)."""
         return self.enable | (self.cascade & self.ovf[self.alt]) | \
@@ -383,8 +383,8 @@ class PMU:
         self.ext_cascade[n] = self.has_ext[n] and T.CCCR_EXT_CASCADE.get(v)
         ovf = bool(_F["OVF"].get(v))
         if not ovf:
-            self.pmi_armed[n] = False  # software clearing OVF ends the request (beh. 5)
-        self.ovf[n] = ovf  # plain R/W bit (behaviour.md 3, decision D2)
+            self.pmi_armed[n] = False  # software clearing OVF ends the request (decision D2)
+        self.ovf[n] = ovf  # plain R/W bit (decision D2)
         self.edge_prev[n] = False  # decision D1: a CCCR write resets the edge detector
         self.config_version += 1
         self.dirty_counters.add(n)

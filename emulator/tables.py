@@ -2,7 +2,7 @@
 
 Everything that decode, validation, error messages, docs and tests need about registers,
 fields, ESCR/counter wiring and the reserved-bit policy lives here as data.  Sources are cited
-as in ../shared/reference: SDM Vol. 3 section 18.15 (Table 18-63 = ESCR/counter wiring,
+as the Intel SDM: Vol. 3B section 18.15 (Table 18-63 = ESCR/counter wiring,
 Figures 18-44/18-45 = register layouts), Table 35-41 (model availability).
 
 CPU models are in models.py, events in events.py; both are tables too.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # --------------------------------------------------------------------------------------------
-# Counters and CCCRs (SDM 18.15.2, Table 18-63; reference msr-map.md section 2)
+# Counters and CCCRs (SDM 18.15.2, Table 18-63)
 # --------------------------------------------------------------------------------------------
 
 NUM_COUNTERS = 18
@@ -48,7 +48,7 @@ def _counter(n, block, blk_idx, side, casc, ext=None, ext_name=None):
 
 
 # Cascade partners: 0<->2, 1<->3 in every block; 16 only from 14, 17 only from 15 (SDM
-# 18.15.5.6, seeds 000/001).  Extended cascading: IQ_CCCR0/3/4/5 bit 11 (SDM 18.15.5.7, seed 002).
+# 18.15.5.5, 18.15.5.6).  Extended cascading: IQ_CCCR0/3/4/5 bit 11 (SDM 18.15.5.7, Table 18-65).
 COUNTERS: tuple[Counter, ...] = (
     _counter(0, "BPU", 0, 0, 2), _counter(1, "BPU", 1, 0, 3),
     _counter(2, "BPU", 2, 1, 0), _counter(3, "BPU", 3, 1, 1),
@@ -67,7 +67,7 @@ COUNTERS: tuple[Counter, ...] = (
 BLOCKS = ("BPU", "MS", "FLAME", "IQ")
 
 # --------------------------------------------------------------------------------------------
-# ESCRs (SDM Table 18-63, Table 35-41; reference msr-map.md sections 3 and 4)
+# ESCRs (SDM 18.15.5.1, Table 18-63, Table 35-41)
 # --------------------------------------------------------------------------------------------
 
 ALL_MODELS = frozenset({0, 1, 2, 3, 4, 6})
@@ -126,7 +126,7 @@ ESCR_BY_NAME = {e.name: e for e in ESCRS}
 
 def escr_for(counter: int, select: int) -> Escr | None:
     """The ESCR that CCCR[counter].ESCR_SELECT == select picks, or None ("no ESCR documented
-    for that select value": the counter's input is then 0, reference behaviour.md 10)."""
+    for that select value": the counter's input is then 0, docs/emulator.md decision D4)."""
     return _ESCR_FOR.get((counter, select))
 
 
@@ -136,7 +136,7 @@ _ESCR_FOR = {(c.index, e.number): e for c in COUNTERS for e in ESCRS
 
 
 # --------------------------------------------------------------------------------------------
-# Other PMU MSRs handled by the emulator (reference msr-map.md section 5)
+# Other PMU MSRs handled by the emulator (SDM Table 35-41)
 # --------------------------------------------------------------------------------------------
 
 MSR_IA32_MISC_ENABLE = 0x1A0
@@ -152,7 +152,7 @@ MISC_BTS_UNAVAILABLE = 1 << 11
 MISC_PEBS_UNAVAILABLE = 1 << 12
 
 # --------------------------------------------------------------------------------------------
-# Register fields (SDM Fig. 18-45 CCCR, Fig. 18-43 ESCR; reference register-layout.md)
+# Register fields (SDM Fig. 18-45 CCCR, Fig. 18-43 ESCR)
 # --------------------------------------------------------------------------------------------
 
 
@@ -204,7 +204,7 @@ ESCR_FIELDS: tuple[Field, ...] = (
 CCCR_FIELD = {f.name: f for f in CCCR_FIELDS + (CCCR_EXT_CASCADE,)}
 ESCR_FIELD = {f.name: f for f in ESCR_FIELDS}
 
-# PEBS_ENABLE (3F1h) documented bits (SDM Table 35-41 and Table 19-33; register-layout.md 6)
+# PEBS_ENABLE (3F1h) documented bits (SDM Table 35-41 and Table 19-33, 18.16.3)
 PEBS_ENABLE_FIELDS: tuple[Field, ...] = (
     Field("METRIC", 0, 12, "replay-tagging metric selectors (documented: 0, 1, 2, 9, 10)"),
     Field("METRIC_MISPRED", 15, 16, "tagged mispredicted-branch metric (Table 19-33)"),
@@ -228,7 +228,7 @@ def fields_mask(fields, ht: bool = True) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Reserved-bit policy (reference behaviour.md section 10).  One table for both modes.
+# Reserved-bit policy (SDM Vol. 2B WRMSR; docs/emulator.md "Register file").  One table, both modes.
 #
 #   default: #GP when a write sets bits 63:40 of a counter or 63:32 of any other PMU
 #            register; other reserved bits are accepted, kept for read-back and ignored.

@@ -1,4 +1,4 @@
-"""Clocks and filters on real guest activity (issue 4): global_power_events RUNNING, the
+"""Clocks and filters on real guest activity: global_power_events RUNNING, the
 "non-sleep clockticks" filter (COMPARE + COMPLEMENT + THRESHOLD 15), threshold, complement and
 edge filters on per-clock uop/instruction/branch counts -- against the documented clock model
 (docs/guest-events.md I6) fed through the emulator's PMU (tests/guests/evexpect.py

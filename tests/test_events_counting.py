@@ -1,4 +1,4 @@
-"""Guest activity drives the counters (issue 4): instructions, uops, branches by type and
+"""Guest activity drives the counters: instructions, uops, branches by type and
 outcome, mispredictions, bogus instructions, FP/SIMD classes, front-end and execution
 tagging -- counted from hand-written loops in bare-metal guests (tests/guests/common/loops.S),
 OS and USR separately, 32-bit and long mode.
@@ -27,7 +27,7 @@ ALL4 = ("MMNP", "MMNM", "MMTP", "MMTM")
 BT = ("CONDITIONAL", "CALL", "RETURN", "INDIRECT")
 
 SETUPS = [
-    # stage 2: instructions, branches and branch types, per CPL
+    # instructions, branches and branch types, per CPL
     Setup("basic", [
         Ctr(12, C0, "instr_retired", ("NBOGUSNTAG",), os=True),
         Ctr(14, C1, "instr_retired", ("NBOGUSNTAG",), usr=True),
@@ -64,7 +64,7 @@ SETUPS = [
         Ctr(8, F0, "x87_SIMD_moves_uop", ("ALLP2",), os=True, usr=True),
         Ctr(10, F1, "x87_SIMD_moves_uop", ("ALLP0", "ALLP2"), usr=True),
     ]),
-    # stage 3: predicted / mispredicted, bogus instructions
+    # predicted / mispredicted, bogus instructions
     Setup("mispred", [
         Ctr(12, C0, "instr_retired", ("NBOGUSNTAG", "NBOGUSTAG", "BOGUSNTAG", "BOGUSTAG"),
             os=True, usr=True),
@@ -159,7 +159,7 @@ def _check(counting, bits: int, setup_names, loop: str, plan: Plan = PLAN):
 @pytest.mark.parametrize("loop", TRACEABLE)
 @pytest.mark.parametrize("bits", (32, 64))
 def test_instructions_uops_branches_classes_per_cpl(counting, bits, loop):
-    """Stage 2: instr_retired, uops_retired, branch_retired (taken / not taken),
+    """Counting without outcomes: instr_retired, uops_retired, branch_retired (taken / not taken),
     retired_branch_type, the FP/SIMD uop classes, front-end and execution tagging."""
     _check(counting, bits, STAGE2, loop)
 
@@ -167,7 +167,7 @@ def test_instructions_uops_branches_classes_per_cpl(counting, bits, loop):
 @pytest.mark.parametrize("loop", TRACEABLE)
 @pytest.mark.parametrize("bits", (32, 64))
 def test_predicted_mispredicted_and_bogus(counting, bits, loop):
-    """Stage 3: MMNP/MMNM/MMTP/MMTM, mispred_branch_retired, retired_mispred_branch_type
+    """Branch outcomes: MMNP/MMNM/MMTP/MMTM, mispred_branch_retired, retired_mispred_branch_type
     and the bogus instructions/uops after a misprediction, against the reference predictor
     replayed over the same branch sequence."""
     _check(counting, bits, STAGE3, loop)

@@ -1,8 +1,8 @@
-"""Sibling threads sharing a PMU (issue 4, docs/guest-events.md I8): `-smp 2,threads=2`, the
+"""Sibling threads sharing a PMU (docs/guest-events.md I8): `-smp 2,threads=2`, the
 32-bit events guest starts the second logical processor (INIT-SIPI-SIPI) and runs loops on
 it while the first waits in HLT.  One register file for both; T0/T1 qualification by OS/USR;
 OVF_PMI_T0 / OVF_PMI_T1 interrupt the right logical processor; ACTIVE_THREAD; the SDM's
-Example 18-2 (seed 002) literally and in a working form.
+Example 18-2 (SDM 18.15.5.7) literally and in a working form.
 """
 from __future__ import annotations
 
@@ -169,10 +169,11 @@ def test_active_thread_with_the_other_thread_halted(run_guest):
 
 
 def test_example_18_2_literally_and_corrected(run_guest):
-    """Seed 002 / register-layout.md 4: the SDM's values literally -- counter 16 selects
-    CRU_ESCR0 (LP 1 instructions), is at 00_FFFF_F000 and does not overflow, so counter 12
-    never starts; and a working form: counter 16 counts LP 0 branches from -4096 (CRU_ESCR2,
-    select 5), and once it overflows counter 12 (CASCNT4INTO0) counts LP 1 instructions."""
+    """SDM Example 18-2, decoded against Table 18-65: the SDM's values literally -- counter
+    16 selects CRU_ESCR0 (LP 1 instructions), is at 00_FFFF_F000 and does not overflow, so
+    counter 12 never starts; and a working form: counter 16 counts LP 0 branches from -4096
+    (CRU_ESCR2, select 5), and once it overflows counter 12 (CASCNT4INTO0) counts LP 1
+    instructions."""
     s = EvScript()
     _start(s)
     # literal

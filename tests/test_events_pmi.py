@@ -1,8 +1,9 @@
-"""Overflow interrupts from real guest activity (issue 4, docs/guest-events.md I7):
+"""Overflow interrupts from real guest activity (docs/guest-events.md I7):
 fixed and NMI delivery through the local APIC's LVT performance-counter entry, the mask bit
 set on delivery, a masked entry honoured, the request that stays asserted while OVF is set
-(behaviour.md 5), the interrupt on the N-th event with a preset of -(N-1), periodic sampling,
-and the cascade-PMI erratum of 0F_02 (seed 002) with and without errata emulation.
+(SDM Vol. 3B 18.15.5.8), the interrupt on the N-th event with a preset of -(N-1), periodic
+sampling, and the cascade-PMI erratum of 0F_02 (SDM 18.15.5.7) with and without errata
+emulation.
 
 The guest's handler (tests/guests/common/evrt.c) records, per interrupt: vector, the LVT
 entry as it found it, which CCCRs had OVF set, the interrupted IP and the counter's value.
@@ -83,7 +84,7 @@ def test_interrupt_on_the_nth_event_fixed_and_nmi(run_guest, mode, bits, nth):
 
 def test_masked_lvt_entry_is_honoured_and_the_request_stays_asserted(run_guest):
     """LVT masked: the overflow sets OVF but delivers nothing; unmasking while OVF is still
-    set delivers it then (behaviour.md 5: the request stays asserted), once, and masks the
+    set delivers it then (SDM 18.15.5.8: the request stays asserted), once, and masks the
     entry again."""
     s = EvScript()
     _arm(s, 500, LVT_MASK | LVT_NMI | VEC_PMI, PMI_CLEAR_OVF)
@@ -146,7 +147,7 @@ def test_periodic_sampling(run_guest):
 
 
 # --------------------------------------------------------------------------------------------
-# the cascade-PMI erratum (seed 002, behaviour.md 6/11, emulator D11)
+# the cascade-PMI erratum (SDM 18.15.5.7; docs/emulator.md D11)
 
 
 def _cascade_pmi_script(ext: bool):

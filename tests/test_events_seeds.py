@@ -1,12 +1,13 @@
-"""The seed examples on real guest activity (issue 4): cascading (seed 000, SDM Example 18-1),
-halting a counter and a cascaded counter (seed 001), extended cascading (seed 002, SDM
-Example 18-2 on a part without HT; the HT form is in test_events_ht.py).  The erratum
-(seed 002) is in test_events_pmi.py, the filters (seed 004) in test_events_clocks.py.
+"""The SDM's worked examples on real guest activity: cascading (SDM Vol. 3B 18.15.5.6,
+Example 18-1), halting a counter and a cascaded counter (18.15.5.5), extended cascading
+(18.15.5.7, Example 18-2 on a part without HT; the HT form is in test_events_ht.py).  The
+cascade-PMI erratum (18.15.5.7) is in test_events_pmi.py, the filters (18.15.5.2) in
+test_events_clocks.py.
 
 All counters count USR instructions or branches of ring-3 loops, so every counted event is
 part of a known stream (evexpect.user_stream: the ring-3 trampoline and the loop, from the
 ELF); where in that stream an overflow starts another counter is given by the documented
-clock model (a started counter counts from the clock after the overflow, emulator D6), so
+clock model (a started counter counts from the clock after the overflow, docs/emulator.md D6), so
 the expectations are exact.
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _read(s, counters, prefix):
 
 
 def test_cascade_single_event_extends_the_count(run_guest):
-    """Seed 000: X (counter 12) counts USR instructions from -P, Y (14, CASCADE, ENABLE
+    """SDM Example 18-1: X (counter 12) counts USR instructions from -P, Y (14, CASCADE, ENABLE
     clear) counts the same events and starts when X overflows; Z (15) counts them all.
     Z = the ring-3 instructions of the two loops; Y = the instructions in the clocks after
     X's overflow clock; X wrapped to Z - P and holds OVF; Y's OVF is clear."""
@@ -74,7 +75,7 @@ def test_cascade_single_event_extends_the_count(run_guest):
 
 @pytest.mark.parametrize("shift", (0, 1, 2, 8, 80, 2000))
 def test_cascade_two_events_example_18_1(run_guest, shift):
-    """Seed 000 with two events: X counts USR instructions from -(P + shift), Y (CASCADE,
+    """SDM Example 18-1 with two events: X counts USR instructions from -(P + shift), Y (CASCADE,
     ENABLE clear) counts USR branches from -Q with OVF_PMI (NMI).  Y counts the branches in
     the clocks after X's overflow clock, overflows iff there are at least Q of them, and
     then interrupts (0F_04: no cascade-PMI erratum)."""
@@ -106,7 +107,8 @@ def test_cascade_two_events_example_18_1(run_guest, shift):
 
 
 def halting_script() -> EvScript:
-    """The guest script of seed 001 (also run by test_mirror with the mirror on and off)."""
+    """The guest script of SDM 18.15.5.5, halting (also run by test_mirror with the mirror
+    on and off)."""
     P = 500
     s = EvScript()
     s.wrmsr(escr_msr(C0), USR_INSTR)
@@ -135,7 +137,7 @@ def halting_script() -> EvScript:
 
 
 def test_halting_a_counter_and_a_cascaded_counter(run_guest):
-    """Seed 001: clearing ENABLE stops a counter (the count is kept); a cascaded counter
+    """SDM 18.15.5.5: clearing ENABLE stops a counter (the count is kept); a cascaded counter
     stops when its CASCADE bit is cleared or when the OVF flag of its alternate is cleared."""
     s = halting_script()
     out = _run(run_guest, s)
@@ -150,8 +152,8 @@ def test_halting_a_counter_and_a_cascaded_counter(run_guest):
 
 @pytest.mark.parametrize("model,works", [("0F_04", True), ("0F_01", False)])
 def test_extended_cascade_example_18_2_without_ht(run_guest, model, works):
-    """Seed 002 on a part without HT: counter 16 counts USR instructions from -P; counter 12
-    has bit 11 (CASCNT4INTO0) and neither ENABLE nor CASCADE, counts the same events and
+    """SDM Example 18-2 on a part without HT: counter 16 counts USR instructions from -P;
+    counter 12 has bit 11 (CASCNT4INTO0) and neither ENABLE nor CASCADE, counts the same events and
     starts when counter 16 overflows; counter 13 counts them all.  Models without extended
     cascading (0F_00/01) ignore bit 11: counter 12 never starts."""
     P = 4096

@@ -51,7 +51,7 @@ def random_cccr(rng, n, pmu):
     v = sel << F["ESCR_SELECT"].lo
     v |= (3 if _p(rng, 0.6) else int(rng.integers(4))) << F["ACTIVE_THREAD"].lo
     enable = _p(rng, 0.55)
-    # counters left disabled are mostly set up to be started by a cascade (seeds 000, 002)
+    # counters left disabled are mostly set up to be started by a cascade (SDM 18.15.5.6/7)
     flags = {"ENABLE": float(enable), "COMPARE": 0.4, "COMPLEMENT": 0.4, "EDGE": 0.3,
              "FORCE_OVF": 0.07, "OVF_PMI_T0": 0.4, "OVF_PMI_T1": 0.3,
              "CASCADE": 0.2 if enable else 0.6, "OVF": 0.12}
@@ -128,7 +128,7 @@ def build(seed, max_clocks=16):
         for _ in range(int(rng.integers(0, 3))):
             n = int(rng.integers(T.NUM_COUNTERS))
             r = rng.random()
-            if r < 0.4:  # software clears OVF (halts cascaded partners, seed 001)
+            if r < 0.4:  # software clears OVF (halts cascaded partners, SDM 18.15.5.5)
                 writes.append((T.CCCR_BASE + n, None))
             elif r < 0.7:
                 writes.append((T.CCCR_BASE + n, random_cccr(rng, n, pmu)))

@@ -1,8 +1,10 @@
-"""Directed tests of the counting behaviour of issue 3, items 1-8, each citing its source.
-
-Seeds: 000 cascading (SDM 18.15.5.6, Example 18-1), 001 halting (18.18.6.5), 002 extended
-cascading (18.15.5.7, Table 18-65, Example 18-2), 003 event-table parameters (18.15.5.1),
-004 filtering (18.15.5.2).  Reference files: /work/shared/reference/*.md.
+"""Directed tests of the counting behaviour the SDM documents, in eight groups (event
+selection, filtering, overflow and PMI, cascading, halting, extended cascading, the
+cascade-PMI erratum, Hyper-Threading), each citing its source: the Intel SDM Vol. 3B sections
+18.15.5.1 (selecting events, Table 18-64), 18.15.5.2 (filtering, Fig. 18-46), 18.15.5.5
+(halting), 18.15.5.6 (cascading, Example 18-1), 18.15.5.7 (extended cascading, Table 18-65,
+Example 18-2), 18.15.5.8 (interrupt on overflow), 18.16 (Hyper-Threading); Linux's driver
+arch/x86/events/intel/p4.c; the decisions D1-D21 of docs/emulator.md.
 """
 import pytest
 
@@ -35,12 +37,12 @@ BRANCH = ("branch_retired", "MMTP")
 
 
 # ============================================================================================
-# 1. Event selection (seed 003 / SDM 18.15.5.1, Table 18-63, Tables 18-66/18-67)
+# 1. Event selection (SDM 18.15.5.1, Table 18-63, Tables 18-66/18-67)
 # ============================================================================================
 
 def test_escr_select_picks_a_wired_escr_and_its_event():
     """CCCR ESCR_SELECT is the ESCR *number*; MS-block counter 4 with select 2 reaches
-    TBPU_ESCR0, where select 04h is retired_branch_type (seed 003, events.md 1)."""
+    TBPU_ESCR0, where select 04h is retired_branch_type (SDM 18.15.5.1, Table 19-28)."""
     pmu = PMU(get_model())
     program(pmu, 4, "MSR_TBPU_ESCR0", "retired_branch_type", ["CONDITIONAL"], ENABLE=1)
     assert select_of(4, "MSR_TBPU_ESCR0") == 2
@@ -54,7 +56,7 @@ def test_escr_select_picks_a_wired_escr_and_its_event():
 
 
 def test_event_mask_selects_sub_events_and_they_add_up():
-    """branch_retired (seed 003's example): the mask bits MMNP..MMTM pick sub-events; with
+    """branch_retired (SDM Table 18-64's example): the mask bits MMNP..MMTM pick sub-events; with
     COMPARE clear the selected lines of one clock add up (18.15.5.2)."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR2", "branch_retired", ["MMNP", "MMTP"], ENABLE=1)
@@ -89,7 +91,7 @@ def test_ts_event_qualified_per_lp_and_privilege():
     ((0, 0, 0, 0), [0, 0, 0, 0]),
 ])
 def test_ti_event_qualification(tbits, expect):
-    """Table 18-67 (behaviour.md 7): a TI event counts iff (OSen and some LP at CPL 0) or
+    """Table 18-67 (SDM 18.16): a TI event counts iff (OSen and some LP at CPL 0) or
     (USRen and some LP at CPL 1-3)."""
     pmu = PMU(get_model(), ht=True)
     t = dict(zip(("t0_os", "t0_usr", "t1_os", "t1_usr"), map(bool, tbits)))
@@ -134,8 +136,9 @@ def test_only_enabled_counters_count_and_counters_share_an_escr():
 
 
 def test_select_with_no_wired_escr_counts_nothing_unless_the_filter_decides():
-    """msr-map.md 3: MS block select 3 has no ESCR; input 0 (behaviour.md 10).  COMPARE +
-    COMPLEMENT passes v = 0, so the filter alone makes it count (linux-p4-driver.md 3)."""
+    """Table 18-63: MS block select 3 has no ESCR; input 0 (decision D4).  COMPARE +
+    COMPLEMENT passes v = 0, so the filter alone makes it count (Linux's cycles alias,
+    arch/x86/events/intel/p4.c)."""
     pmu = PMU(get_model())
     assert T.escr_for(4, 3) is None
     pmu.wrmsr(0, 0x364, cccr(3, ENABLE=1))
@@ -156,12 +159,12 @@ def test_instr_completed_only_on_models_3_4_6():
 
 
 # ============================================================================================
-# 2. Per-clock input and filtering (seed 004 / SDM 18.15.5.2)
+# 2. Per-clock input and filtering (SDM 18.15.5.2)
 # ============================================================================================
 
 def test_without_compare_the_input_value_is_added_and_capped_at_15():
     """'it adds this binary input value to the counter value on each clock cycle ... from 0
-    (no event) to 15' (seed 004)."""
+    (no event) to 15' (SDM 18.15.5.2)."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG", "BOGUSNTAG"], ENABLE=1)
     k = kind(("instr_retired", "NBOGUSNTAG", 0, 3))
@@ -172,7 +175,7 @@ def test_without_compare_the_input_value_is_added_and_capped_at_15():
 
 @pytest.mark.parametrize("complement,expect", [(0, [0] * 7 + [1] * 9), (1, [1] * 7 + [0] * 9)])
 def test_threshold_and_complement(complement, expect):
-    """Seed 004's example: threshold 6, complement clear: 'any input value of 7 or greater ...
+    """SDM 18.15.5.2's example: threshold 6, complement clear: 'any input value of 7 or greater ...
     will cause the counter to be incremented by 1'; complement set: 0 to 6 increment."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], ENABLE=1, COMPARE=1,
@@ -186,7 +189,7 @@ def test_threshold_and_complement(complement, expect):
 
 
 def test_edge_counts_false_to_true_transitions():
-    """Seed 004 / Fig. 18-46: with EDGE the threshold output feeds an edge filter that counts
+    """SDM Fig. 18-46: with EDGE the threshold output feeds an edge filter that counts
     only rising (false-to-true) transitions."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], ENABLE=1, COMPARE=1, EDGE=1)
@@ -206,7 +209,7 @@ def test_edge_counts_false_to_true_transitions():
 
 
 def test_edge_is_inactive_without_compare():
-    """'The edge flag is only active when the compare flag is set' (seed 004)."""
+    """'The edge flag is only active when the compare flag is set' (SDM 18.15.5.2)."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], ENABLE=1, EDGE=1)
     pmu.advance(Activity.idle(5, kind(("uops_retired", "NBOGUS", 0, 2))))
@@ -215,10 +218,10 @@ def test_edge_is_inactive_without_compare():
 
 @pytest.mark.parametrize("key", ["0F_04", "0F_02"])
 def test_linux_count_every_clock_alias(key):
-    """linux-p4-driver.md 3 / linux-guest.md: perf's cycles alias writes CRU_ESCR2 =
+    """arch/x86/events/intel/p4.c / docs/linux-guest.md: perf's cycles alias writes CRU_ESCR2 =
     1801_FE0Ch and IQ_CCCR0 = 04FF_1000h (ESCR select 0: IQ_ESCR0, absent on 0F_04 and
     unprogrammed on 0F_02).  COMPARE + COMPLEMENT + threshold 15 counts every clock whatever
-    the selected ESCR holds, at any CPL (behaviour.md 1, 13)."""
+    the selected ESCR holds, at any CPL (SDM 18.15.5.2, 18.17; decision D5)."""
     pmu = PMU(get_model(key))
     pmu.wrmsr(0, 0x3CC, 0x1801_FE0C)
     pmu.wrmsr(0, 0x36C, 0x04FF_1000)
@@ -228,11 +231,11 @@ def test_linux_count_every_clock_alias(key):
 
 
 # ============================================================================================
-# 3. 40-bit counters, OVF, FORCE_OVF, PMI (SDM 18.15.5.8; behaviour.md 3 and 5)
+# 3. 40-bit counters, OVF, FORCE_OVF, PMI (SDM 18.15.3, 18.15.5.8)
 # ============================================================================================
 
 def test_wrap_sets_sticky_ovf_that_only_software_clears():
-    """A 40-bit counter wraps from FF_FFFF_FFFFh to 0 and sets OVF (seed 001: 'The OVF flag
+    """A 40-bit counter wraps from FF_FFFF_FFFFh to 0 and sets OVF (SDM 18.15.5.5: 'The OVF flag
     is a sticky flag'); it keeps counting; only software clears OVF."""
     pmu = PMU(get_model())
     program(pmu, 0, "MSR_FSB_ESCR0", "global_power_events", ["RUNNING"], preset=neg(3), ENABLE=1)
@@ -249,7 +252,7 @@ def test_wrap_sets_sticky_ovf_that_only_software_clears():
 
 
 def test_force_ovf_makes_every_increment_an_overflow():
-    """FORCE_OVF (SDM 18.15.3, behaviour.md 3): with OVF_PMI the counter interrupts after
+    """FORCE_OVF (SDM 18.15.3; decision D3): with OVF_PMI the counter interrupts after
     every increment -- here: OVF at the first event, a PMI request at once."""
     pmu = PMU(get_model())
     program(pmu, 0, "MSR_FSB_ESCR0", "global_power_events", ["RUNNING"], preset=100,
@@ -263,8 +266,8 @@ def test_force_ovf_makes_every_increment_an_overflow():
 
 @pytest.mark.parametrize("n_events", [2, 3, 100])
 def test_pmi_on_the_next_event_after_the_overflow(n_events):
-    """'to be interrupted on the N-th event preset the counter to -(N-1)' (behaviour.md 5,
-    SDM 18.15.5.8): the overflow is at event N-1, the PMI request at event N."""
+    """'to be interrupted on the N-th event preset the counter to -(N-1)' (SDM
+    18.15.5.8): the overflow is at event N-1, the PMI request at event N."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], preset=neg(n_events - 1),
             ENABLE=1, OVF_PMI_T0=1)
@@ -280,9 +283,9 @@ def test_pmi_on_the_next_event_after_the_overflow(n_events):
 
 
 def test_pmi_request_is_a_level_while_ovf_is_set_and_the_lvt_masks_on_delivery():
-    """behaviour.md 5 / linux-p4-driver.md 6: the request stays asserted while OVF is set;
-    NetBurst masks the LVT entry on delivery; unmasking before clearing OVF gives a second
-    NMI, clearing OVF first (what Linux does) does not."""
+    """SDM 18.15.5.8 / p4_pmu_handle_irq (arch/x86/events/intel/p4.c): the request stays
+    asserted while OVF is set; NetBurst masks the LVT entry on delivery; unmasking before
+    clearing OVF gives a second NMI, clearing OVF first (what Linux does) does not."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], preset=neg(1),
             ENABLE=1, OVF_PMI_T0=1)
@@ -305,7 +308,7 @@ def test_pmi_request_is_a_level_while_ovf_is_set_and_the_lvt_masks_on_delivery()
 
 def test_disabling_without_clearing_ovf_keeps_requesting():
     """Linux p4_pmu_disable_event clears OVF together with ENABLE 'otherwise the interrupt is
-    raised again and again' (behaviour.md 5)."""
+    raised again and again' (arch/x86/events/intel/p4.c)."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], preset=neg(1),
             ENABLE=1, OVF_PMI_T0=1)
@@ -318,13 +321,13 @@ def test_disabling_without_clearing_ovf_keeps_requesting():
 
 
 # ============================================================================================
-# 4. Cascading (seeds 000, 001 / SDM 18.15.5.6)
+# 4. Cascading (SDM 18.15.5.5, 18.15.5.6)
 # ============================================================================================
 
 def test_cascade_partner_table():
     """'Counters 0 and 2 can be cascaded in any order, as can counters 1 and 3 ... counter 16
     can only be cascaded from counter 14 ... counter 14 cannot be cascaded from counter 16'
-    (seed 000); 'similar restrictions apply to counter 17'."""
+    (SDM 18.15.5.6); 'similar restrictions apply to counter 17'."""
     alt = {c.index: c.cascade_from for c in T.COUNTERS}
     for x, y in ((0, 2), (1, 3), (4, 6), (5, 7), (8, 10), (9, 11), (12, 14), (13, 15)):
         assert alt[x] == y and alt[y] == x
@@ -334,7 +337,7 @@ def test_cascade_partner_table():
 
 def test_cascade_starts_only_from_the_alternate():
     """For every ordered pair (X, Y): Y with CASCADE (ENABLE clear) starts when X overflows
-    iff X is Y's alternate (Table 18-63 pairing, seed 000)."""
+    iff X is Y's alternate (Table 18-63 pairing, SDM 18.15.5.6)."""
     every_clock = dict(COMPARE=1, COMPLEMENT=1, threshold=15)
     for y in range(T.NUM_COUNTERS):
         for x in range(T.NUM_COUNTERS):
@@ -354,7 +357,7 @@ def test_cascade_starts_only_from_the_alternate():
 def _example_18_1(a_every, b_every, total_clocks):
     pmu = PMU(get_model())
     # X = counter 12 counts event A (instr_retired) preset -200; Y = counter 14 counts event
-    # B (branch_retired) preset -400, CASCADE set, ENABLE clear (seed 000, Example 18-1).
+    # B (branch_retired) preset -400, CASCADE set, ENABLE clear (SDM Example 18-1).
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], preset=neg(200), ENABLE=1)
     program(pmu, 14, "MSR_CRU_ESCR3", "branch_retired", ["MMTP"], preset=neg(400), CASCADE=1,
             OVF_PMI_T0=1)
@@ -371,7 +374,7 @@ def _example_18_1(a_every, b_every, total_clocks):
 
 @pytest.mark.parametrize("a_every,b_every", [(1, 1), (3, 2), (2, 7), (5, 1)])
 def test_example_18_1_exactly(a_every, b_every):
-    """Seed 000, Example 18-1: X overflows on the 200th A event; Y starts then and overflows
+    """SDM Example 18-1: X overflows on the 200th A event; Y starts then and overflows
     on the 400th B event after that -- to the clock, with horizon-sized batches."""
     total = 200 * a_every + 400 * b_every + 50
     pmu, clocks = _example_18_1(a_every, b_every, total)
@@ -394,7 +397,7 @@ def test_example_18_1_exactly(a_every, b_every):
 
 def test_example_18_1_single_event_in_one_batch():
     """'The cascading counters mechanism can be used to count a single event ... the contents
-    of the two counters can be added together' (seed 000): one batch, exact."""
+    of the two counters can be added together' (SDM 18.15.5.6): one batch, exact."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], preset=neg(200), ENABLE=1)
     program(pmu, 14, "MSR_CRU_ESCR1", "instr_retired", ["NBOGUSNTAG"], preset=0, CASCADE=1)
@@ -405,7 +408,7 @@ def test_example_18_1_single_event_in_one_batch():
 
 def test_two_independent_cascades_in_one_block():
     """'It's possible to set up 4 counters in the same block to cascade on two pairs of
-    independent events' (seed 000): 0 -> 2 and 1 -> 3 in the BPU block."""
+    independent events' (SDM 18.15.5.6): 0 -> 2 and 1 -> 3 in the BPU block."""
     pmu = PMU(get_model())
     program(pmu, 0, "MSR_FSB_ESCR0", "global_power_events", ["RUNNING"], preset=neg(10), ENABLE=1)
     program(pmu, 2, "MSR_FSB_ESCR1", "global_power_events", ["RUNNING"], CASCADE=1)
@@ -418,7 +421,7 @@ def test_two_independent_cascades_in_one_block():
 
 def test_one_overflow_starts_every_counter_that_cascades_from_it():
     """Counter 14's overflow starts both 12 (CASCADE) and 16 (CASCADE, 16 only from 14):
-    the running() formula of behaviour.md 2 (decision D8)."""
+    the running() formula (SDM 18.15.5.6; decision D8)."""
     pmu = PMU(get_model())
     program(pmu, 14, "MSR_CRU_ESCR1", "instr_retired", ["NBOGUSNTAG"], preset=neg(5), ENABLE=1)
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], CASCADE=1)
@@ -428,11 +431,11 @@ def test_one_overflow_starts_every_counter_that_cascades_from_it():
 
 
 # ============================================================================================
-# 5. Halting (seed 001 / SDM 18.18.6.5)
+# 5. Halting (SDM 18.15.5.5)
 # ============================================================================================
 
 def test_clearing_enable_stops_a_counter_and_keeps_its_count():
-    """'To halt counting, the CCCR enable flag for the counter must be cleared' (seed 001)."""
+    """'To halt counting, the CCCR enable flag for the counter must be cleared' (SDM 18.15.5.5)."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], ENABLE=1)
     pmu.advance(Activity.idle(7, kind(INSTR + (0, 1))))
@@ -444,7 +447,7 @@ def test_clearing_enable_stops_a_counter_and_keeps_its_count():
 @pytest.mark.parametrize("how", ["clear CASCADE", "clear alternate OVF"])
 def test_halting_a_cascaded_counter(how):
     """'To halt a cascaded counter ..., either clear the Cascade flag in the cascaded counter's
-    CCCR MSR or clear the OVF flag in the alternate counter's CCCR MSR' (seed 001)."""
+    CCCR MSR or clear the OVF flag in the alternate counter's CCCR MSR' (SDM 18.15.5.5)."""
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "instr_retired", ["NBOGUSNTAG"], preset=neg(1), ENABLE=1)
     program(pmu, 14, "MSR_CRU_ESCR1", "instr_retired", ["NBOGUSNTAG"], CASCADE=1)
@@ -460,7 +463,7 @@ def test_halting_a_cascaded_counter(how):
 
 
 # ============================================================================================
-# 6. Extended cascading (seed 002 / SDM 18.15.5.7, Table 18-65)
+# 6. Extended cascading (SDM 18.15.5.7, Table 18-65)
 # ============================================================================================
 
 EXT = [(12, 16, "CASCNT4INTO0"), (15, 17, "CASCNT5INTO3"), (16, 17, "CASCNT5INTO4"),
@@ -471,7 +474,7 @@ EXT = [(12, 16, "CASCNT4INTO0"), (15, 17, "CASCNT5INTO3"), (16, 17, "CASCNT5INTO
 @pytest.mark.parametrize("key", sorted(MODELS))
 def test_extended_cascade_bits(key, started, source, name):
     """Table 18-65: bit 11 of IQ_CCCR0/3/4/5 lets counter 16 or 17 start an IQ counter, only
-    on 0F_02, 0F_03, 0F_04, 0F_06 (seed 002).  Elsewhere the bit is reserved (default mode:
+    on 0F_02, 0F_03, 0F_04, 0F_06 (SDM 18.15.5.7).  Elsewhere the bit is reserved (default mode:
     stored and ignored)."""
     model = get_model(key)
     assert T.COUNTERS[started].ext_cascade_from == source
@@ -512,7 +515,7 @@ def _example_18_2_clocks(lp0_instr, lp1_after):
 
 
 def test_example_18_2_corrected():
-    """Seed 002, Example 18-2, with its three mistakes fixed (register-layout.md 4): 'sample
+    """SDM Example 18-2, with its three mistakes fixed (against Table 18-65): 'sample
     instructions retired on logical processor 1 after the first 4096 instructions retired on
     logical processor 0'.  instr_retired exists only on CRU_ESCR0/1 and the two counters need
     different T-bits, so they must sit on different sides: the starter is counter 17
@@ -539,7 +542,7 @@ def test_example_18_2_corrected():
 
 
 def test_example_18_2_literal_values():
-    """The SDM's literal values (seed 002) really do this (register-layout.md 4): IQ_CCCR4 =
+    """The SDM's literal values (SDM Example 18-2) really do this (Table 18-65): IQ_CCCR4 =
     0003_9000h selects ESCR 4 = CRU_ESCR0, so counter 16 counts LP-1 instructions (not LP 0);
     CRU_ESCR2 = 0400_060Ch is machine_clear there, not instr_retired, and nothing reads it;
     counter 16 = 00_FFFF_F000h (EDX = 0) needs FF_0000_1000h LP-1 instructions to overflow
@@ -567,7 +570,7 @@ def test_example_18_2_literal_values():
 
 
 def test_extended_cascade_stall_scenario_with_force_ovf():
-    """Seed 002's second scenario: the started counter has FORCE_OVF and a CASCNTxINTOy bit,
+    """SDM 18.15.5.7's second scenario: the started counter has FORCE_OVF and a CASCNTxINTOy bit,
     so after the starter overflows every event of the started counter requests a PMI
     (forced overflow behaves like a real one, decision D3)."""
     pmu = PMU(get_model("0F_04"), ht=True)
@@ -584,13 +587,13 @@ def test_extended_cascade_stall_scenario_with_force_ovf():
 
 
 # ============================================================================================
-# 7. The cascade-PMI erratum (seed 002)
+# 7. The cascade-PMI erratum (SDM 18.15.5.7)
 # ============================================================================================
 
 def test_erratum_table():
     """'This erratum applies to processors with CPUID DisplayFamily_DisplayModel signature of
     0F_02. For ... 0F_00 and 0F_01, the erratum applies to ... stepping encoding greater than
-    09H' (seed 002)."""
+    09H' (SDM 18.15.5.7)."""
     for key in MODELS:
         for stepping in range(16):
             m = get_model(key, stepping)
@@ -615,7 +618,7 @@ def _cascaded_pmi(model, enable_y=False):
     ("0F_00", 9, True), ("0F_01", 2, True), ("0F_03", 4, True), ("0F_04", 3, True),
     ("0F_06", 5, True)])
 def test_no_pmi_in_cascade_mode_on_affected_models(key, stepping, expect_pmi):
-    """Seed 002: 'performance counters do not generate PMI in cascade mode or extended
+    """SDM 18.15.5.7: 'performance counters do not generate PMI in cascade mode or extended
     cascade mode due to an erratum'."""
     model = get_model(key, stepping)
     assert _cascaded_pmi(model) == expect_pmi
@@ -635,7 +638,7 @@ def test_no_pmi_in_extended_cascade_mode_on_0f_02():
 
 
 # ============================================================================================
-# 8. Hyper-Threading (msr-map.md 1, SDM 18.16)
+# 8. Hyper-Threading (SDM 18.16)
 # ============================================================================================
 
 def test_ht_shared_register_file_thread_qualified_counting_and_per_thread_pmi():
@@ -660,7 +663,7 @@ def test_ht_shared_register_file_thread_qualified_counting_and_per_thread_pmi():
 
 
 def test_without_ht_lp1_fields_and_activity_are_ignored():
-    """register-layout.md: on a part without HT the HT-only fields are reserved (default mode:
+    """SDM Fig. 18-43/18-45: on a part without HT the HT-only fields are reserved (default mode:
     kept and ignored), ACTIVE_THREAD 'must be 11b' and LP 1 does not exist."""
     pmu = PMU(get_model(), ht=False)
     ev = EV.EVENT_BY_NAME["instr_retired"]

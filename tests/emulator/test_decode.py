@@ -18,7 +18,8 @@ def test_every_register_has_its_table_name(key):
 
 
 def test_linux_instructions_event_decodes_to_its_table_entry():
-    # linux-p4-driver.md section 3: instructions = instr_retired NBOGUSNTAG+BOGUSNTAG on CRU_ESCR0
+    # arch/x86/events/intel/p4.c (p4_general_events): instructions = instr_retired
+    # NBOGUSNTAG+BOGUSNTAG on CRU_ESCR0
     ev = E.EVENT_BY_NAME["instr_retired"]
     value = ev.escr_value("NBOGUSNTAG", "BOGUSNTAG", t0_os=True, t0_usr=True)
     assert value == 0x04000A0C
@@ -38,7 +39,7 @@ def test_cccr_fields_and_escr_select():
 
 
 def test_extended_cascade_bit_only_where_the_model_has_it():
-    # seed 002, Table 18-65: bit 11 of IQ_CCCR4 is CASCNT5INTO4 on 0F_02/03/04/06
+    # SDM 18.15.5.7, Table 18-65: bit 11 of IQ_CCCR4 is CASCNT5INTO4 on 0F_02/03/04/06
     assert "CASCNT5INTO4" in describe(0x370, 0x39800, get_model("0F_04"))
     assert "bit 11 (reserved here)" in describe(0x370, 0x39800, get_model("0F_01"))
     assert "bit 11 (reserved here)" in describe(0x361, 0x800, get_model("0F_04"))

@@ -1,5 +1,5 @@
 """The engine equals the per-clock reference model (pmu_reference.py) on random programming
-and random activity (issue 3, "Design requirements"; docs/emulator.md "Exactness").
+and random activity (docs/emulator.md "Exactness").
 
 Counts: test_exact_batches 8,500 cases + test_single_batch_when_flagged_exact 1,500 +
 test_same_class_cascade_in_one_batch 1,000 = 11,000 engine-versus-reference cases per run
@@ -27,9 +27,9 @@ FAST = dict(derandomize=True, deadline=None, database=None,
 @given(SEEDS)
 def test_exact_batches(seed):
     """Batches shorter than the horizon (and single clocks) are exact in every respect:
-    counter values, OVF, PMI arming and requests, edge history -- across cascades (seeds
-    000/001), extended cascades (seed 002), filters (seed 004), HT qualification and software
-    writes between batches (halting, seed 001)."""
+    counter values, OVF, PMI arming and requests, edge history -- across cascades (SDM
+    18.15.5.6), extended cascades (18.15.5.7), filters (18.15.5.2), HT qualification and
+    software writes between batches (halting, 18.15.5.5)."""
     pmu, segments = build(seed)
     ref = Reference(pmu)
     for clocks, writes in segments:
@@ -96,7 +96,7 @@ def _same_class_case(seed):
 @given(SEEDS)
 def test_same_class_cascade_in_one_batch(seed):
     """Overflow inside a batch is exact when the started counter receives the same per-clock
-    increments as its alternate (Example 18-1 on a single event, seed 000)."""
+    increments as its alternate (SDM Example 18-1 on a single event)."""
     pmu, clocks = _same_class_case(seed)
     ref = Reference(pmu)
     r = pmu.advance(Activity.from_clocks(clocks))

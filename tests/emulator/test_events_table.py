@@ -1,5 +1,5 @@
-"""The declarative tables against the reference text (events.md, msr-map.md) and against the
-register encodings Linux writes (linux-p4-driver.md 3, linux-guest.md)."""
+"""The declarative tables against the SDM (Tables 18-63, 19-28, 19-29, 35-41) and against the
+register encodings Linux writes (arch/x86/events/intel/p4.c, docs/linux-guest.md)."""
 import collections
 
 import pytest
@@ -13,7 +13,7 @@ FSB_BUS = {"b2b_cycles", "bnr", "snoop", "response"}
 
 
 def test_47_events_36_non_retirement_11_at_retirement():
-    """events.md: 35 NR events of Table 19-28 + x87_SIMD_moves_uop, 10 AR of Table 19-29 and
+    """SDM Ch. 19: 35 NR events of Table 19-28 + x87_SIMD_moves_uop, 10 AR of Table 19-29 and
     instr_completed of Table 19-30 -- 47 in all."""
     kinds = collections.Counter(e.kind for e in EV.EVENTS)
     assert len(EV.EVENTS) == 47 and kinds == {"NR": 36, "AR": 11}
@@ -29,8 +29,8 @@ def test_events_are_keyed_uniquely_on_escr_and_select():
 
 
 def test_cccr_select_is_the_escr_number_except_the_four_fsb_bus_events():
-    """seed 003: 'CCCR select ... is the number of the ESCR from the Number column in Table
-    18-63'.  b2b_cycles/bnr/snoop/response print 03h against FSB's number 6 (events.md 4.1)."""
+    """SDM 18.15.5.1: 'CCCR select ... is the number of the ESCR from the Number column in Table
+    18-63'.  b2b_cycles/bnr/snoop/response print 03h against FSB's number 6 (decision D14)."""
     for e in EV.EVENTS:
         numbers = {T.ESCR_BY_NAME[x].number for x in e.escrs}
         if e.name in FSB_BUS:
@@ -60,7 +60,7 @@ def test_event_classes_cover_every_mask_bit_of_every_counting_event():
 
 
 @pytest.mark.parametrize("escr,value,event,bits", [
-    # linux-p4-driver.md section 3 (T0_OS|T0_USR = 0Ch)
+    # arch/x86/events/intel/p4.c, p4_general_events (T0_OS|T0_USR = 0Ch)
     ("MSR_FSB_ESCR0", 0x2600_020C, "global_power_events", {"RUNNING"}),
     ("MSR_CRU_ESCR2", 0x1801_FE0C, "execution_event",
      {"NBOGUS0", "NBOGUS1", "NBOGUS2", "NBOGUS3", "BOGUS0", "BOGUS1", "BOGUS2", "BOGUS3"}),
@@ -74,7 +74,7 @@ def test_event_classes_cover_every_mask_bit_of_every_counting_event():
      {"CONDITIONAL", "CALL", "RETURN", "INDIRECT"}),
     ("MSR_CRU_ESCR0", 0x0600_020C, "mispred_branch_retired", {"NBOGUS"}),
     ("MSR_FSB_ESCR0", 0x2E00_060C, "FSB_data_activity", {"DRDY_DRV", "DRDY_OWN"}),
-    # seed 002, Example 18-2 (register-layout.md 4)
+    # SDM 18.15.5.7, Example 18-2 (its values decoded against Table 18-65)
     ("MSR_CRU_ESCR0", 0x0400_0603, "instr_retired", {"NBOGUSNTAG", "NBOGUSTAG"}),
     ("MSR_CRU_ESCR2", 0x0400_060C, "machine_clear", {"CLEAR"}),  # + undocumented bit 1
 ])
@@ -92,7 +92,7 @@ def test_linux_and_sdm_encodings_decode_to_the_documented_events(escr, value, ev
 
 
 def test_escr_inventory_per_block():
-    """msr-map.md 4: per-block ESCR counts BPU 16, MS 6, FLAME 10, IQ 13 (11 without
+    """SDM Table 18-63: per-block ESCR counts BPU 16, MS 6, FLAME 10, IQ 13 (11 without
     IQ_ESCR0/1)."""
     per_block = collections.Counter(e.block for e in T.ESCRS)
     assert per_block == {"BPU": 16, "MS": 6, "FLAME": 10, "IQ": 13}

@@ -33,7 +33,7 @@ def model_msrs(model):
     return msrs | {T.MSR_TC_PRECISE_EVENT, T.MSR_PEBS_ENABLE, T.MSR_PEBS_MATRIX_VERT}
 
 
-# -- inventory (msr-map.md sections 1-4) ----------------------------------------------------
+# -- inventory (SDM Table 18-63, Table 35-41) -----------------------------------------------
 
 def test_handles_is_the_whole_pmu_range():
     assert PMU.handles(0x300) and PMU.handles(0x3FF)
@@ -82,7 +82,7 @@ def test_reset_state_is_zero_and_writes_read_back():
         assert pmu.rdmsr(1 - (i & 1), msr) == value, hex(msr)  # shared by both LPs
 
 
-# -- reserved bits (tables.RESERVED_POLICY, behaviour.md section 10) -------------------------
+# -- reserved bits (tables.RESERVED_POLICY, SDM Vol. 2B WRMSR) -------------------------------
 
 def test_default_fault_message_matches_the_contract_example():
     pmu = PMU(get_model("0F_04"))
@@ -129,7 +129,7 @@ def test_strict_policy_accepts_exactly_the_documented_fields(key, ht):
 
 
 def test_strict_bit11_only_for_extended_cascade_cccrs():
-    """Table 18-65: bit 11 of IQ_CCCR0/3/4/5 only, only on 0F_02/03/04/06 (seed 002)."""
+    """Table 18-65: bit 11 of IQ_CCCR0/3/4/5 only, only on 0F_02/03/04/06 (SDM 18.15.5.7)."""
     for key in ALL:
         model = get_model(key)
         pmu = PMU(model, strict=True)
@@ -176,7 +176,7 @@ def test_value_outside_64_bits_is_a_programming_error():
 
 def test_cccr_and_escr_decoded_into_arrays():
     pmu = PMU(get_model("0F_04"), ht=True)
-    # Linux's cycles alias on counter 12 (linux-p4-driver.md 3): 04FF_1000h, and 3CCh.
+    # Linux's cycles alias on counter 12 (arch/x86/events/intel/p4.c): 04FF_1000h, and 3CCh.
     pmu.wrmsr(0, 0x36C, 0x04FF_B000)
     assert pmu.enable[12] and pmu.escr_select[12] == 5 and pmu.active_thread[12] == 3
     assert pmu.compare[12] and pmu.complement[12] and pmu.threshold[12] == 15
@@ -202,13 +202,13 @@ def test_ovf_is_read_write_and_clearing_it_disarms_the_pmi():
 
 
 def test_pebs_enable_remembers_the_writing_lp():
-    """MY_THR/OTH_THR are relative to the writer (SDM 18.16.3, register-layout.md 6)."""
+    """MY_THR/OTH_THR are relative to the writer (SDM 18.16.3)."""
     pmu = PMU(get_model(), ht=True)
     pmu.wrmsr(1, T.MSR_PEBS_ENABLE, 1 << 25)
     assert pmu.pebs_enable_writer == 1 and pmu.rdmsr(0, T.MSR_PEBS_ENABLE) == 1 << 25
 
 
-# -- RDPMC (msr-map.md section 7) -----------------------------------------------------------
+# -- RDPMC (SDM Vol. 2B RDPMC) --------------------------------------------------------------
 
 def test_rdpmc_full_and_fast_reads():
     pmu = PMU(get_model())
@@ -225,7 +225,7 @@ def test_rdpmc_bad_index_faults(ecx):
         PMU(get_model()).rdpmc(0, ecx)
 
 
-# -- IA32_MISC_ENABLE (register-layout.md section 5) ----------------------------------------
+# -- IA32_MISC_ENABLE (SDM Table 35-41) -----------------------------------------------------
 
 @pytest.mark.parametrize("key", ALL)
 def test_misc_enable(key):
