@@ -1,5 +1,5 @@
 """The feeder's timing model: branch predictor, clock schedule of a translated block, and the
-mapping from a clock to the PMU's event lines (docs/guest-events.md, Interfaces I3, I5, I6).
+mapping from a clock to the PMU's event lines (docs/guest-events.md, I3, I5, I6).
 
 Pure Python, no QEMU import.  The C plugin implements the same predictor and schedule
 (plugin/counting.c) from a header generated out of `PARAMS` and `insn_classes.TABLE` at build

@@ -1,5 +1,5 @@
 """Instruction classes for the feeder: uops, event classes, latency, branch kind, per
-instruction (docs/guest-events.md, Interfaces I3/I4).
+instruction (docs/guest-events.md, I3/I4).
 
 One declarative table keyed by Capstone 5 instruction names (`cs_insn_name`).  plugin/build.py
 turns it into the C header the plugin classifies with at translation time (every Capstone x86
