@@ -5,8 +5,8 @@ Raw events.  Linux's P4 driver packs a perf ``config`` as (ESCR image << 32) | C
 with the ESCR's event-select field (bits 30:25) holding the *Linux* event index (the order
 of ``enum P4_EVENTS`` in arch/x86/include/asm/perf_event_p4.h, `LINUX_EVENT_ORDER`), not the
 hardware select; the driver substitutes the hardware code, the ESCR select and the T0/T1
-OS/USR bits itself (docs/linux-guest.md; arch/x86/events/intel/p4.c, p4_pmu_event_map and p4_hw_config).  The mask
-bits are the event table's (`p4pmu.emulator.events`).
+OS/USR bits itself (docs/linux-guest.md; arch/x86/events/intel/p4.c, p4_hw_config).  The
+mask bits are the event table's (`p4pmu.emulator.events`).
 
 The quirk.  Linux 6.1's ``p4_pmu_set_period`` reads the counter's previous period
 (``pmc_prev_left[idx]``, per CPU and counter) *before* ``x86_perf_event_set_period`` updates
