@@ -257,7 +257,8 @@ def _c_struct() -> list[str]:
     for o in OPTIONS:
         ctype = "const char *" if o.kind == TEXT else "int "
         out.append(f"    {ctype}{o.name}; /* {o.kind} */")
-    out.append("};")
+    out += ["};", f"#define P4_OPTION_COUNT {len(OPTIONS)}",
+            f"#define P4_OPTION_NAMES {_c_string(', '.join(NAMES))}"]
     for o in OPTIONS:
         for i, v in enumerate(o.values):
             out.append(f"#define P4_OPT_{_c_ident(o.name)}_{_c_ident(v)} {i}")
@@ -290,8 +291,7 @@ def _c_table() -> list[str]:
         out.append(f"    {{{_c_string(o.name)}, P4_OPT_{o.kind.upper()}, "
                    f"offsetof(struct p4_options, {o.name}), {vals}, {o.lo}, {o.hi}, "
                    f"{int(o.nonempty)}, {_c_default(o)}, {_c_string(o.allowed)}}},")
-    out += ["};", f"#define P4_OPTION_COUNT {len(OPTIONS)}",
-            f"#define P4_OPTION_NAMES {_c_string(', '.join(NAMES))}", "#endif"]
+    out += ["};", "#endif"]
     return out
 
 
