@@ -33,8 +33,7 @@ import threading
 from typing import Callable
 
 from p4pmu.plugin.errors import RunErrors
-from p4pmu.plugin.options import NAMES as OPTION_NAMES  # noqa: F401 (the bridge's interface)
-from p4pmu.plugin.options import OptionError, Options, parse_options  # noqa: F401
+from p4pmu.plugin.options import OptionError, Options, parse_options
 
 OK = 1
 FAULT = 2
