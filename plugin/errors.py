@@ -10,12 +10,24 @@ INIT_CODE calling plugin/bridge.py) is
   (RDMSR: 2, WRMSR: 1); see pmu.log``.
 
 How the access itself completes after an error is the bridge's decision (plugin/bridge.py).
+A tool that filters QEMU's stderr must pass on the lines `is_error_line` accepts (the first
+line of each report, and the summary).
 """
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from typing import Callable
+
+
+REPORT_START = "p4pmu: Python error in "
+_SUMMARY = re.compile(r"p4pmu: \d+ Python errors? during the run \(")
+
+
+def is_error_line(line: str) -> bool:
+    """The first line of an error's report, or the summary line."""
+    return line.startswith(REPORT_START) or bool(_SUMMARY.match(line))
 
 
 class RunErrors:
@@ -58,11 +70,11 @@ class RunErrors:
             if place in self._reported:
                 return
             self._reported.add(place)
-            head = (f"Python error in {what}: {outcome} (reported once for this place; "
-                    f"the summary at QEMU's exit counts them all)")
-            sys.stderr.write(f"p4pmu: {head}\n{text}\n")
+            head = (f"{what}: {outcome} (reported once for this place; the summary at "
+                    f"QEMU's exit counts them all)")
+            sys.stderr.write(f"{REPORT_START}{head}\n{text}\n")
             sys.stderr.flush()
-            self._write_log(f"# {head}")
+            self._write_log(f"# Python error in {head}")
             for line in text.splitlines():
                 self._write_log(f"#   {line}")
         except BaseException:

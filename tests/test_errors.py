@@ -125,9 +125,11 @@ def test_fallbacks_complete_accesses_as_the_hardware_would(bridge, capsys):
 
 
 def test_summary_without_log_points_at_the_tracebacks(capsys):
-    from p4pmu.plugin.errors import RunErrors
+    from p4pmu.plugin.errors import RunErrors, is_error_line
     e = RunErrors(lambda line: None)
     assert e.summary() is None
     e.record("WRMSR", "WRMSR 0x300", _exc_info(), "dropped")
     assert e.summary() == "p4pmu: 1 Python error during the run (WRMSR: 1); see the " \
         "tracebacks above"
+    assert is_error_line(e.summary()) and is_error_line("p4pmu: Python error in WRMSR 0x300")
+    assert not is_error_line("p4pmu: warning: vcpu 0: something")

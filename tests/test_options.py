@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from p4pmu.plugin import build, options
-from p4pmu.plugin.options import BOOL, CHOICE, FALSE_WORDS, INT, OPTIONS, TEXT, TRUE_WORDS
+from p4pmu.plugin.options import BOOL, CHOICE, FALSE_WORDS, INT, OPTIONS, TRUE_WORDS
 
 REPO = Path(__file__).resolve().parents[1]
 P4PMU = REPO / ".venv" / "bin" / "p4pmu"
