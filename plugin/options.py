@@ -57,7 +57,7 @@ class Option:
     lo: int = 0              # INT: the range
     hi: int = 0
     nonempty: bool = False   # TEXT: an empty value is refused
-    what: str = ""           # CHOICE: words before the list of values in messages
+    what: str = ""           # CHOICE: words before the list of values; TEXT: what it names
     reader: str = "Python"   # who acts on it: "Python" (plugin/bridge.py), "C", "both"
 
     @property
@@ -72,7 +72,7 @@ class Option:
             if self.hi - self.lo == 1:
                 return f"{self.lo} or {self.hi}"
             return f"a number {self.lo}-{self.hi}"
-        return "a file name" if self.nonempty else "folders separated by ':'"
+        return self.what
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -82,11 +82,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("strict", BOOL, False, "reserved-bit policy of the PMU model: on faults every "
            "undocumented bit (docs/bridge.md)"),
     Option("log", TEXT, None, "log every PMU access and every fault (with its reason) to "
-           "this file", nonempty=True),
+           "this file", nonempty=True, what="a file name"),
     Option("threads", INT, 1, "logical processors per core: with 2, vCPUs 2k and 2k+1 share "
            "one PMU as logical processors 0 and 1", lo=1, hi=2, reader="both"),
     Option("pypath", TEXT, None, "site directories to add to sys.path inside QEMU (default: "
-           "the site-packages of the Python that built the plugin; set by p4pmu qemu)"),
+           "the site-packages of the Python that built the plugin; set by p4pmu qemu)",
+           what="folders separated by ':'"),
     Option("verbose", BOOL, False, "print each intercepted instruction at translation "
            "(QEMU -d plugin)", reader="C"),
     Option("count", CHOICE, "auto", "event counting from guest activity: auto starts at the "
