@@ -4,143 +4,41 @@ The C plugin (p4pmu_plugin.c) calls the cffi-embedded functions defined in build
 which delegate to one `Bridge`.  Python runs only when the guest touches the PMU (RDMSR/WRMSR
 of 300h-3FFh, RDMSR of IA32_MISC_ENABLE, RDPMC), never per block or instruction.
 
-Plugin options (``-plugin libp4pmu_plugin.so,opt=val,...``; Contract 2 of docs/architecture.md):
+The plugin options (``-plugin libp4pmu_plugin.so,name=value,...``) are listed, parsed and
+documented by one table: plugin/options.py (docs/options.md).
 
-  model=0F_04     CPU model key (p4pmu.emulator.models)        default: the models' default
-  stepping=N      CPUID stepping 0-15                            default: the model's
-  strict=on|off   reserved-bit policy of the PMU model           default: off
-  log=PATH        log every PMU access and every fault (with its reason) to PATH
-  threads=1|2     logical processors per core: with 2, vCPUs 2k and 2k+1 share one PMU
-                  as LP 0 and LP 1                                default: 1
-  pypath=DIR[:DIR] site directories to add to sys.path (set by `p4pmu qemu`)
-  verbose=on|off  C side: print each intercepted instruction at translation (-d plugin)
-  count=auto|on|off  event counting from guest activity (docs/guest-events.md I1)
-                                                               default: auto
-  pmi=on|off      deliver overflow interrupts                    default: on
-  bp_penalty=N    branch misprediction penalty in clocks         default: clockmodel's
-  errata=on|off   emulate the model's errata (cascade-PMI)       default: on
-  mirror=on|off   let the C-side register mirror serve accesses and deadlines of simple
-                  programmings (plugin/mirror.c; docs/bridge.md)  default: on
-  exact=on|off    exact deadlines: the counter that drives the deadline is watched in its
-                  own events, not in clocks (plugin/counting.c W2; docs/guest-events.md
-                  "Exact deadlines")                            default: on
-  lite=on|off     the outcome-free level: while no enabled counter depends on branch
-                  outcomes, blocks are translated without outcome callbacks
-                  (docs/guest-events.md "The outcome-free level")  default: on
+Every method returns a status the C side understands (OK = 1, FAULT = 2).
 
-Every method returns a status the C side understands (OK = 1, FAULT = 2); an exception is
-reported by the embedding's error handler and the C side then leaves the access to QEMU.
+Python errors during the run are never silent (plugin/errors.py): INIT_CODE catches an
+exception of an access method and calls the matching ``*_failed`` method, which reports it
+(once per place, with its traceback, on stderr and in the log), counts it for the summary
+at QEMU's exit, and completes the access as the hardware would where that is possible:
+
+  RDMSR   the register's last known value: the C mirror's (plugin/mirror.c) while it holds
+          this vCPU's registers, else the value stored in the PMU model (without bringing
+          the counting up to date), else 0; an address that is no PMU register of the model
+          faults (#GP(0), as the model's own RDMSR does)
+  WRMSR   dropped: the register keeps its value (status OK, the guest carries on)
+  RDPMC   the counter's last known value as for RDMSR (ECX[31]: its low 32 bits), #GP(0) for
+          an index beyond the 18 counters (SDM Vol. 2B, RDPMC; the model's PMU.rdpmc)
+  RDMSR IA32_MISC_ENABLE   QEMU's value
+  deadline                 no deadline until the next PMU access (the C side's "not handled")
+  note, counter rewritten  dropped
 """
 from __future__ import annotations
 
 import os
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Callable
+
+from p4pmu.plugin.errors import RunErrors
+from p4pmu.plugin.options import OptionError, Options, parse_options
 
 OK = 1
 FAULT = 2
 U64 = (1 << 64) - 1
 MSR_MISC_ENABLE = 0x1A0
-
-_TRUE = {"on", "yes", "true", "1"}
-_FALSE = {"off", "no", "false", "0"}
-
-
-class OptionError(ValueError):
-    """A bad plugin option: the message is printed and QEMU does not load the plugin."""
-
-
-@dataclass
-class Options:
-    model: str | None = None
-    stepping: int | None = None
-    strict: bool = False
-    log: str | None = None
-    threads: int = 1
-    pypath: str | None = None
-    verbose: bool = False
-    count: str = "auto"
-    pmi: bool = True
-    bp_penalty: int | None = None
-    errata: bool = True
-    mirror: bool = True
-    exact: bool = True
-    lite: bool = True
-
-
-OPTION_NAMES = ("model", "stepping", "strict", "log", "threads", "pypath", "verbose", "count",
-                "pmi", "bp_penalty", "errata", "mirror", "exact", "lite")
-
-
-def _bool(name: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise OptionError(f"option {name}={value!r}: expected on or off")
-
-
-def parse_options(args: list[str]) -> Options:
-    """Parse QEMU's plugin arguments ("key=value" strings)."""
-    o = Options()
-    for a in args:
-        if "=" not in a:
-            raise OptionError(f"plugin option {a!r} is not key=value; known options: "
-                              f"{', '.join(OPTION_NAMES)}")
-        k, v = a.split("=", 1)
-        k = k.strip()
-        if k == "model":
-            o.model = v
-        elif k == "stepping":
-            try:
-                o.stepping = int(v, 0)
-            except ValueError:
-                raise OptionError(f"option stepping={v!r}: expected a number 0-15") from None
-            if not 0 <= o.stepping <= 15:
-                raise OptionError(f"option stepping={v!r}: expected a number 0-15")
-        elif k == "strict":
-            o.strict = _bool(k, v)
-        elif k == "log":
-            if not v:
-                raise OptionError("option log= needs a file name")
-            o.log = v
-        elif k == "threads":
-            if v not in ("1", "2"):
-                raise OptionError(f"option threads={v!r}: expected 1 or 2 (logical processors "
-                                  "per core)")
-            o.threads = int(v)
-        elif k == "pypath":
-            o.pypath = v
-        elif k == "verbose":
-            o.verbose = _bool(k, v)
-        elif k == "count":
-            if v not in ("auto", "on", "off"):
-                raise OptionError(f"option count={v!r}: expected auto, on or off")
-            o.count = v
-        elif k == "pmi":
-            o.pmi = _bool(k, v)
-        elif k == "errata":
-            o.errata = _bool(k, v)
-        elif k == "mirror":
-            o.mirror = _bool(k, v)
-        elif k == "exact":
-            o.exact = _bool(k, v)
-        elif k == "lite":
-            o.lite = _bool(k, v)
-        elif k == "bp_penalty":
-            try:
-                o.bp_penalty = int(v, 0)
-            except ValueError:
-                raise OptionError(f"option bp_penalty={v!r}: expected a number 0-60") from None
-            if not 0 <= o.bp_penalty <= 60:
-                raise OptionError(f"option bp_penalty={v!r}: expected a number 0-60")
-        else:
-            raise OptionError(f"unknown plugin option {k!r}; known options: "
-                              f"{', '.join(OPTION_NAMES)}")
-    return o
 
 
 class Bridge:
@@ -171,7 +69,8 @@ class Bridge:
         self._lock = threading.Lock()
         self._log = None
         self.n_rdmsr = self.n_wrmsr = self.n_rdpmc = self.n_misc = 0
-        self.n_faults = self.n_errors = 0
+        self.n_faults = 0
+        self.errors = RunErrors(self._write, options.log)  # plugin/errors.py
         self._said: set = set()  # keys of the notices already given (emulator/notices.py)
         if options.log:
             try:
@@ -394,14 +293,115 @@ class Bridge:
             self._served(vcpu)
         self._write(f"{self._who(vcpu)}: note: {message}")
 
+    # -- after a Python error (the module docstring; plugin/errors.py) ----------------------
+
+    @property
+    def n_errors(self) -> int:
+        return self.errors.total
+
+    def _mirror_values(self, vcpu: int):
+        """(counters, CCCRs, OVF flags) of the C mirror while it is this vCPU's authority."""
+        feeder = self.feeder
+        if feeder is None or not feeder.mirror_on or vcpu not in feeder.mirror_vcpus():
+            return None
+        m = feeder.lib.p4c_mirror(vcpu)
+        return (m.ctr, m.cccr, m.ovf) if m.active else None
+
+    def _last_counter(self, vcpu: int, pmu, index: int) -> int:
+        mirror = self._mirror_values(vcpu)
+        return int(mirror[0][index] if mirror else pmu.counter[index])
+
+    def _last_known(self, vcpu: int, msr: int) -> tuple[int, int]:
+        """(status, value) of a PMU register without the counting machinery: the C mirror's
+        value while it holds this vCPU's registers, else the model's stored value."""
+        pmu = self.pmus.get(vcpu // self.threads)
+        regs = getattr(pmu, "registers", None)
+        if regs is None:
+            return OK, 0  # no PMU yet, or a stand-in
+        reg = regs.get(msr)
+        if reg is None:
+            return FAULT, 0
+        if reg.kind == "counter":
+            return OK, self._last_counter(vcpu, pmu, reg.index)
+        if reg.kind == "cccr":
+            mirror = self._mirror_values(vcpu)
+            cccr, ovf = (mirror[1][reg.index], mirror[2][reg.index]) if mirror else \
+                (pmu.cccr_raw[reg.index], pmu.ovf[reg.index])
+            return OK, (int(cccr) & ~(1 << 31)) | (1 << 31 if ovf else 0)  # bit 31: OVF
+        if reg.kind == "escr":
+            return OK, int(pmu.escr_raw[reg.index])
+        return OK, int(getattr(pmu, reg.kind, 0)) & U64
+
+    def _last_pmc(self, vcpu: int, ecx: int) -> tuple[int, int]:
+        """(status, value) of RDPMC from the last known counter value (PMU.rdpmc's rules)."""
+        from p4pmu.emulator import tables as T
+        ecx &= 0xFFFF_FFFF
+        index, fast = ecx & 0x7FFF_FFFF, ecx >> 31
+        if index >= T.NUM_COUNTERS:
+            return FAULT, 0
+        pmu = self.pmus.get(vcpu // self.threads)
+        if getattr(pmu, "counter", None) is None:
+            return OK, 0
+        value = self._last_counter(vcpu, pmu, index)
+        return OK, value & 0xFFFF_FFFF if fast else value
+
+    @staticmethod
+    def _safely(fallback: Callable, default):
+        try:
+            return fallback()
+        except Exception:
+            return default
+
     def log_error(self, where: str, text: str) -> None:
-        self.n_errors += 1
-        if self._log is not None:
-            self._write(f"# Python error in {where} (left to QEMU):")
-            for line in text.rstrip().splitlines():
-                self._write(f"#   {line}")
+        """An error known only as its traceback text: reported and counted (plugin/errors.py)."""
+        self.errors.record_text(where, where, text, "left to QEMU")
+
+    def rdmsr_failed(self, vcpu: int, msr: int, exc_info) -> tuple[int, int]:
+        status, value = self._safely(lambda: self._last_known(vcpu, msr), (OK, 0))
+        self.errors.record("RDMSR", f"RDMSR 0x{msr:X} on vCPU {vcpu}", exc_info,
+                           _read_outcome(status, value))
+        return status, value
+
+    def wrmsr_failed(self, vcpu: int, msr: int, value: int, exc_info) -> int:
+        self.errors.record("WRMSR", f"WRMSR 0x{msr:X} <- 0x{value:X} on vCPU {vcpu}", exc_info,
+                           "the write is dropped")
+        return OK
+
+    def rdpmc_failed(self, vcpu: int, ecx: int, exc_info) -> tuple[int, int]:
+        status, value = self._safely(lambda: self._last_pmc(vcpu, ecx), (OK, 0))
+        self.errors.record("RDPMC", f"RDPMC ECX=0x{ecx:X} on vCPU {vcpu}", exc_info,
+                           _read_outcome(status, value))
+        return status, value
+
+    def misc_enable_failed(self, vcpu: int, qemu_value: int, exc_info) -> tuple[int, int]:
+        self.errors.record("RDMSR IA32_MISC_ENABLE", f"RDMSR 0x1A0 on vCPU {vcpu}", exc_info,
+                           "the guest reads QEMU's value")
+        return 0, qemu_value  # not handled: QEMU's value stays
+
+    def deadline_failed(self, vcpu: int, exc_info) -> int:
+        self.errors.record("deadline", f"a counting deadline of vCPU {vcpu}", exc_info,
+                           "no deadline until the next PMU access")
+        return 0  # not handled: the C side sets no deadline
+
+    def call_failed(self, kind: str, vcpu: int, exc_info) -> int:
+        """A notice call (note, counter rewritten) failed: it is dropped."""
+        self.errors.record(kind, f"{kind} of vCPU {vcpu}", exc_info, "dropped")
+        return 1
 
     def close(self) -> None:
+        """QEMU exits: the profile, the log's summary lines and the error summary."""
+        try:
+            self._close_profile_and_feeder()
+        finally:
+            summary = self.errors.summary()
+            if summary:
+                print(summary, file=sys.stderr, flush=True)
+                self._write(f"# {summary}")
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def _close_profile_and_feeder(self) -> None:
         if self._profile is not None:
             self._profile.disable()
             self._profile.dump_stats(os.environ["P4PMU_PYPROFILE"])
@@ -415,9 +415,11 @@ class Bridge:
                 r, w, p, *_ = self.feeder.mirror_counts()
                 n_rd, n_wr, n_pmc = n_rd + r, n_wr + w, n_pmc + p
             self._write(self.feeder.summary())
-        if self._log is not None:
-            self._write(f"# end: {n_rd} RDMSR, {n_wr} WRMSR, {n_pmc} "
-                        f"RDPMC, {self.n_misc} MISC_ENABLE reads, {self.n_faults} faults, "
-                        f"{self.n_errors} Python errors")
-            self._log.close()
-            self._log = None
+        self._write(f"# end: {n_rd} RDMSR, {n_wr} WRMSR, {n_pmc} RDPMC, {self.n_misc} "
+                    f"MISC_ENABLE reads, {self.n_faults} faults, {self.n_errors} Python errors")
+
+
+def _read_outcome(status: int, value: int) -> str:
+    if status == FAULT:
+        return "#GP(0) for the guest (no PMU register of the model)"
+    return f"the guest reads 0x{value:X}, the last known value"

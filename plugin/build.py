@@ -36,8 +36,9 @@ PLUGIN_DIR = Path(__file__).resolve().parent
 LIB_NAME = "libp4pmu_plugin.so"
 MODULE_NAME = "_p4pmu_bridge"
 C_SOURCES = ("p4pmu_plugin.c", "p4pmu_plugin.h", "qemu_plugin_api.h", "counting.c", "pmi.c",
-             "mirror.c")
+             "mirror.c", "options.c", "options.h")
 GENERATED_HEADER = "p4_tables.h"
+OPTIONS_HEADER = "p4_options_gen.h"  # plugin/options.py's table for plugin/options.c
 
 # C functions of counting.c that the Python half calls (bridge.py Feeder); the struct must
 # match counting.c's layout (cffi checks it when it compiles).
@@ -161,6 +162,12 @@ def python_build_info() -> dict:
 # --------------------------------------------------------------------------------------------
 
 INIT_CODE = r'''
+# The Python half inside QEMU: the functions the C plugin calls (p4pmu_plugin.h, EMBEDDING
+# API), each delegating to one p4pmu.plugin.bridge.Bridge.  An exception of an access is never
+# silent: the bridge's *_failed method reports it (once per place, with its traceback, on
+# stderr and in the log), counts it for the summary at QEMU's exit, and completes the access
+# (plugin/bridge.py's docstring says how).  cffi's onerror handler is the last resort, for
+# an error outside those (initialisation, the fallbacks themselves, exit).
 import os
 import sys
 
@@ -176,15 +183,15 @@ _bridge = None
 
 
 def _report(where, exc, value, tb):
-    """cffi's onerror: the call returns 0 ("not handled") and QEMU carries on; say so."""
+    """cffi's onerror: the call returns 0 ("not handled": what QEMU does by itself)."""
     try:
+        if _bridge is not None:
+            _bridge.errors.record(where, where, (exc, value, tb), "left to QEMU")
+            return None
         import traceback
         text = "".join(traceback.format_exception(exc, value, tb))
-        msg = "p4pmu: Python error in %s (left to QEMU):\n%s" % (where, text)
-        sys.stderr.write(msg)
+        sys.stderr.write("p4pmu: Python error in %s (left to QEMU):\n%s" % (where, text))
         sys.stderr.flush()
-        if _bridge is not None:
-            _bridge.log_error(where, text)
     except BaseException:
         pass
     return None
@@ -194,15 +201,19 @@ def _onerror(where):
     return lambda exc, value, tb: _report(where, exc, value, tb)
 
 
+def _site_dirs(args):
+    """The last pypath= option's folders (the C side checked the options), else
+    DEFAULT_PYPATH."""
+    given = [a.split("=", 1)[1] for a in args if a.startswith("pypath=")]
+    return [p for p in (given[-1] if given else DEFAULT_PYPATH).split(os.pathsep) if p]
+
+
 @ffi.def_extern(onerror=_onerror("plugin initialisation"))
 def p4pmu_py_init(argc, argv, smp_vcpus, max_vcpus):
     global _bridge
     args = [ffi.string(argv[i]).decode("utf-8", "replace") for i in range(argc)]
     import site
-    extra = [a.split("=", 1)[1] for a in args if a.startswith("pypath=")]
-    paths = []
-    for item in extra or [DEFAULT_PYPATH]:
-        paths += [p for p in item.split(os.pathsep) if p]
+    paths = _site_dirs(args)
     for p in paths:
         site.addsitedir(p)
     try:
@@ -224,45 +235,66 @@ def p4pmu_py_init(argc, argv, smp_vcpus, max_vcpus):
 
 @ffi.def_extern(onerror=_onerror("RDMSR"))
 def p4pmu_py_rdmsr(vcpu, msr, out):
-    status, value = _bridge.rdmsr(vcpu, msr)
+    try:
+        status, value = _bridge.rdmsr(vcpu, msr)
+    except Exception:
+        status, value = _bridge.rdmsr_failed(vcpu, msr, sys.exc_info())
     out[0] = value
     return status
 
 
 @ffi.def_extern(onerror=_onerror("WRMSR"))
 def p4pmu_py_wrmsr(vcpu, msr, value):
-    return _bridge.wrmsr(vcpu, msr, value)
+    try:
+        return _bridge.wrmsr(vcpu, msr, value)
+    except Exception:
+        return _bridge.wrmsr_failed(vcpu, msr, value, sys.exc_info())
 
 
 @ffi.def_extern(onerror=_onerror("RDPMC"))
 def p4pmu_py_rdpmc(vcpu, ecx, out):
-    status, value = _bridge.rdpmc(vcpu, ecx)
+    try:
+        status, value = _bridge.rdpmc(vcpu, ecx)
+    except Exception:
+        status, value = _bridge.rdpmc_failed(vcpu, ecx, sys.exc_info())
     out[0] = value
     return status
 
 
 @ffi.def_extern(onerror=_onerror("RDMSR IA32_MISC_ENABLE"))
 def p4pmu_py_misc_enable(vcpu, qemu_value, out):
-    status, value = _bridge.misc_enable(vcpu, qemu_value)
+    try:
+        status, value = _bridge.misc_enable(vcpu, qemu_value)
+    except Exception:
+        status, value = _bridge.misc_enable_failed(vcpu, qemu_value, sys.exc_info())
     out[0] = value
     return status
 
 
 @ffi.def_extern(onerror=_onerror("note"))
 def p4pmu_py_note(vcpu, message):
-    _bridge.note(vcpu, ffi.string(message).decode("utf-8", "replace"))
+    try:
+        _bridge.note(vcpu, ffi.string(message).decode("utf-8", "replace"))
+    except Exception:
+        return _bridge.call_failed("note", vcpu, sys.exc_info())
     return 1
 
 
 @ffi.def_extern(onerror=_onerror("counter rewritten"))
 def p4pmu_py_counter_rewritten(vcpu, msr, first, second):
-    _bridge.counter_rewritten(vcpu, msr, first, second)
+    try:
+        _bridge.counter_rewritten(vcpu, msr, first, second)
+    except Exception:
+        return _bridge.call_failed("counter rewritten", vcpu, sys.exc_info())
     return 1
 
 
 @ffi.def_extern(onerror=_onerror("deadline"))
 def p4pmu_py_deadline(vcpu):
-    return _bridge.deadline(vcpu)
+    try:
+        return _bridge.deadline(vcpu)
+    except Exception:
+        return _bridge.deadline_failed(vcpu, sys.exc_info())
 
 
 @ffi.def_extern(onerror=_onerror("exit"))
@@ -311,6 +343,13 @@ def generated_header() -> str:
     return insn_classes.c_header()
 
 
+def options_header() -> str:
+    """p4_options_gen.h: the option table (one truth: p4pmu.plugin.options)."""
+    sys.path_importer_cache.clear()
+    from p4pmu.plugin import options
+    return options.c_header()
+
+
 def _stamp(info: dict) -> str:
     import cffi
     h = hashlib.sha256()
@@ -318,6 +357,7 @@ def _stamp(info: dict) -> str:
         h.update(name.encode())
         h.update((PLUGIN_DIR / name).read_bytes())
     h.update(generated_header().encode())
+    h.update(options_header().encode())
     h.update(PYTHON_CALLS_C.encode())
     h.update(capstone_info()["version"].encode())
     h.update(_init_code(info).encode())
@@ -346,6 +386,7 @@ def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
     gen = workdir / "gen"
     gen.mkdir(exist_ok=True)
     (gen / GENERATED_HEADER).write_text(generated_header())
+    (gen / OPTIONS_HEADER).write_text(options_header())
     ffi = cffi.FFI()
     ffi.embedding_api(_embedding_api())
     ffi.cdef(PYTHON_CALLS_C)
@@ -355,6 +396,7 @@ def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
     ffi.set_source(
         MODULE_NAME,
         '#include "p4pmu_plugin.c"\n',
+        sources=[str(PLUGIN_DIR / "options.c")],  # the option parser: a unit of its own
         include_dirs=[str(PLUGIN_DIR), str(gen), cs["include"]],
         define_macros=[("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
         extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],

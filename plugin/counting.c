@@ -3375,33 +3375,16 @@ static void counting_start(void)
     qemu_plugin_reset(plugin_id, reset_done, NULL);
 }
 
-/* a boolean option's "off" spellings (bridge.py _bool validated the value already) */
-static int opt_off(const char *v)
-{
-    return !strcasecmp(v, "off") || !strcasecmp(v, "no") || !strcasecmp(v, "false") ||
-           !strcmp(v, "0");
-}
-
-static int counting_setup(qemu_plugin_id_t id, int argc, char **argv, int max_vcpus)
+/* options: parsed by plugin/options.c (docs/options.md) */
+static int counting_setup(qemu_plugin_id_t id, const struct p4_options *o, int max_vcpus)
 {
     plugin_id = id;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strncmp(a, "count=", 6)) {
-            cnt_mode = !strcmp(a + 6, "off") ? 0 : !strcmp(a + 6, "on") ? 2 : 1;
-        } else if (!strncmp(a, "pmi=", 4)) {
-            pmi_on = !opt_off(a + 4);
-        } else if (!strncmp(a, "bp_penalty=", 11)) {
-            bp_penalty = (unsigned)strtoul(a + 11, NULL, 0);
-            if (bp_penalty > 60) bp_penalty = 60;
-        } else if (!strncmp(a, "exact=", 6)) {
-            w2_mode = !opt_off(a + 6);
-        } else if (!strncmp(a, "lite=", 5)) {
-            lite_mode = !opt_off(a + 5);
-        } else if (!strncmp(a, "threads=", 8)) {
-            cnt_threads = atoi(a + 8) == 2 ? 2 : 1;
-        }
-    }
+    cnt_mode = o->count == P4_OPT_COUNT_OFF ? 0 : o->count == P4_OPT_COUNT_ON ? 2 : 1;
+    pmi_on = o->pmi;
+    if (o->bp_penalty >= 0) bp_penalty = (unsigned)o->bp_penalty;
+    w2_mode = o->exact;
+    lite_mode = o->lite;
+    cnt_threads = o->threads;
     if (cs_setup() < 0) return -1;
     if (getenv("P4PMU_BRANCH_TRACE")) br_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     ct.trace = br_trace != NULL;

@@ -41,6 +41,7 @@
 
 #include "qemu_plugin_api.h"
 #include "p4pmu_plugin.h"
+#include "options.h"
 
 #ifndef P4PMU_LIBPYTHON
 #error "P4PMU_LIBPYTHON (path of the libpython the plugin is linked with) must be defined"
@@ -1033,11 +1034,14 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         return -1;
     }
     debug = getenv("P4PMU_DEBUG") && strcmp(getenv("P4PMU_DEBUG"), "0");
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "verbose=on")) {
-            verbose = 1;
-        }
+    /* options: one parser over the generated table (plugin/options.c, docs/options.md) */
+    struct p4_options opts;
+    char opt_error[1024];
+    if (p4_options_parse(argc, argv, &opts, opt_error, sizeof(opt_error)) < 0) {
+        fprintf(stderr, "p4pmu: %s\n", opt_error);
+        return -1;
     }
+    verbose = opts.verbose;
     /* QEMU opened us with RTLD_LOCAL: make libpython's symbols global before Python starts,
      * or extension modules (numpy, _cffi_backend) cannot resolve them. */
     if (!dlopen(P4PMU_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
@@ -1053,7 +1057,7 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
         return -1;
     }
-    if (counting_setup(id, argc, argv, n_vcpus_max) < 0) {
+    if (counting_setup(id, &opts, n_vcpus_max) < 0) {
         return -1;
     }
     mirror_setup(n_vcpus_max);

@@ -22,27 +22,18 @@ from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu, find_qemu
 PROG = "p4pmu"
 REPO_ROOT = Path(__file__).resolve().parents[1]  # an editable install: the checkout
 
-# Plugin options (docs/architecture.md, contract 2).  The bridge's own list and parser are
-# the authority when present (they may know more, e.g. verbose=on|off).
-CONTRACT_PLUGIN_OPTS = ("model", "stepping", "strict", "log", "threads", "pypath")
-
-
-def _bridge():
-    try:
-        return importlib.import_module("p4pmu.plugin.bridge")
-    except ImportError:
-        return None
-
-
 def _plugin_opt_names() -> tuple[str, ...]:
-    b = _bridge()
-    names = tuple(getattr(b, "OPTION_NAMES", ()) or ())
-    return CONTRACT_PLUGIN_OPTS + tuple(n for n in names if n not in CONTRACT_PLUGIN_OPTS)
+    """The plugin's options, in the order of their table (p4pmu.plugin.options)."""
+    from p4pmu.plugin import options
+    return options.NAMES
 
 
 PLUGIN_OPTS = _plugin_opt_names()
-_ONOFF = {"on": "on", "off": "off", "true": "on", "false": "off", "yes": "on", "no": "off",
-          "1": "on", "0": "off"}
+
+
+def _plugin_options_help() -> str:
+    from p4pmu.plugin import options
+    return options.help_text()
 
 
 class CliError(Exception):
@@ -176,7 +167,10 @@ def scan_qemu_args(qargs: list[str]) -> QemuArgsInfo:
 
 
 def parse_plugin_opts(items: list[str]) -> dict[str, str]:
-    """Check --plugin-opt K=V items; returns normalised values.  Raises CliError."""
+    """Check --plugin-opt K=V items against the plugin's option table (p4pmu.plugin.options,
+    docs/options.md); returns each value in its one spelling (booleans on/off, model keys,
+    absolute paths).  Raises CliError."""
+    from p4pmu.plugin import options
     opts: dict[str, str] = {}
     for item in items:
         if "=" not in item:
@@ -189,24 +183,16 @@ def parse_plugin_opts(items: list[str]) -> dict[str, str]:
                            f"(known: {', '.join(PLUGIN_OPTS)})")
         if k in opts and opts[k] != v:
             raise CliError(f"--plugin-opt {k} given twice ({opts[k]!r} and {v!r})")
-        if k == "model":
+        if k == "model":  # the short forms of --model (0f_04, 0F04, 4) too
             try:
                 v = get_model(v).key
             except KeyError as e:
                 raise CliError(f"--plugin-opt model={v}: {e.args[0]}") from None
-        elif k == "stepping":
-            v = str(_stepping(v, f"--plugin-opt stepping={v}"))
-        elif k == "strict":
-            if v.lower() not in _ONOFF:
-                raise CliError(f"--plugin-opt strict={v}: expected on or off")
-            v = _ONOFF[v.lower()]
-        elif k == "threads":
-            if v not in ("1", "2"):
-                raise CliError(f"--plugin-opt threads={v}: expected 1 or 2 (a Pentium 4 "
-                               "core runs at most two hardware threads)")
-        elif k == "log":
-            if not v:
-                raise CliError("--plugin-opt log=: expected a file name")
+        try:
+            v = options.canonical(k, options.parse_one(k, v))
+        except options.OptionError as e:
+            raise CliError(f"--plugin-opt {item}: {e}") from None
+        if k == "log":
             p = Path(v).expanduser().absolute()
             if not p.parent.is_dir():
                 raise CliError(f"--plugin-opt log={v}: folder {p.parent} does not exist")
@@ -221,14 +207,6 @@ def parse_plugin_opts(items: list[str]) -> dict[str, str]:
                     raise CliError(f"--plugin-opt pypath={v}: {p} is not a folder")
                 dirs.append(str(p))
             v = ":".join(dirs)
-        elif v.lower() in _ONOFF and k not in ("model", "stepping", "threads"):
-            v = _ONOFF[v.lower()]  # other on/off options of the bridge (verbose)
-        b = _bridge()
-        if b is not None and hasattr(b, "parse_options"):
-            try:  # the plugin would refuse to load with this value: say so now
-                b.parse_options([f"{k}={v}"])
-            except ValueError as e:
-                raise CliError(f"--plugin-opt {item}: {e}") from None
         opts[k] = v
     return opts
 
@@ -618,13 +596,14 @@ def build_parser() -> argparse.ArgumentParser:
                "  p4pmu qemu --model 0F_02 -- -machine pc -m 256 -nographic -kernel vmlinux\n"
                "  p4pmu qemu --plugin-opt log=pmu.log --plugin-opt strict=on -- "
                "-smp 2,threads=2 ...\n"
-               "  p4pmu qemu --dry-run -- -display none      (print the command line)")
+               "  p4pmu qemu --dry-run -- -display none      (print the command line)\n\n"
+               "plugin options (--plugin-opt NAME=VALUE; docs/options.md):\n"
+               + _plugin_options_help())
     q.add_argument("--model", metavar="0F_MM",
                    help=f"CPU model (default {DEFAULT_MODEL}); also '4', '0f04'")
     q.add_argument("--stepping", metavar="N", help="CPUID stepping 0-15 (default: the model's)")
     q.add_argument("--plugin-opt", metavar="K=V", action="append",
-                   help=f"plugin option, repeatable; keys: {', '.join(PLUGIN_OPTS)} "
-                        "(strict=on|off, log=FILE, threads=1|2; threads=2 is set "
+                   help="plugin option, repeatable (the list below; threads=2 is set "
                         "automatically for -smp ...,threads=2; pypath defaults to this "
                         "environment's site-packages)")
     q.add_argument("--plugin", metavar="PATH",
