@@ -34,8 +34,8 @@ ALL_INSTR = escr_value("instr_retired", "NBOGUSNTAG", t0_os=True, t0_usr=True)
 USR_BRANCH = escr_value("branch_retired", "MMNP", "MMNM", "MMTP", "MMTM", t0_usr=True)
 
 _STATS = re.compile(r"# mirror: (\d+) RDMSR, (\d+) WRMSR, (\d+) RDPMC, (\d+) deadlines "
-                    r"served in C \((\d+) overflow walks\); (\d+) declined; (\d+) hand-overs, "
-                    r"(\d+) pulls")
+                    r"served in C \((\d+) overflow walks\); (\d+) declined; fast path on (\d+) "
+                    r"times, off (\d+) times")
 
 
 @dataclass
@@ -47,8 +47,8 @@ class Served:
     deadlines: int
     walks: int
     declined: int
-    handovers: int
-    pulls: int
+    fast_path_on: int
+    fast_path_off: int
 
 
 def _run(run_guest, tmp_path, guest, script, mirror, opts=(), model="0F_04", qemu_args=()):
