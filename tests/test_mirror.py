@@ -324,7 +324,8 @@ def test_cascade_and_halting_fall_back_to_python(run_guest, tmp_path):
 def test_extended_cascade_and_the_pmi_erratum_fall_back_to_python(run_guest, tmp_path, model,
                                                                   opts):
     """Extended cascading (SDM Vol. 3B 18.15.5.7, Example 18-2): counter 12 started by
-    counter 16's overflow (bit 11), with OVF_PMI; 0F_02's cascade-PMI erratum suppresses the interrupt (errata=off: it is back)."""
+    counter 16's overflow (bit 11), with OVF_PMI; 0F_02's cascade-PMI erratum suppresses the
+    interrupt (errata=off: it is back)."""
     s = EvScript()
     s.pmi_config(0, counter=12)
     s.pmi_reset()
