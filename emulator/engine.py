@@ -84,7 +84,7 @@ class Engine:
         self.ti_os = np.zeros(N, dtype=bool)
         self.ti_usr = np.zeros(N, dtype=bool)
         self._sel_event = [None] * N  # (event, mask) per counter, for describe()
-        self._state_version = 0  # bumped whenever the engine changes OVF or the PMI arming
+        self.state_version = 0  # bumped whenever OVF or the PMI arming change (note_state_change)
         self._key = None
 
     # -- derived state, rebuilt only for counters whose CCCR/ESCR was written ---------------
@@ -131,11 +131,16 @@ class Engine:
         self.thr = pmu.threshold.astype(np.float64)
         self._key = None
 
-    def _cached(self):
+    def note_state_change(self) -> None:
+        """OVF or the PMI arming changed outside the engine (a host's fast path wrote the
+        shared state arrays): the derived vectors are rebuilt at their next use."""
+        self.state_version += 1
+
+    def update_derived(self) -> None:
         """Per-counter vectors that change only with register writes or OVF/arming changes:
-        running(), PMI masks, overflow candidates."""
+        running(), PMI masks, overflow candidates (rebuilt only when one of those changed)."""
         pmu = self.pmu
-        key = (pmu.config_version, self._state_version)
+        key = (pmu.config_version, self.state_version)
         if key != self._key:
             if pmu.dirty_counters:
                 self.refresh()
@@ -149,14 +154,14 @@ class Engine:
             self.any_arm_cand = bool(self.arm_cand.any())
             self.force_cand = pmu.force_ovf & ~pmu.ovf & run
             self.any_force_cand = bool(self.force_cand.any())
-            self._key = (pmu.config_version, self._state_version)
+            self._key = (pmu.config_version, self.state_version)
 
     def running(self) -> np.ndarray:
-        self._cached()
+        self.update_derived()
         return self.run
 
     def pmi_levels(self) -> tuple:
-        self._cached()
+        self.update_derived()
         ok = self.pmu.ovf & self.pmu.pmi_armed
         return (bool(np.count_nonzero(ok & self.pmi_mask[0])),
                 bool(np.count_nonzero(ok & self.pmi_mask[1])))
@@ -210,7 +215,7 @@ class Engine:
         C = act.clocks
         if C == 0:
             return StepResult(0, _NONE, _NONE, (False, False))
-        self._cached()
+        self.update_derived()
         pas, inc, gate, total = self.increments(act)
         delta = total * self.run_f
         new = pmu.counter.astype(np.float64)
@@ -232,7 +237,7 @@ class Engine:
             if np.count_nonzero(newly):
                 before = self.pmi_levels()
                 pmu.pmi_armed |= newly
-                self._state_version += 1
+                self.state_version += 1
                 after = self.pmi_levels()
                 raised = (after[0] and not before[0], after[1] and not before[1])
         return StepResult(C, _NONE, _NONE, raised)
@@ -314,7 +319,7 @@ class Engine:
         pmu.counter[:] = np.mod(val + delta, LIMIT)
         self._edge_history(act, pas)
         pmu.ovf |= new_ovf
-        self._state_version += 1
+        self.state_version += 1
         after = self.pmi_levels()
         raised = (after[0] and not before[0], after[1] and not before[1])
         return StepResult(C, ovf_clock, started, raised, exact)

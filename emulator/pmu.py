@@ -14,7 +14,6 @@ reserved and which fault comes from tables.py (`CCCR_FIELDS`, `ESCR_FIELDS`,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -128,20 +127,27 @@ _E = T.ESCR_FIELD
 class PMU:
     """Register file + decoded state of one NetBurst core's PMU.
 
-    Counting: `advance(activity)` (engine.py) moves the counters forward.  The owner of the
-    activity stream may set `before_access` to a callable(lp) that flushes pending activity;
-    it is called at the start of every rdmsr/wrmsr/rdpmc, so a read always sees the counting
-    done so far.
+    Counting: `advance(activity)` (engine.py) moves the counters forward.
+
+    The counter state -- `counter`, `cccr_raw` (uint64 per counter), `ovf` and `pmi_armed`
+    (bool per counter) -- lives in arrays the PMU writes in place and never rebinds.  A host
+    with a fast path of its own (the plugin's C register file, docs/bridge.md) passes them as
+    `storage` (name -> array of NUM_COUNTERS elements): then both see one copy of the state
+    and nothing is handed back and forth.
     """
 
-    def __init__(self, model: CpuModel, ht: bool = False, strict: bool = False):
+    STATE_ARRAYS = {"counter": np.uint64, "cccr_raw": np.uint64, "ovf": np.bool_,
+                    "pmi_armed": np.bool_}
+
+    def __init__(self, model: CpuModel, ht: bool = False, strict: bool = False,
+                 storage: dict[str, np.ndarray] | None = None):
         self.model = model
         self.ht = bool(ht)
         self.strict = bool(strict)
         self.registers = build_registers(model, self.ht, self.strict)
         self.escrs: tuple[T.Escr, ...] = tuple(e for e in T.ESCRS if model.model in e.models)
         self.escr_slot = {e.name: i for i, e in enumerate(self.escrs)}
-        self.before_access: Callable[[int], None] | None = None
+        self._bind_state(storage)
         # Static wiring, per counter: the ESCR slot each ESCR_SELECT value reaches (-1: none),
         # the CASCADE source (alternate) and the extended-cascade source (SDM Table 18-63,
         # 18.15.5.6, Table 18-65).
@@ -164,10 +170,10 @@ class PMU:
     def reset(self) -> None:
         """Power-on state: every counter, CCCR and ESCR zero (SDM 18.15.1/18.15.3)."""
         n, e = T.NUM_COUNTERS, len(self.escrs)
-        self.counter = np.zeros(n, dtype=np.uint64)  # 40-bit values
-        self.cccr_raw = np.zeros(n, dtype=np.uint64)  # as written, OVF kept in self.ovf
-        self.ovf = np.zeros(n, dtype=bool)  # CCCR bit 31, sticky
-        self.pmi_armed = np.zeros(n, dtype=bool)  # "next event after overflow" seen (beh. 5)
+        # counter: 40-bit values; cccr_raw: as written, OVF kept in ovf (CCCR bit 31, sticky);
+        # pmi_armed: an event counted after the overflow (SDM 18.15.5.8)
+        for name in self.STATE_ARRAYS:
+            getattr(self, name)[:] = 0
         self.edge_prev = np.zeros(n, dtype=bool)  # edge-detector history (beh. 1)
         # decoded CCCR fields (effective values: HT-only fields are 0 / "any" without HT)
         self.enable = np.zeros(n, dtype=bool)
@@ -220,7 +226,6 @@ class PMU:
 
     def rdmsr(self, lp: int, msr: int) -> int:
         reg = self._lookup("RDMSR", msr)
-        self._sync(lp)
         k, i = reg.kind, reg.index
         if k == "counter":
             return int(self.counter[i])
@@ -246,7 +251,6 @@ class PMU:
                                f"0x{U64 & ~reg.fault_mask:X}{self._strict_hint(reg, bad)}")
             raise PMUFault(f"WRMSR 0x{msr:X} ({reg.name}) = 0x{value:X}: {reg.fault_desc} "
                            f"are reserved (set: 0x{bad:X})")
-        self._sync(lp)
         k, i = reg.kind, reg.index
         if k == "counter":
             # All 40 bits written (SDM 18.15.5.4, Fig. 18-44); OVF unchanged (decision D13).
@@ -274,7 +278,6 @@ class PMU:
                 f"{self.model.key}; ECX[31] is the fast-read flag, there is no counter-type "
                 f"bit on NetBurst (indices 18-25 exist only on L3-equipped Xeon MP parts, "
                 f"not modelled)")
-        self._sync(lp)
         v = int(self.counter[index])
         return v & 0xFFFF_FFFF if fast else v
 
@@ -359,9 +362,17 @@ class PMU:
                              f"0F_03, 0F_04, 0F_06")
         return "; " + "; ".join(notes) if notes else ""
 
-    def _sync(self, lp: int) -> None:
-        if self.before_access is not None:
-            self.before_access(lp)
+    def _bind_state(self, storage: dict[str, np.ndarray] | None) -> None:
+        """The counter-state arrays: the host's (`storage`) or the PMU's own."""
+        for name, dtype in self.STATE_ARRAYS.items():
+            a = None if storage is None else storage[name]
+            if a is None:
+                a = np.zeros(T.NUM_COUNTERS, dtype=dtype)
+            elif a.dtype != dtype or a.shape != (T.NUM_COUNTERS,) or not a.flags.writeable:
+                raise ValueError(f"storage[{name!r}]: a writable {np.dtype(dtype).name} array "
+                                 f"of {T.NUM_COUNTERS} elements is needed, not {a.dtype}"
+                                 f"{a.shape}")
+            setattr(self, name, a)
 
     def _write_cccr(self, n: int, value: int) -> None:
         """Decode a CCCR once, at write time (SDM Fig. 18-45)."""

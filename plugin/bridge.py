@@ -62,8 +62,10 @@ class Bridge:
         self.max_vcpus = max(max_vcpus, smp_vcpus, 1)
         ht = self.threads == 2
         if pmu_factory is None:
-            def pmu_factory():
-                return PMU(self.model, ht=ht, strict=options.strict)
+            def pmu_factory(core: int):
+                # with the plugin, the counter state is stored in its C register file
+                storage = self.feeder.storage(core) if self.feeder is not None else None
+                return PMU(self.model, ht=ht, strict=options.strict, storage=storage)
         self._factory = pmu_factory
         self.pmus: dict[int, object] = {}
         self._lock = threading.Lock()
@@ -107,7 +109,7 @@ class Bridge:
             with self._lock:
                 pmu = self.pmus.get(core)
                 if pmu is None:
-                    pmu = self.pmus[core] = self._factory()
+                    pmu = self.pmus[core] = self._factory(core)
         return pmu
 
     @property
@@ -135,15 +137,15 @@ class Bridge:
                 self._write(f"{who}: RDPMC ECX=0x{reg:X} -> 0x{value:X}")
 
     def _enter(self, vcpu: int, pmu, feeder) -> None:
-        """Start of a Python call that may use the PMU: the C mirror's values come back."""
+        """Start of a Python call that may use the PMU: the C fast path stops serving it."""
         if feeder.mirror_on:
             if self._log is not None:
                 self._served(vcpu)
-            feeder.pull(vcpu, pmu)
+            feeder.disable_fast_path(vcpu, pmu)
 
     def _leave(self, vcpu: int, pmu, feeder) -> None:
         feeder.after(vcpu, pmu)
-        feeder.handover(vcpu, pmu)
+        feeder.enable_fast_path(vcpu, pmu)
 
     def _who(self, vcpu: int) -> str:
         core, lp = self.core_lp(vcpu)

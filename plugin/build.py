@@ -66,6 +66,7 @@ struct p4c_mirror {
     uint64_t ctr[18]; uint64_t cccr[18]; uint64_t ctr_fault[18], cccr_fault[18];
     uint8_t ovf[18], armed[18], run[18], pmi[18];
     int32_t rate_b[18]; int32_t tmax[18];
+    uint64_t state_changes;
     uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
     uint32_t nrec; struct p4c_mrec rec[...];
 };

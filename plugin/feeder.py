@@ -9,11 +9,11 @@ could overflow), whether to deliver a PMI, and (count=auto) when to start instru
 
 Runs only at PMU accesses, deadlines and batch folds, never per block.
 
-With a simple programming (`Feeder.mirror_rule`) and the option mirror=on, the register
-values are handed to the C-side mirror (plugin/mirror.c) after each Python call
-(`Feeder.handover`); C then serves counter/CCCR reads, RDPMC, counter writes, OVF-only CCCR
-writes and counting deadlines by itself, and Python takes the values back (`Feeder.pull`)
-before it does anything else with that PMU.
+With a simple programming (`Feeder.mirror_rule`) and the option mirror=on, the C-side register
+file (plugin/mirror.c) serves counter/CCCR reads, RDPMC, counter writes, OVF-only CCCR writes and
+counting deadlines by itself between two Python calls (`Feeder.enable_fast_path` /
+`disable_fast_path`).  The PMU model's counter state (counters, CCCRs, OVF, arming) is stored in
+that register file (`Feeder.storage`), so both sides work on one copy.
 """
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ class _MirrorView:
     ctr_fault: np.ndarray
     cccr_fault: np.ndarray
     key: object = None  # what the static part (run ... cccr_fault) was written for
+    changes_seen: int = 0  # m.state_changes when the fast path was enabled
 
 
 _BIT = np.left_shift(np.int64(1), np.arange(18, dtype=np.int64))
@@ -113,7 +114,7 @@ class Feeder:
         self._mv: dict[int, _MirrorView] = {}
         self._mrule: dict[int, tuple] = {}
         self._mstatic: dict[int, tuple] = {}
-        self.n_handovers = self.n_pulls = 0
+        self.n_fast_on = self.n_fast_off = 0
 
     # -- kinds -----------------------------------------------------------------------------
 
@@ -283,7 +284,7 @@ class Feeder:
             eng.drop_shared_clocks(add, shared, clocks)
         if (add < 0).any():
             return False
-        eng._cached()
+        eng.update_derived()
         pos = add > 0
         if (pos & (eng.arm_cand | pmu.force_ovf)).any():
             return False
@@ -311,7 +312,7 @@ class Feeder:
 
     def after(self, vcpu: int, pmu) -> None:
         eng = pmu.engine
-        key = (pmu.config_version, eng._state_version)
+        key = (pmu.config_version, eng.state_version)
         if self._idle_key.get(vcpu) == key:
             return  # nothing runs, no request: the values written last time still hold
         o = self._outs.get(vcpu) or self._out(vcpu)
@@ -361,7 +362,7 @@ class Feeder:
         if hit is not None and hit[0] == key:
             return hit[1]
         eng = pmu.engine
-        eng._cached()
+        eng.update_derived()
         run = eng.running()
         ovf = pmu.ovf
         arm = run & ovf & eng.pmi_any & ~pmu.pmi_armed
@@ -530,19 +531,32 @@ class Feeder:
                 view("cccr_fault", np.uint64))
         return mv
 
-    def handover(self, vcpu: int, pmu) -> None:
-        """After a Python call: give the register values to the C mirror when the
-        programming is simple (they stay there until `pull`)."""
+    def storage(self, core: int) -> dict[str, np.ndarray]:
+        """The counter state of one core's PMU: numpy views of the C register file of the
+        core's first vCPU (`struct p4c_mirror` ctr, cccr, ovf, armed), for
+        `PMU(storage=...)`.  One copy of the state, seen by both languages; the mirror's
+        `active` flag says which side may change it (docs/bridge.md)."""
+        mv = self._mview(core * self.threads)
+        return {"counter": mv.ctr, "cccr_raw": mv.cccr, "ovf": mv.ovf.view(np.bool_),
+                "pmi_armed": mv.armed.view(np.bool_)}
+
+    def enable_fast_path(self, vcpu: int, pmu) -> None:
+        """After a Python call: let the C mirror serve this vCPU's accesses when the
+        programming is simple (until `disable_fast_path`).  The counter state is shared already; what is
+        written here is what C needs besides it (run set, rates, fault masks)."""
         if not self.mirror_on or not self._simple(vcpu, pmu):
             return
         mv = self._mview(vcpu)
+        if mv.ctr.ctypes.data != pmu.counter.ctypes.data:
+            raise RuntimeError(f"vCPU {vcpu}: the PMU does not use the C register file's "
+                               "storage (Bridge must build it with Feeder.storage)")
         m = mv.m
         table = self._winc.get(vcpu)
         o = self._outs.get(vcpu) or self._out(vcpu)
         key = (pmu.config_version, id(pmu), self._wgen.get(vcpu, 0))
         if mv.key != key:
             eng = pmu.engine
-            eng._cached()
+            eng.update_derived()
             run = eng.running()
             # Feeder._state's budget rate of a counter that is not arming
             rate = np.minimum(15.0, LINE_MAX @ (eng.W > 0))
@@ -560,27 +574,21 @@ class Feeder:
             m.any_run = 1 if run.any() else 0
             mv.key = key
         m.nkext = o.nkext
-        mv.ctr[:] = pmu.counter
-        mv.cccr[:] = pmu.cccr_raw
-        mv.ovf[:] = pmu.ovf
-        mv.armed[:] = pmu.pmi_armed
+        mv.changes_seen = int(m.state_changes)
         m.active = 1
-        self.n_handovers += 1
+        self.n_fast_on += 1
 
-    def pull(self, vcpu: int, pmu) -> None:
-        """Before a Python call: take the register values back from the C mirror."""
+    def disable_fast_path(self, vcpu: int, pmu) -> None:
+        """Before a Python call: the C mirror stops serving this vCPU.  The values it wrote
+        are the PMU's already; if it changed OVF or the arming, the engine's derived vectors
+        are rebuilt."""
         mv = self._mv.get(vcpu)
         if mv is None or not mv.m.active:
             return
         mv.m.active = 0
-        self.n_pulls += 1
-        pmu.counter[:] = mv.ctr
-        pmu.cccr_raw[:] = mv.cccr
-        ovf, armed = mv.ovf.view(bool), mv.armed.view(bool)
-        if not (np.array_equal(ovf, pmu.ovf) and np.array_equal(armed, pmu.pmi_armed)):
-            pmu.ovf[:] = ovf
-            pmu.pmi_armed[:] = armed
-            pmu.engine._state_version += 1  # OVF / arming changed: the caches key on it
+        self.n_fast_off += 1
+        if int(mv.m.state_changes) != mv.changes_seen:
+            pmu.engine.note_state_change()
         # fast_check's rates were (re)written by C: write ours again at the next after()
         self._wkey.pop(vcpu, None)
 
@@ -616,8 +624,8 @@ class Feeder:
         if self.mirror_on:
             r, w, p, d, k, x = self.mirror_counts()
             s += (f"\n# mirror: {r} RDMSR, {w} WRMSR, {p} RDPMC, {d} deadlines served in C "
-                  f"({k} overflow walks); {x} declined; {self.n_handovers} hand-overs, "
-                  f"{self.n_pulls} pulls")
+                  f"({k} overflow walks); {x} declined; fast path on {self.n_fast_on} "
+                  f"times, off {self.n_fast_off} times")
         else:
             s += "\n# mirror: off"
         return s

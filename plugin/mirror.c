@@ -42,7 +42,10 @@ struct p4c_mrec {
     uint64_t value; /* value read or written */
 };
 
-/* Layout shared with Python (plugin/build.py PYTHON_CALLS_C declares the same struct). */
+/* Layout shared with Python (plugin/build.py PYTHON_CALLS_C declares the same struct).
+ * ctr, cccr, ovf and armed ARE the PMU's counter state: the Python model's arrays
+ * (PMU.counter, cccr_raw, ovf, pmi_armed) are numpy views of them (Feeder.storage), so
+ * there is one copy; `active` says which side may change them now. */
 struct p4c_mirror {
     /* written by Python once (constants from p4pmu.emulator.tables) */
     uint64_t ctr_limit;        /* 2^40: counters are 40 bits (SDM 18.15.5.4) */
@@ -59,6 +62,9 @@ struct p4c_mirror {
     uint8_t ovf[18], armed[18], run[18], pmi[18]; /* pmi: OVF_PMI for this LP */
     int32_t rate_b[18];        /* Feeder.after's budget rate of a counter that is not arming */
     int32_t tmax[18];          /* max(1, the table's largest per-clock increment) */
+    /* written by C: bumped whenever it changes ovf[] or armed[] (the engine's derived
+     * vectors key on OVF and arming: Python compares it at its next call) */
+    uint64_t state_changes;
     /* statistics (C) */
     uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
     /* accesses served here since Python last looked (log) */
@@ -68,9 +74,14 @@ struct p4c_mirror {
 
 static struct p4c_mirror *mirrors;
 
-static void mirror_setup(int max_vcpus)
+static int mirror_setup(int max_vcpus)
 {
     mirrors = calloc((size_t)max_vcpus, sizeof(*mirrors));
+    if (!mirrors) {
+        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' register files\n", max_vcpus);
+        return -1;
+    }
+    return 0;
 }
 
 /* the mirror of vCPU vi if it is the authority now */
@@ -118,7 +129,10 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
         for (int n = 0; n < 18; n++) {
             if (!add[n]) continue;
             m->ctr[n] = (m->ctr[n] + (uint64_t)add[n]) % lim;
-            if (m->ovf[n] && m->pmi[n]) m->armed[n] = 1;
+            if (m->ovf[n] && m->pmi[n] && !m->armed[n]) {
+                m->armed[n] = 1;
+                m->state_changes++;
+            }
         }
         o->n = 0;
         return 1;
@@ -158,6 +172,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
         }
     }
     for (int n = 0; n < 18; n++) {
+        if (m->ovf[n] != ovf[n] || m->armed[n] != armed[n]) m->state_changes++;
         m->ctr[n] = v[n];
         m->ovf[n] = ovf[n];
         m->armed[n] = armed[n];
@@ -288,9 +303,12 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
     if (c >= 0) {
         m->ctr[c] = value;
     } else {
+        uint8_t ovf = (value & m->ovf_mask) != 0;
+        uint8_t armed = ovf ? m->armed[k] : 0;
+        if (ovf != m->ovf[k] || armed != m->armed[k]) m->state_changes++;
         m->cccr[k] = value;
-        m->ovf[k] = (value & m->ovf_mask) != 0;
-        if (!m->ovf[k]) m->armed[k] = 0;
+        m->ovf[k] = ovf;
+        m->armed[k] = armed;
     }
     mirror_after(vi, m);
     m->n_wrmsr++;

@@ -1053,6 +1053,10 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
     if (!vcpus) {
         return -1;
     }
+    /* before Python starts: the PMU model's counter state lives in the mirrors */
+    if (mirror_setup(n_vcpus_max) < 0) {
+        return -1;
+    }
     if (p4pmu_py_init(argc, argv, info->system.smp_vcpus, n_vcpus_max) != 1) {
         fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
         return -1;
@@ -1060,7 +1064,6 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
     if (counting_setup(id, &opts, n_vcpus_max) < 0) {
         return -1;
     }
-    mirror_setup(n_vcpus_max);
     sb_pending = qemu_plugin_scoreboard_new(sizeof(uint64_t));
     pending_entry.score = sb_pending;
     pending_entry.offset = 0;

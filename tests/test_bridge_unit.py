@@ -111,7 +111,7 @@ class FakePMU:
 def make_bridge(threads=1, log=None, n=4):
     FakePMU.instances = []
     opts = parse_options([f"threads={threads}"] + ([f"log={log}"] if log else []))
-    b = Bridge(opts, n, n, pmu_factory=FakePMU)
+    b = Bridge(opts, n, n, pmu_factory=lambda core: FakePMU())
     FakePMU.fault = b.PMUFault
     return b
 

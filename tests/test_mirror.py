@@ -34,8 +34,8 @@ ALL_INSTR = escr_value("instr_retired", "NBOGUSNTAG", t0_os=True, t0_usr=True)
 USR_BRANCH = escr_value("branch_retired", "MMNP", "MMNM", "MMTP", "MMTM", t0_usr=True)
 
 _STATS = re.compile(r"# mirror: (\d+) RDMSR, (\d+) WRMSR, (\d+) RDPMC, (\d+) deadlines "
-                    r"served in C \((\d+) overflow walks\); (\d+) declined; (\d+) hand-overs, "
-                    r"(\d+) pulls")
+                    r"served in C \((\d+) overflow walks\); (\d+) declined; fast path on (\d+) "
+                    r"times, off (\d+) times")
 
 
 @dataclass
@@ -47,8 +47,8 @@ class Served:
     deadlines: int
     walks: int
     declined: int
-    handovers: int
-    pulls: int
+    fast_path_on: int
+    fast_path_off: int
 
 
 def _run(run_guest, tmp_path, guest, script, mirror, opts=(), model="0F_04", qemu_args=()):
@@ -304,8 +304,8 @@ def test_two_vcpus_each_with_its_own_mirror(run_guest, tmp_path):
 
 
 def _cascade_script():
-    """Seed 001 (halting a counter and a cascaded counter: cascades from seed 000) as
-    test_events_seeds runs it, then RDPMC of the counters involved."""
+    """The SDM's halting of a counter and a cascaded counter (SDM Vol. 3B 18.18.6.5, with the
+    cascades of 18.15.5.6) as test_events_seeds runs it, then RDPMC of the counters involved."""
     s = halting_script()
     for n in (12, 13, 14, 15, 16):
         s.rdpmc(n, f"p{n}")
@@ -323,8 +323,9 @@ def test_cascade_and_halting_fall_back_to_python(run_guest, tmp_path):
                                         ("0F_02", ("errata=off",))])
 def test_extended_cascade_and_the_pmi_erratum_fall_back_to_python(run_guest, tmp_path, model,
                                                                   opts):
-    """Seed 002: counter 12 started by counter 16's overflow (bit 11), with OVF_PMI; 0F_02's
-    cascade-PMI erratum suppresses the interrupt (errata=off: it is back)."""
+    """Extended cascading (SDM Vol. 3B 18.15.5.7, Example 18-2): counter 12 started by
+    counter 16's overflow (bit 11), with OVF_PMI; 0F_02's cascade-PMI erratum suppresses the
+    interrupt (errata=off: it is back)."""
     s = EvScript()
     s.pmi_config(0, counter=12)
     s.pmi_reset()

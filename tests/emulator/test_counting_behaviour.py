@@ -11,7 +11,7 @@ import pytest
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.activity import Activity, ClockKind
-from p4pmu.emulator.interrupts import LVT_MASK, lvt_decode, pmi_delivery
+from lvt_reference import LVT_MASK, lvt_decode, pmi_delivery
 from p4pmu.emulator.models import MODELS, get_model
 from p4pmu.emulator.pmu import PMU
 

@@ -242,18 +242,23 @@ def test_misc_enable(key):
 
 # -- the access hook: a read is a point where the state is current --------------------------
 
-def test_before_access_hook_runs_before_every_access():
-    pmu = PMU(get_model())
-    calls = []
-
-    def flush(lp):
-        calls.append(lp)
-        pmu.counter[0] = 42  # what a pending batch would have counted
-
-    pmu.before_access = flush
+def test_host_storage_is_the_counter_state():
+    """A host's fast path (the plugin's C register file) and the model share one copy of the
+    counter state: the PMU reads and writes the host's arrays in place, also across reset."""
+    host = {"counter": np.zeros(T.NUM_COUNTERS, np.uint64),
+            "cccr_raw": np.zeros(T.NUM_COUNTERS, np.uint64),
+            "ovf": np.zeros(T.NUM_COUNTERS, np.bool_),
+            "pmi_armed": np.zeros(T.NUM_COUNTERS, np.bool_)}
+    pmu = PMU(get_model(), storage=host)
+    host["counter"][0] = 42  # what the host's fast path counted
     assert pmu.rdmsr(1, 0x300) == 42 and pmu.rdpmc(0, 0) == 42
     pmu.wrmsr(0, 0x301, 5)
-    assert calls == [1, 0, 0]
-    with pytest.raises(PMUFault):  # faults are raised before the hook runs
-        pmu.wrmsr(0, 0x360, 1 << 40)
-    assert calls == [1, 0, 0]
+    assert host["counter"][1] == 5
+    host["ovf"][2] = True
+    assert pmu.rdmsr(0, 0x362) >> 31 & 1
+    pmu.wrmsr(0, 0x362, 0)
+    assert not host["ovf"][2]
+    pmu.reset()
+    assert pmu.counter is host["counter"] and not host["counter"].any()
+    with pytest.raises(ValueError, match="counter"):
+        PMU(get_model(), storage={**host, "counter": np.zeros(4, np.uint64)})

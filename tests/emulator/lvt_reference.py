@@ -1,4 +1,6 @@
-"""The interrupt side of a counter overflow: the local-APIC LVT performance-counter entry.
+"""Reference model, for the tests, of the interrupt side of a counter overflow: the local-APIC
+LVT performance-counter entry.  The plugin implements this rule in C (plugin/pmi.c); the
+guest tests check it there, this model checks the PMU's request level against it.
 
 The PMU gives a *level* per logical processor (`PMU.pmi_request(lp)`: some counter with OVF
 set, its OVF_PMI_T<lp> bit set, that has counted an event since it overflowed; it stays
