@@ -17,8 +17,8 @@ cd "$here"
 say() { printf '\033[1m[p4pmu setup]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[p4pmu setup] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
-usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+usage() {  # the comment block at the top of this file, up to its first other line
+    awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"
 }
 
 cmd=${1:-}

@@ -21,17 +21,17 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
 from pathlib import Path
 
 from p4pmu.emulator import clockmodel as CM
-from p4pmu.emulator.models import DEFAULT_MODEL, get_model
+from p4pmu.emulator.models import DEFAULT_MODEL
 from p4pmu.plugin import bookkeeping_errors
+from p4pmu.qemu_glue import linux
+from p4pmu.qemu_glue.linux_io import HostOutput
 
 N_BRANCHY = 200_000
 N_HOT = 100_000
@@ -225,17 +225,73 @@ def _expectations(arch: str) -> dict:
     return {"branchy": runs, "hot": hot}
 
 
+class _Sections:
+    """Splits the guest script's output into its `@@begin NAME` ... `@@end NAME STATUS`
+    sections and renders each as it completes (after the model's expectations are ready).
+    It is fed from the thread that copies the guest's stdout: an error while rendering is
+    kept (the copy goes on) and raised by `finish`."""
+
+    def __init__(self, out: _Out, ctx: dict, expectations: threading.Thread):
+        self.out, self.ctx, self.expectations = out, ctx, expectations
+        self.cur: str | None = None
+        self.buf: list[str] = []
+        self.partial = b""
+        self.error: BaseException | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            self._guarded(line)
+
+    def finish(self) -> None:
+        """After the run: the last partial line; a rendering error is raised here."""
+        if self.partial:
+            self._guarded(self.partial)
+            self.partial = b""
+        if self.error is not None:
+            raise self.error
+
+    def _guarded(self, line: bytes) -> None:
+        if self.error is None:
+            try:
+                self._line(line.decode(errors="replace"))
+            except Exception as e:  # noqa: BLE001 - raised again by finish()
+                self.error = e
+
+    def _line(self, line: str) -> None:
+        m = re.match(r"^@@begin (\S+)$", line)
+        if m:
+            self.cur, self.buf = m.group(1), []
+            return
+        m = re.match(r"^@@end (\S+) (\d+)$", line)
+        if m and m.group(1) == self.cur:
+            self.expectations.join()
+            _render(self.out, self.cur, "\n".join(self.buf), int(m.group(2)), self.ctx)
+            self.cur = None
+            return
+        self.buf.append(line)
+
+
+def _linux_namespace(argv: list[str]) -> argparse.Namespace:
+    """`p4pmu linux`'s options for the demo's run, parsed by its own parser."""
+    ap = argparse.ArgumentParser(prog="p4pmu linux")
+    linux.add_arguments(ap)
+    return ap.parse_args(argv)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.replay:
         from p4pmu.qemu_glue import demo_replay
         return demo_replay.main(args)
     from p4pmu.qemu_glue import workloads as W
-    from p4pmu.qemu_glue.cli import plugin_file
+    from p4pmu.qemu_glue.cli import model_from_arg
     from p4pmu.qemu_glue.linux_image import ensure_image
+    from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.provision import ensure_qemu
     out = _Out()
     ctx: dict = {}
-    model = get_model(args.model)
+    model = model_from_arg(args.model)
     if args.arch == "amd64" and not model.long_mode:
         print(f"p4pmu demo: --model {model.key} has no EM64T: use --arch i386", file=sys.stderr)
         return 2
@@ -258,39 +314,19 @@ def main(args: argparse.Namespace) -> int:
     exp_thread.start()
     out.say(f"            QEMU {qemu.version} TCG; the p4pmu plugin serves the guest's PMU "
             f"and counts what it executes\n            booting the guest ({out.elapsed()}) ...")
-    with tempfile.TemporaryDirectory(prefix="p4pmu-demo-") as tmp:
-        klog = Path(tmp) / "kernel.log"
-        # --clock host: the guest's timer interrupts come only between translated blocks, so
-        # the clock model's schedule of each block is the one perf_p4 replays, to the clock
-        # (docs/linux-guest.md, "The guest's clock"); the demo samples with -c, not a frequency
-        cmd = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux", "--arch", args.arch,
-               "--kernel", args.kernel, "--clock", "host",
-               "--model", model.key, "--add", add, "--kernel-log", str(klog),
-               "--timeout", "300"]
-        if args.log:
-            cmd += ["--plugin-opt", f"log={Path(args.log).absolute()}"]
-        cmd += ["--", guest_script()]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL)
-        assert p.stdout is not None and p.stderr is not None
-        cur, buf = None, []
-        for line in p.stdout:
-            line = line.rstrip("\n")
-            m = re.match(r"^@@begin (\S+)$", line)
-            if m:
-                cur, buf = m.group(1), []
-                continue
-            m = re.match(r"^@@end (\S+) (\d+)$", line)
-            if m and m.group(1) == cur:
-                exp_thread.join()
-                _render(out, cur, "\n".join(buf), int(m.group(2)), ctx)
-                cur = None
-                continue
-            buf.append(line)
-        err = p.stderr.read()
-        rc = p.wait()
-    for line in bookkeeping_errors(err):  # a plugin bug: say so even when the demo worked
-        print(line, file=sys.stderr, flush=True)
+    # --clock host: the guest's timer interrupts come only between translated blocks, so
+    # the clock model's schedule of each block is the one perf_p4 replays, to the clock
+    # (docs/linux-guest.md, "The guest's clock"); the demo samples with -c, not a frequency
+    linux_args = ["--arch", args.arch, "--kernel", args.kernel, "--clock", "host",
+                  "--model", model.key, "--add", add, "--timeout", "300"]
+    if args.log:
+        linux_args += ["--plugin-opt", f"log={Path(args.log).absolute()}"]
+    sections = _Sections(out, ctx, exp_thread)
+    err = bytearray()
+    rc = linux.main(_linux_namespace(linux_args), [guest_script()],
+                    HostOutput(stdout=sections.feed, stderr=err.extend))
+    sections.finish()
+    err = err.decode(errors="replace")
     if rc != 0 or ctx.get("failed"):
         sys.stderr.write(err[-3000:])
         print(f"p4pmu demo: the guest failed (p4pmu linux exit status {rc})", file=sys.stderr)
