@@ -55,6 +55,7 @@ from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue.bare_metal_guests import guest_builder
+from p4pmu.qemu_glue.cli import model_from_arg
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
@@ -210,7 +211,6 @@ class Bench:
     def __init__(self, model: str, repeat: int, iterations: int, msr_k: tuple[int, int],
                  progress: bool = True, max_ratio: float = 20.0,
                  plugin_opts: dict[str, str] | None = None):
-        from p4pmu.qemu_glue.cli import model_from_arg
         self.model = model_from_arg(model)
         self.repeat = repeat
         self.iterations = iterations
@@ -498,7 +498,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
-    from p4pmu.qemu_glue.cli import model_from_arg
     model_from_arg(a.model)  # before anything is provisioned
     if a.quick:
         a.repeat, a.iterations = 2, 20_000_000

@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "emulated Pentium 4 PMU and show the kernel's PMU detection, "
                                    "`perf stat` of a bundled workload next to the model's exact "
                                    "counts, and a `perf record` profile of a workload with known "
-                                   "hot spots (about 15 s). --replay: the older bare-metal demo "
+                                   "hot spots (about 15 s). --replay: the bare-metal demo "
                                    "that replays the P4 driver's MSR traffic.")
     from p4pmu.qemu_glue import demo
     demo.add_arguments(d)

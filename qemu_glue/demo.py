@@ -13,7 +13,7 @@ the guest:
 3. `perf record` / `perf report` of `hotspots`, whose two functions take 3/4 and 1/4 of the
    clocks by the clock model.
 
-`p4pmu demo --replay` is the older demo: Linux's P4 driver MSR traffic replayed by a
+`p4pmu demo --replay` is the bare-metal demo: Linux's P4 driver MSR traffic replayed by a
 bare-metal probe guest, each access decoded (qemu_glue/demo_replay.py).
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator.models import DEFAULT_MODEL
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux
+from p4pmu.qemu_glue.cli import model_from_arg
 from p4pmu.qemu_glue.linux_io import HostOutput
 
 N_BRANCHY = 200_000
@@ -51,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"NetBurst CPU model to emulate (default {DEFAULT_MODEL}; amd64 needs "
                         "one with EM64T)")
     p.add_argument("--replay", action="store_true",
-                   help="the older demo instead: Linux's P4 driver MSR sequence replayed by a "
+                   help="the bare-metal demo instead: Linux's P4 driver MSR sequence replayed by a "
                         "bare-metal probe guest, every access decoded (no Linux)")
     p.add_argument("--strict", action="store_true",
                    help="--replay only: every reserved bit faults")
@@ -285,7 +286,6 @@ def main(args: argparse.Namespace) -> int:
         from p4pmu.qemu_glue import demo_replay
         return demo_replay.main(args)
     from p4pmu.qemu_glue import workloads as W
-    from p4pmu.qemu_glue.cli import model_from_arg
     from p4pmu.qemu_glue.linux_image import ensure_image
     from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.provision import ensure_qemu

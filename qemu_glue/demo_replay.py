@@ -1,4 +1,5 @@
-"""`p4pmu demo --replay`: boot the bundled probe guest on an emulated Pentium 4 and show its PMU traffic.
+"""`p4pmu demo --replay`: boot the bundled probe guest on an emulated Pentium 4 and show its
+PMU traffic.
 
 The guest (tests/guests/probe32, a bare-metal 32-bit multiboot kernel) replays the MSR
 sequence that Linux's P4 perf driver issues at boot and for `perf stat -e instructions`
@@ -21,8 +22,10 @@ from p4pmu.emulator.decode import describe, register_name
 from p4pmu.emulator.models import DEFAULT_MODEL, CpuModel
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue.bare_metal_guests import guest_builder
+from p4pmu.qemu_glue.cli import model_from_arg
 from p4pmu.qemu_glue.machine import P4Machine
-from p4pmu.qemu_glue.provision import ProvisionError
+from p4pmu.qemu_glue.plugin_lib import plugin_file
+from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
 
 MASK40 = T.COUNTER_MASK
 
@@ -108,8 +111,6 @@ def _boot(model: CpuModel, kernel: Path, script_bytes: bytes, strict: bool,
           log_path: str | None) -> _Run:
     """Boot the probe guest with the demo script; the plugin's log in memory unless
     --log names a file."""
-    from p4pmu.qemu_glue.plugin_lib import plugin_file
-    from p4pmu.qemu_glue.provision import ensure_qemu
     qemu = ensure_qemu(progress=True)
     with P4Machine(qemu, model, plugin=plugin_file(build=True), stdout=subprocess.PIPE,
                    stderr=subprocess.PIPE) as m:
@@ -130,7 +131,6 @@ def _boot(model: CpuModel, kernel: Path, script_bytes: bytes, strict: bool,
 
 
 def main(args: argparse.Namespace) -> int:
-    from p4pmu.qemu_glue.cli import model_from_arg
     model = model_from_arg(args.model)
     build, S = _guest_modules()
     guests = build.build_all(progress=False)

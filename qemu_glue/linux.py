@@ -53,11 +53,14 @@ from pathlib import Path
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux_image as li
+from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
                                       relay)
 from p4pmu.qemu_glue.machine import P4Machine
-from p4pmu.qemu_glue.provision import ProvisionError
+from p4pmu.qemu_glue.plugin_lib import plugin_file
+from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
+from p4pmu.qemu_glue.qemu_command import NoQemu, compose_qemu_command
 
 EXIT_TIMEOUT = 124
 EXIT_FAILURE = 125
@@ -434,9 +437,6 @@ class LinuxRun:
 
 def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     """Every check that needs nothing downloaded or built; UsageError."""
-    from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
-    from p4pmu.qemu_glue.qemu_command import NoQemu, compose_qemu_command
-
     if not command_words:
         raise UsageError("no COMMAND: give it after `--`, e.g. p4pmu linux -- perf stat true")
     popts = parse_plugin_opts(a.plugin_opt or [])
@@ -524,9 +524,6 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str],
               output: HostOutput | None = None) -> int:
     """The `p4pmu linux` command; returns the exit status (see the module doc).  ``output``:
     where the command's stdout and stderr go (default: this process's)."""
-    from p4pmu.qemu_glue.plugin_lib import plugin_file
-    from p4pmu.qemu_glue.provision import ensure_qemu
-
     run = check_request(a, command_words)
     output = output or HostOutput()
     qemu = ensure_qemu(progress=True)

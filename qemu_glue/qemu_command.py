@@ -14,6 +14,7 @@ from pathlib import Path
 
 from p4pmu.emulator.models import MODELS, CpuModel
 from p4pmu.qemu_glue import cpu as cpumod
+from p4pmu.qemu_glue.cli import PLUGIN_OPTS  # the plugin's option names, in its order
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.plugin_lib import is_p4pmu_plugin, site_packages
 
@@ -150,7 +151,6 @@ def plugin_argument(plugin: Path, model: CpuModel, popts: dict[str, str],
                     threads: str | None) -> str:
     """The value of ``-plugin``: the library, model=, stepping=, then the other options in
     the plugin's order (pypath defaults to this environment's site-packages)."""
-    from p4pmu.qemu_glue.cli import PLUGIN_OPTS  # the plugin's option names, in its order
     parts = [cpumod.qemu_escape(str(plugin)), f"model={model.key}",
              f"stepping={model.stepping}"]
     popts = {k: v for k, v in popts.items() if k not in ("model", "stepping")}
