@@ -66,6 +66,9 @@ MACHINE_ARGS = ("-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
 INSNS_PER_ITER = 17.5  # loop_bench (loops.S): 17, plus the INC on about half the iterations
 PMI_PERIOD = 10_000
 TARGETS = {"none": 1.05, "all18": 1.3, "pmi": 1.5}
+# configuration -> (with the plugin, the script's set-up)
+CONFIGURATIONS = {"plain": (False, "none"), "none": (True, "none"), "all18": (True, "all18"),
+                  "pmi": (True, "pmi")}
 MSR_TARGET_NS = 2000.0
 
 # (c): every counter counts an event the guest-activity model feeds (docs/guest-events.md),
@@ -262,8 +265,24 @@ class Bench:
             print(msg, file=sys.stderr, flush=True)
 
     def run(self) -> dict:
-        confs = {"plain": (False, "none"), "none": (True, "none"), "all18": (True, "all18"),
-                 "pmi": (True, "pmi")}
+        """Every configuration, the floor and the MSR microbenchmark: the results."""
+        res = self._guest_loop()
+        self._floor(res)
+        self._msr(res)
+        res["commands"] = self.commands
+        res["timing"] = ("vCPU thread" if not self.process_time_runs else
+                         f"vCPU thread, {self.process_time_runs} run(s) whole process")
+        return res
+
+    def _guest_loop(self) -> dict:
+        """(a)-(d): the benchmark loop under each configuration, round by round."""
+        rounds = self._guest_rounds()
+        return self._guest_results(*rounds)
+
+    def _guest_rounds(self):
+        """Work and start-up runs of every configuration, --repeat rounds, interleaved;
+        (work, start, outputs, timed_out, scaled) by configuration."""
+        confs = CONFIGURATIONS
         work: dict[str, list[float]] = {k: [] for k in confs}
         start: dict[str, list[float]] = {k: [] for k in confs}
         outputs: dict[str, str] = {}
@@ -300,6 +319,11 @@ class Bench:
                 outputs[key] = out
                 t, _ = self.one(f"{key}-start", plugin, script(cfg, "empty", 1))
                 start[key].append(t)
+        return work, start, outputs, timed_out, scaled
+
+    def _guest_results(self, work, start, outputs, timed_out, scaled) -> dict:
+        """The results of (a)-(d) from their runs: guest work, ratios, targets."""
+        confs = CONFIGURATIONS
         res: dict = {"model": self.model.key, "iterations": self.iterations,
                      "instructions": int(self.iterations * INSNS_PER_ITER), "repeat": self.repeat,
                      "plugin_opts": self.plugin_opts}
@@ -350,7 +374,10 @@ class Bench:
                 counts[int(tag[1:])] = int(val, 16)
         guest["all18"]["counts"] = counts
         res["guest"] = guest
+        return res
 
+    def _floor(self, res: dict) -> None:
+        """(f): QEMU's own cost of (d)'s interrupts, without the plugin."""
         # (f) QEMU's floor: a self-NMI every ~10,000 instructions, plain QEMU
         fl: dict[str, list[float]] = {"selfnmi_ram": [], "selfnmi": []}
         fl_out = ""
@@ -372,6 +399,8 @@ class Bench:
                         "us_per_interrupt": (b - a) * 1e6 / nmis if nmis else float("nan"),
                         "loop_all_s": fl["selfnmi_ram"], "nmi_all_s": fl["selfnmi"]}
 
+    def _msr(self, res: dict) -> None:
+        """(e): the cost of one intercepted MSR access."""
         # (e) MSR microbenchmark
         k1, k2 = self.msr_k
         msr = {}
@@ -396,10 +425,6 @@ class Bench:
             msr[name]["met"] = msr[name]["plugin_ns_median"] <= MSR_TARGET_NS
         res["msr"] = msr
         res["msr_k"] = [k1, k2]
-        res["commands"] = self.commands
-        res["timing"] = ("vCPU thread" if not self.process_time_runs else
-                         f"vCPU thread, {self.process_time_runs} run(s) whole process")
-        return res
 
 
 def _round_ratios(plain: dict, g: dict, scale: float) -> list[float]:

@@ -161,24 +161,8 @@ def _models_help() -> str:
     return "; ".join(f"{m.key} {m.codename}" for m in MODELS.values())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(
-        prog=PROG, formatter_class=fmt,
-        description="Emulated Intel Pentium 4 (NetBurst) performance-monitoring unit for x86 "
-                    "guests under QEMU TCG.",
-        epilog="Run `p4pmu COMMAND --help` for a command's options.\n"
-               "First time: `p4pmu setup` (downloads QEMU 11.1 into ~/.cache/p4pmu, builds "
-               "the plugin).")
-    try:
-        from importlib.metadata import version as _v
-        ver = _v("p4pmu")
-    except Exception:  # noqa: BLE001
-        ver = "unknown"
-    ap.add_argument("--version", action="version", version=f"%(prog)s {ver}")
-    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-
+def _add_qemu(sub, fmt) -> None:
+    """The parser of `p4pmu qemu`."""
     q = sub.add_parser(
         "qemu", formatter_class=fmt, help="run qemu-system-x86_64 with the emulated PMU",
         usage="p4pmu qemu [OPTIONS] -- QEMU_ARGS...",
@@ -214,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the QEMU command line on stderr before running it")
     q.set_defaults(func=_cmd_qemu)
 
+
+def _add_info(sub, fmt) -> None:
+    """The parser of `p4pmu info`."""
     i = sub.add_parser("info", formatter_class=fmt,
                        help="show QEMU, the plugin and the known CPU models",
                        description="Show the QEMU p4pmu would use (without downloading it), "
@@ -223,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "plugin_built, models, ...)")
     i.set_defaults(func=_command("info_cmd"))
 
+
+def _add_setup(sub, fmt) -> None:
+    """The parser of `p4pmu setup`."""
     s = sub.add_parser("setup", formatter_class=fmt,
                        help="provision QEMU, build the plugin, the test guests and workloads",
                        description="Provision QEMU 11.1 (a system one if suitable, else "
@@ -235,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not build the test guests and the workloads")
     s.set_defaults(func=_command("setup_cmd"))
 
+
+def _add_demo(sub, fmt) -> None:
+    """The parser of `p4pmu demo`."""
     d = sub.add_parser("demo", formatter_class=fmt,
                        help="Linux perf on the emulated PMU: detection, perf stat, perf record",
                        description="Boot the Linux guest (by default Debian 11's 5.10 kernel) "
@@ -248,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_arguments(d)
     d.set_defaults(func=_command("demo"))
 
+
+def _add_bench(sub, fmt) -> None:
+    """The parser of `p4pmu bench`."""
     b = sub.add_parser("bench", formatter_class=fmt,
                        help="measure the plugin's cost on a CPU-bound guest (source checkout)",
                        description="Run a CPU-bound test guest under plain QEMU and under the "
@@ -259,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     _bench.add_arguments(b)
     b.set_defaults(func=_command("bench"))
 
+
+def _add_events(sub, fmt) -> None:
+    """The parser of `p4pmu events`."""
     from p4pmu.qemu_glue import events_cmd  # p4pmu events (qemu_glue/events_cmd.py)
     ev = sub.add_parser("events", formatter_class=fmt,
                         help="list NetBurst events; encode event:MASK:...:u for perf",
@@ -266,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     events_cmd.add_arguments(ev)
     ev.set_defaults(func=_command("events_cmd"))
 
+
+def _add_linux(sub, fmt) -> None:
+    """The parser of `p4pmu linux`."""
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
     lx = sub.add_parser(
         "linux", formatter_class=fmt,
@@ -280,6 +282,33 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=linux_mod.usage_epilog())
     linux_mod.add_arguments(lx)
     lx.set_defaults(func=_cmd_linux)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(
+        prog=PROG, formatter_class=fmt,
+        description="Emulated Intel Pentium 4 (NetBurst) performance-monitoring unit for x86 "
+                    "guests under QEMU TCG.",
+        epilog="Run `p4pmu COMMAND --help` for a command's options.\n"
+               "First time: `p4pmu setup` (downloads QEMU 11.1 into ~/.cache/p4pmu, builds "
+               "the plugin).")
+    try:
+        from importlib.metadata import version as _v
+        ver = _v("p4pmu")
+    except Exception:  # noqa: BLE001
+        ver = "unknown"
+    ap.add_argument("--version", action="version", version=f"%(prog)s {ver}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    _add_qemu(sub, fmt)
+    _add_info(sub, fmt)
+    _add_setup(sub, fmt)
+    _add_demo(sub, fmt)
+    _add_bench(sub, fmt)
+    _add_events(sub, fmt)
+    _add_linux(sub, fmt)
     return ap
 
 

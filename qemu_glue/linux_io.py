@@ -49,8 +49,13 @@ class HostOutput:
             return
         custom = self._custom[name]
         if custom is not None:
-            with self._lock:
-                custom(chunk)
+            try:
+                with self._lock:
+                    custom(chunk)
+            except BrokenPipeError:  # the caller's own output went away
+                self._broken.add(name)
+                if name == "stdout":
+                    self.stdout_closed.set()
             return
         stream = getattr(sys, name)
         try:
