@@ -22,7 +22,7 @@ from p4pmu.emulator.decode import describe, register_name
 from p4pmu.emulator.models import DEFAULT_MODEL, CpuModel
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue.bare_metal_guests import guest_builder
-from p4pmu.qemu_glue.cli import model_from_arg
+from p4pmu.qemu_glue.cli import model_from_arg, parse_plugin_opts
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
@@ -110,11 +110,11 @@ class _Run:
 def _boot(model: CpuModel, kernel: Path, script_bytes: bytes, strict: bool,
           log_path: str | None) -> _Run:
     """Boot the probe guest with the demo script; the plugin's log in memory unless
-    --log names a file."""
+    ``log_path`` (--log, checked and absolute) names a file."""
     qemu = ensure_qemu(progress=True)
     with P4Machine(qemu, model, plugin=plugin_file(build=True), stdout=subprocess.PIPE,
                    stderr=subprocess.PIPE) as m:
-        log = str(Path(log_path).absolute()) if log_path else m.add_memfd("log")
+        log = log_path or m.add_memfd("log")
         m.plugin_opts = {"log": log, **({"strict": "on"} if strict else {})}
         m.qemu_args = ["-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
                        "-no-reboot", "-serial", "stdio",
@@ -132,13 +132,14 @@ def _boot(model: CpuModel, kernel: Path, script_bytes: bytes, strict: bool,
 
 def main(args: argparse.Namespace) -> int:
     model = model_from_arg(args.model)
+    log_path = parse_plugin_opts([f"log={args.log}"])["log"] if args.log else None
     build, S = _guest_modules()
     guests = build.build_all(progress=False)
     kernel = guests.get("probe32") or build.guest_path("probe32")
     script, steps = linux_sequence(S)
     print(f"p4pmu demo: booting {kernel.name} on an emulated {model.codename} "
           f"({model.key}, CPUID {model.signature:#x}, \"{model.brand}\")", flush=True)
-    r = _boot(model, kernel, script.to_bytes(), args.strict, args.log)
+    r = _boot(model, kernel, script.to_bytes(), args.strict, log_path)
     for line in bookkeeping_errors(r.stderr):
         print(line, file=sys.stderr, flush=True)
     out = S.parse_serial(r.serial)
