@@ -17,8 +17,8 @@ cd "$here"
 say() { printf '\033[1m[p4pmu setup]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[p4pmu setup] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
-usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+usage() {  # the comment block at the top of this file, up to its first other line
+    awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"
 }
 
 cmd=${1:-}
@@ -78,7 +78,8 @@ stamp=.venv/.p4pmu-installed
 want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing Python dependencies into .venv (numpy, cffi, pygdbmi, pytest, hypothesis)"
-    .venv/bin/python -m pip install -q --upgrade pip >&2 || die "pip could not be upgraded (no network to PyPI?)"
+    .venv/bin/python -m pip install -q --upgrade pip >&2 ||
+        die "pip could not be upgraded (no network to PyPI?)"
     .venv/bin/python -m pip install -q -e '.[test]' >&2 || die "pip install failed (see above)"
     echo "$want" > "$stamp"
 fi

@@ -1,4 +1,4 @@
-"""`p4pmu bench`: what the emulated PMU costs a CPU-bound guest (issue 4).
+"""`p4pmu bench`: what the emulated PMU costs a CPU-bound guest.
 
 Runs the events guest (tests/guests, `events32`; needs a source checkout) in the same
 invocation under
@@ -23,8 +23,8 @@ QEMU's vCPU thread ("CPU 0/TCG", read from /proc/PID/task/TID/schedstat while it
 runs the guest, every plugin callback and every Python call of the plugin.  Not the whole
 process: its main thread starts Python and numpy (0.2-0.3 s, page faults, varying by
 +-0.03 s from run to run), work that the start-up run subtracts only up to that noise, which
-biased every plugin configuration's ratio upwards (session 7, host profile of (b): its vCPU
-thread did plain QEMU's work within 3 %, while the process figure said 1.10).  Each
+biased every plugin configuration's ratio upwards (a host profile of (b): its vCPU thread
+did plain QEMU's work within 3 %, while the process figure said 1.10).  Each
 configuration runs a work run (the benchmark loop, N iterations) and a start-up run (the
 same script with an empty loop: boot, plugin and Python start-up, PMU programming); guest
 work = work run - start-up run, each the minimum over --repeat runs (interleaved across
@@ -47,15 +47,18 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
-from p4pmu.emulator.models import get_model
 from p4pmu.plugin import bookkeeping_errors
+from p4pmu.qemu_glue.bare_metal_guests import guest_builder
+from p4pmu.qemu_glue.cli import model_from_arg
+from p4pmu.qemu_glue.machine import P4Machine
+from p4pmu.qemu_glue.plugin_lib import plugin_file
+from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
 
 GUEST = "events32"
 MACHINE_ARGS = ("-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
@@ -63,6 +66,9 @@ MACHINE_ARGS = ("-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
 INSNS_PER_ITER = 17.5  # loop_bench (loops.S): 17, plus the INC on about half the iterations
 PMI_PERIOD = 10_000
 TARGETS = {"none": 1.05, "all18": 1.3, "pmi": 1.5}
+# configuration -> (with the plugin, the script's set-up)
+CONFIGURATIONS = {"plain": (False, "none"), "none": (True, "none"), "all18": (True, "all18"),
+                  "pmi": (True, "pmi")}
 MSR_TARGET_NS = 2000.0
 
 # (c): every counter counts an event the guest-activity model feeds (docs/guest-events.md),
@@ -174,10 +180,10 @@ class RunTimeout(RuntimeError):
     pass
 
 
-def _run(cmd: list[str], timeout: float) -> Run:
+def _run(machine: P4Machine, timeout: float) -> Run:
+    """Launch the machine and time it (see the module doc); RunTimeout after ``timeout``."""
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, start_new_session=True)
+    p = machine.launch()
     deadline = t0 + timeout
     tid, vcpu_ns = None, None
     while True:
@@ -194,12 +200,10 @@ def _run(cmd: list[str], timeout: float) -> Run:
             os.killpg(p.pid, 9)  # the session this run created, nothing else
             pid, status, ru = os.wait4(p.pid, 0)
             p.returncode = -9
-            raise RunTimeout(f"timed out after {timeout:.0f} s: {shlex.join(cmd)}")
+            raise RunTimeout(f"timed out after {timeout:.0f} s: {shlex.join(machine.command)}")
         time.sleep(0.002)
     p.returncode = os.waitstatus_to_exitcode(status)
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-    if p.stderr:
-        p.stderr.close()
     proc = ru.ru_utime + ru.ru_stime
     if vcpu_ns:
         return Run(vcpu_ns / 1e9, time.monotonic() - t0, p.returncode, err, proc, True)
@@ -210,9 +214,7 @@ class Bench:
     def __init__(self, model: str, repeat: int, iterations: int, msr_k: tuple[int, int],
                  progress: bool = True, max_ratio: float = 20.0,
                  plugin_opts: dict[str, str] | None = None):
-        from p4pmu.qemu_glue import cli
-        from p4pmu.qemu_glue.provision import ensure_qemu
-        self.model = get_model(model)
+        self.model = model_from_arg(model)
         self.repeat = repeat
         self.iterations = iterations
         self.msr_k = msr_k
@@ -220,33 +222,32 @@ class Bench:
         self.max_ratio = max_ratio
         self.plugin_opts = dict(plugin_opts or {})
         self.qemu = ensure_qemu(progress=progress)
-        self.plugin = cli.plugin_file(build=True, progress=progress)
-        mod, why = cli._guest_builder()
+        self.plugin = plugin_file(build=True, progress=progress)
+        mod, why = guest_builder()
         if mod is None:
-            raise RuntimeError(f"p4pmu bench needs the test guests of a source checkout: {why}")
+            raise ProvisionError(f"p4pmu bench needs the test guests of a source checkout: {why}")
         self.guest = Path(mod.build_all(progress)[GUEST])
-        self.tmp = Path(tempfile.mkdtemp(prefix="p4pmu-bench-"))
-        self._cli = cli
-        self.n = 0
         self.commands: dict[str, str] = {}
         self.process_time_runs = 0  # runs timed by process CPU time (vCPU thread not read)
 
-    def cmd(self, plugin: bool, text: str) -> tuple[list[str], Path]:
-        self.n += 1
-        s = self.tmp / f"s{self.n}.txt"
-        s.write_text(text)
-        serial = self.tmp / f"o{self.n}.txt"
-        qargs = [*MACHINE_ARGS, "-serial", f"file:{serial}", "-kernel", str(self.guest),
-                 "-initrd", str(s)]
-        cmd = self._cli.compose_qemu_command(self.qemu, self.model, qargs,
-                                             self.plugin_opts if plugin else {},
-                                             self.plugin if plugin else None)
-        return cmd, serial
+    def machine(self, plugin: bool, text: str) -> tuple[P4Machine, str]:
+        """The QEMU of one run, its guest script and serial port in memory; (machine, the
+        serial port's path for machine.memfd_bytes)."""
+        m = P4Machine(self.qemu, self.model, plugin=self.plugin if plugin else None,
+                      plugin_opts=self.plugin_opts if plugin else {},
+                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, own_session=True)
+        script = m.add_memfd("script", text.encode())
+        serial = m.add_memfd("serial")
+        m.qemu_args = [*MACHINE_ARGS, "-serial", f"file:{serial}", "-kernel", str(self.guest),
+                       "-initrd", script]
+        return m, serial
 
     def one(self, key: str, plugin: bool, text: str, timeout: float = 600) -> tuple[float, str]:
-        cmd, serial = self.cmd(plugin, text)
-        self.commands.setdefault(key, shlex.join(cmd))
-        r = _run(cmd, timeout=timeout)
+        machine, serial = self.machine(plugin, text)
+        with machine:
+            self.commands.setdefault(key, shlex.join(machine.command))
+            r = _run(machine, timeout=timeout)
+            out = machine.memfd_bytes(serial).decode(errors="replace")
         if not r.vcpu and not self.process_time_runs:
             print(f"bench: warning: {key}: the vCPU thread's CPU time could not be read "
                   "(/proc/PID/task/TID/schedstat); this run counts the whole process's",
@@ -254,9 +255,8 @@ class Bench:
         self.process_time_runs += 0 if r.vcpu else 1
         for line in bookkeeping_errors(r.serial):  # a plugin bug: say so, whatever the timing
             print(f"bench: {key}: {line}", file=sys.stderr, flush=True)
-        out = serial.read_text(errors="replace") if serial.exists() else ""
         if r.status != 1 or "DONE" not in out:
-            raise RuntimeError(f"guest run failed (status {r.status}): {shlex.join(cmd)}\n"
+            raise RuntimeError(f"guest run failed (status {r.status}): {self.commands[key]}\n"
                                f"{out[-2000:]}\n{r.serial[-2000:]}")
         return r.cpu, out
 
@@ -265,8 +265,24 @@ class Bench:
             print(msg, file=sys.stderr, flush=True)
 
     def run(self) -> dict:
-        confs = {"plain": (False, "none"), "none": (True, "none"), "all18": (True, "all18"),
-                 "pmi": (True, "pmi")}
+        """Every configuration, the floor and the MSR microbenchmark: the results."""
+        res = self._guest_loop()
+        self._floor(res)
+        self._msr(res)
+        res["commands"] = self.commands
+        res["timing"] = ("vCPU thread" if not self.process_time_runs else
+                         f"vCPU thread, {self.process_time_runs} run(s) whole process")
+        return res
+
+    def _guest_loop(self) -> dict:
+        """(a)-(d): the benchmark loop under each configuration, round by round."""
+        rounds = self._guest_rounds()
+        return self._guest_results(*rounds)
+
+    def _guest_rounds(self):
+        """Work and start-up runs of every configuration, --repeat rounds, interleaved;
+        (work, start, outputs, timed_out, scaled) by configuration."""
+        confs = CONFIGURATIONS
         work: dict[str, list[float]] = {k: [] for k in confs}
         start: dict[str, list[float]] = {k: [] for k in confs}
         outputs: dict[str, str] = {}
@@ -303,6 +319,11 @@ class Bench:
                 outputs[key] = out
                 t, _ = self.one(f"{key}-start", plugin, script(cfg, "empty", 1))
                 start[key].append(t)
+        return work, start, outputs, timed_out, scaled
+
+    def _guest_results(self, work, start, outputs, timed_out, scaled) -> dict:
+        """The results of (a)-(d) from their runs: guest work, ratios, targets."""
+        confs = CONFIGURATIONS
         res: dict = {"model": self.model.key, "iterations": self.iterations,
                      "instructions": int(self.iterations * INSNS_PER_ITER), "repeat": self.repeat,
                      "plugin_opts": self.plugin_opts}
@@ -353,7 +374,10 @@ class Bench:
                 counts[int(tag[1:])] = int(val, 16)
         guest["all18"]["counts"] = counts
         res["guest"] = guest
+        return res
 
+    def _floor(self, res: dict) -> None:
+        """(f): QEMU's own cost of (d)'s interrupts, without the plugin."""
         # (f) QEMU's floor: a self-NMI every ~10,000 instructions, plain QEMU
         fl: dict[str, list[float]] = {"selfnmi_ram": [], "selfnmi": []}
         fl_out = ""
@@ -375,6 +399,8 @@ class Bench:
                         "us_per_interrupt": (b - a) * 1e6 / nmis if nmis else float("nan"),
                         "loop_all_s": fl["selfnmi_ram"], "nmi_all_s": fl["selfnmi"]}
 
+    def _msr(self, res: dict) -> None:
+        """(e): the cost of one intercepted MSR access."""
         # (e) MSR microbenchmark
         k1, k2 = self.msr_k
         msr = {}
@@ -399,10 +425,6 @@ class Bench:
             msr[name]["met"] = msr[name]["plugin_ns_median"] <= MSR_TARGET_NS
         res["msr"] = msr
         res["msr_k"] = [k1, k2]
-        res["commands"] = self.commands
-        res["timing"] = ("vCPU thread" if not self.process_time_runs else
-                         f"vCPU thread, {self.process_time_runs} run(s) whole process")
-        return res
 
 
 def _round_ratios(plain: dict, g: dict, scale: float) -> list[float]:
@@ -501,6 +523,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
+    model_from_arg(a.model)  # before anything is provisioned
     if a.quick:
         a.repeat, a.iterations = 2, 20_000_000
     opts = {}
@@ -514,7 +537,8 @@ def main(a: argparse.Namespace) -> int:
     res = b.run()
     print(report(res))
     if a.show_commands:
-        print("\nQEMU command lines (work runs; the script is the -initrd file):")
+        print("\nQEMU command lines (work runs; the guest script and the serial port are "
+              "in-memory files, /dev/fd/N):")
         for k in ("plain-work", "none-work", "all18-work", "pmi-work"):
             if k in res["commands"]:
                 print(f"  {k}: {res['commands'][k]}")

@@ -13,7 +13,7 @@ the guest:
 3. `perf record` / `perf report` of `hotspots`, whose two functions take 3/4 and 1/4 of the
    clocks by the clock model.
 
-`p4pmu demo --replay` is the older demo: Linux's P4 driver MSR traffic replayed by a
+`p4pmu demo --replay` is the bare-metal demo: Linux's P4 driver MSR traffic replayed by a
 bare-metal probe guest, each access decoded (qemu_glue/demo_replay.py).
 """
 from __future__ import annotations
@@ -21,17 +21,18 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
 from pathlib import Path
 
 from p4pmu.emulator import clockmodel as CM
-from p4pmu.emulator.models import DEFAULT_MODEL, get_model
+from p4pmu.emulator.models import DEFAULT_MODEL
 from p4pmu.plugin import bookkeeping_errors
+from p4pmu.qemu_glue import linux
+from p4pmu.qemu_glue.cli import model_from_arg
+from p4pmu.qemu_glue.linux_io import HostOutput
 
 N_BRANCHY = 200_000
 N_HOT = 100_000
@@ -51,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"NetBurst CPU model to emulate (default {DEFAULT_MODEL}; amd64 needs "
                         "one with EM64T)")
     p.add_argument("--replay", action="store_true",
-                   help="the older demo instead: Linux's P4 driver MSR sequence replayed by a "
+                   help="the bare-metal demo instead: Linux's P4 driver MSR sequence replayed by a "
                         "bare-metal probe guest, every access decoded (no Linux)")
     p.add_argument("--strict", action="store_true",
                    help="--replay only: every reserved bit faults")
@@ -96,7 +97,127 @@ class _Out:
         return f"{time.monotonic() - self.t0:.0f} s"
 
 
+def _render_boot(out: _Out, text: str, ctx: dict) -> None:
+    """1. The kernel's own PMU detection messages."""
+    out.say("\n1. The kernel finds the PMU (its own messages):\n")
+    for ln in text.splitlines():
+        out.say("   " + ln)
+    out.say("\n   Linux's own, unmodified P4 perf driver took the emulated PMU; the NMI "
+            "watchdog holds a\n   counter. (Without the emulator: \"unsupported Netburst "
+            "CPU model ... software events only\".)")
+
+
+def _render_stat(out: _Out, text: str, ctx: dict) -> None:
+    """2. perf stat's counts next to the model's, and what the first run read."""
+    from p4pmu.qemu_glue import perf_p4 as P
+    got, first, exp = P.parse_stat_csv(text), ctx["first"], ctx["branchy"][1]
+    ctx["stat"] = got
+    model = {"cycles:u": exp.clocks, "instructions:u": exp.linux_instructions,
+             "branches:u": exp.linux_branches}
+    out.say(f"\n2. perf stat, counting ({out.elapsed()}). Workload: branchy {N_BRANCHY:,}, "
+            "a loop of 7 instructions\n   with two conditional branches, one taken every "
+            "4th time (qemu_glue/workloads/branchy.S).\n   'model' = what the plugin's "
+            "model retires for the program's machine code, exec to exit.\n")
+    out.say(f"   $ perf stat -e {','.join(STAT_EVENTS)} branchy {N_BRANCHY}")
+    for ev in STAT_EVENTS:
+        v, m = got[ev].value, model[ev]
+        mark = "exact" if v == m else f"differs by {(v or 0) - m:+,}"
+        out.say(f"   {_n(v):>18}  {ev:<16} model {m:>12,}  {mark}")
+    ipc = got["instructions:u"].value / got["cycles:u"].value if got["cycles:u"].value \
+        else 0
+    out.say(f"   {'':>18}  ({ipc:.2f} instructions per cycle; cycles:u is "
+            "global_power_events at user level)")
+    e0 = ctx["branchy"][0]  # the model's counts of that first (cold-predictor) run
+    cold = {"cycles:u": e0.clocks, "instructions:u": e0.linux_instructions,
+            "branches:u": e0.linux_branches}
+    ex = {ev: (first[ev].value or 0) - cold[ev] for ev in STAT_EVENTS}
+    same = ex["instructions:u"] == ex["branches:u"]
+    exact_first = all(v == 0 for v in ex.values())
+    para = ("The same command, the first perf command after boot, read "
+            + ", ".join(f"{_n(first[ev].value)} {ev}" for ev in STAT_EVENTS)
+            + (": the model's counts of that run (a cold branch predictor), exactly. "
+               if exact_first else ": NOT the model's counts. ")
+            + "Linux 5.10's P4 driver writes the period it means into the counter (twice, "
+            "the work-around for erratum N15); the demo switches the lockup detector off "
+            "only so that cycles:u is global_power_events at user level (with the NMI "
+            "watchdog on, Linux counts cycles through an alias at every privilege level)."
+            ) if not ctx.get("quirk") else ("The same command run first after boot read "
+            + ", ".join(f"{_n(first[ev].value)} {ev}" for ev in STAT_EVENTS)
+            + f": too high by {ex['instructions:u']:,}"
+            + (" (instructions, branches)" if same else
+               f" (instructions), {ex['branches:u']:,} (branches)")
+            + f" and {ex['cycles:u']:,} (cycles). Linux 6.1's p4_pmu_set_period writes a "
+            "counter's previous period where the new one belongs: a counter's first count "
+            f"after boot reads 2^39-1 = {P.MAX_PERIOD:,} too high (cycles' counter held "
+            f"the NMI watchdog's period, {P.MAX_PERIOD - ex['cycles:u']:,} clocks: 2^39-1 "
+            "minus that). A real Pentium 4 reads the same; the emulator stores what the "
+            "kernel writes. Later counts are exact if the task is never switched out, so "
+            "the demo runs it with `rt` (SCHED_FIFO) and the lockup detector off (its "
+            "stopper preempts every task every 4 s); see docs/linux-guest.md.")
+    out.say("")
+    out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
+
+
+def _render_misses(out: _Out, text: str, ctx: dict) -> None:
+    """2. (cont.) branch-misses next to the model's mispredictions."""
+    from p4pmu.qemu_glue import perf_p4 as P
+    got, exp = P.parse_stat_csv(text), ctx["branchy"][2]
+    out.say(f"\n   $ perf stat -e branch-misses:u,branches:u branchy {N_BRANCHY}")
+    for ev, m in (("branch-misses:u", exp.mispredicted), ("branches:u", exp.linux_branches)):
+        v = got[ev].value
+        mark = "exact" if v == m else f"differs by {(v or 0) - m:+,}"
+        out.say(f"   {_n(v):>18}  {ev:<16} model {m:>12,}  {mark}")
+    b, m = got["branches:u"].value, got["branch-misses:u"].value
+    if b and m is not None:
+        out.say(f"   {'':>18}  ({100 * m / b:.2f}% of branches mispredicted; "
+                "NetBurst counts instructions and\n"
+                f"   {'':>18}   branch-misses on the same ESCR: a separate run, no "
+                "multiplexing)")
+
+
+def _render_report(out: _Out, text: str, ctx: dict) -> None:
+    """3. perf report's profile of the two hot functions."""
+    from p4pmu.qemu_glue import perf_p4 as P
+    rep = P.parse_report(text)
+    hot = ctx["hot"]
+    ca, cb = hot["hot_a"].clocks, hot["hot_b"].clocks
+    out.say(f"\n3. perf record / perf report, sampling ({out.elapsed()}). Workload: "
+            f"hotspots {N_HOT:,}: hot_a runs the\n   same DIV loop 3x as often as hot_b "
+            f"(qemu_glue/workloads/hotspots.S): by the clock model\n   hot_a "
+            f"{ca:,} and hot_b {cb:,} clocks, 75% / 25%.\n")
+    out.say(f"   $ perf record -e cycles -c {PERIOD} -- sh -c 'sleep 0.01; "
+            f"exec hotspots {N_HOT}'")
+    out.say("   $ perf report --stdio --sort comm,dso,sym")
+    m = re.search(r"^# Samples: .*$", text, re.M)
+    if m:
+        out.say("   " + m.group(0))
+    for r in rep.rows[:6]:
+        out.say(f"   {r[0]:7.2f}%  {r[1]:5d}  {r[2]:<9} {r[3]:<18} [{r[4]}] {r[5]}")
+    if len(rep.rows) > 6:
+        out.say(f"   ... ({len(rep.rows) - 6} more rows, 1-2 samples each)")
+    sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
+    if sa + sb:
+        para = (f"hot_a {100 * sa / (sa + sb):.1f}% and hot_b {100 * sb / (sa + sb):.1f}% "
+                f"of their samples (model 75.0% / 25.0%); {sa + sb} samples for their "
+                f"{ca + cb:,} clocks (model: {(ca + cb) / PERIOD:.0f}, one per {PERIOD:,}). "
+                "`cycles` counts every privilege level, so interrupt handlers (and each "
+                "sample's own NMI handler) get their share; and a sample whose PMI meets a "
+                "timer interrupt lands at the interrupt's entry (docs/linux-guest.md).")
+        out.say("")
+        out.say(textwrap.fill(para, width=98, initial_indent="   ",
+                              subsequent_indent="   "))
+    if not ctx.get("quirk"):
+        return
+    para = ("Why the `sleep 0.01`: by the same 6.1 quirk a sampling event first runs for "
+            "its counter's previous period, which perf record's own probe event left at "
+            "2^39-1 clocks: a task never switched out would get no sample at all. One "
+            "switch (the sleep) reloads the counter.")
+    out.say("")
+    out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
+
+
 def _render(out: _Out, name: str, text: str, status: int, ctx: dict) -> None:
+    """Show one section of the guest script's output (split by _Sections)."""
     from p4pmu.qemu_glue import perf_p4 as P
     if status != 0:
         out.say(f"  !! `{name}` failed in the guest (exit {status}):")
@@ -104,114 +225,14 @@ def _render(out: _Out, name: str, text: str, status: int, ctx: dict) -> None:
             out.say("     " + ln)
         ctx["failed"] = True
         return
-    if name == "boot":
-        out.say("\n1. The kernel finds the PMU (its own messages):\n")
-        for ln in text.splitlines():
-            out.say("   " + ln)
-        out.say("\n   Linux's own, unmodified P4 perf driver took the emulated PMU; the NMI "
-                "watchdog holds a\n   counter. (Without the emulator: \"unsupported Netburst "
-                "CPU model ... software events only\".)")
-    elif name == "stat_first":
+    if name == "stat_first":  # shown with "stat"
         ctx["first"] = P.parse_stat_csv(text)
-    elif name == "stat":
-        got, first, exp = P.parse_stat_csv(text), ctx["first"], ctx["branchy"][1]
-        ctx["stat"] = got
-        model = {"cycles:u": exp.clocks, "instructions:u": exp.linux_instructions,
-                 "branches:u": exp.linux_branches}
-        out.say(f"\n2. perf stat, counting ({out.elapsed()}). Workload: branchy {N_BRANCHY:,}, "
-                "a loop of 7 instructions\n   with two conditional branches, one taken every "
-                "4th time (qemu_glue/workloads/branchy.S).\n   'model' = what the plugin's "
-                "model retires for the program's machine code, exec to exit.\n")
-        out.say(f"   $ perf stat -e {','.join(STAT_EVENTS)} branchy {N_BRANCHY}")
-        for ev in STAT_EVENTS:
-            v, m = got[ev].value, model[ev]
-            mark = "exact" if v == m else f"differs by {(v or 0) - m:+,}"
-            out.say(f"   {_n(v):>18}  {ev:<16} model {m:>12,}  {mark}")
-        ipc = got["instructions:u"].value / got["cycles:u"].value if got["cycles:u"].value \
-            else 0
-        out.say(f"   {'':>18}  ({ipc:.2f} instructions per cycle; cycles:u is "
-                "global_power_events at user level)")
-        e0 = ctx["branchy"][0]  # the model's counts of that first (cold-predictor) run
-        cold = {"cycles:u": e0.clocks, "instructions:u": e0.linux_instructions,
-                "branches:u": e0.linux_branches}
-        ex = {ev: (first[ev].value or 0) - cold[ev] for ev in STAT_EVENTS}
-        same = ex["instructions:u"] == ex["branches:u"]
-        exact_first = all(v == 0 for v in ex.values())
-        para = ("The same command, the first perf command after boot, read "
-                + ", ".join(f"{_n(first[ev].value)} {ev}" for ev in STAT_EVENTS)
-                + (": the model's counts of that run (a cold branch predictor), exactly. "
-                   if exact_first else ": NOT the model's counts. ")
-                + "Linux 5.10's P4 driver writes the period it means into the counter (twice, "
-                "the work-around for erratum N15); the demo switches the lockup detector off "
-                "only so that cycles:u is global_power_events at user level (with the NMI "
-                "watchdog on, Linux counts cycles through an alias at every privilege level)."
-                ) if not ctx.get("quirk") else ("The same command run first after boot read "
-                + ", ".join(f"{_n(first[ev].value)} {ev}" for ev in STAT_EVENTS)
-                + f": too high by {ex['instructions:u']:,}"
-                + (" (instructions, branches)" if same else
-                   f" (instructions), {ex['branches:u']:,} (branches)")
-                + f" and {ex['cycles:u']:,} (cycles). Linux 6.1's p4_pmu_set_period writes a "
-                "counter's previous period where the new one belongs: a counter's first count "
-                f"after boot reads 2^39-1 = {P.MAX_PERIOD:,} too high (cycles' counter held "
-                f"the NMI watchdog's period, {P.MAX_PERIOD - ex['cycles:u']:,} clocks: 2^39-1 "
-                "minus that). A real Pentium 4 reads the same; the emulator stores what the "
-                "kernel writes. Later counts are exact if the task is never switched out, so "
-                "the demo runs it with `rt` (SCHED_FIFO) and the lockup detector off (its "
-                "stopper preempts every task every 4 s); see docs/linux-guest.md.")
-        out.say("")
-        out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
-    elif name == "misses":
-        got, exp = P.parse_stat_csv(text), ctx["branchy"][2]
-        out.say(f"\n   $ perf stat -e branch-misses:u,branches:u branchy {N_BRANCHY}")
-        for ev, m in (("branch-misses:u", exp.mispredicted), ("branches:u", exp.linux_branches)):
-            v = got[ev].value
-            mark = "exact" if v == m else f"differs by {(v or 0) - m:+,}"
-            out.say(f"   {_n(v):>18}  {ev:<16} model {m:>12,}  {mark}")
-        b, m = got["branches:u"].value, got["branch-misses:u"].value
-        if b and m is not None:
-            out.say(f"   {'':>18}  ({100 * m / b:.2f}% of branches mispredicted; "
-                    "NetBurst counts instructions and\n"
-                    f"   {'':>18}   branch-misses on the same ESCR: a separate run, no "
-                    "multiplexing)")
-    elif name == "record":
-        pass
-    elif name == "report":
-        rep = P.parse_report(text)
-        hot = ctx["hot"]
-        ca, cb = hot["hot_a"].clocks, hot["hot_b"].clocks
-        out.say(f"\n3. perf record / perf report, sampling ({out.elapsed()}). Workload: "
-                f"hotspots {N_HOT:,}: hot_a runs the\n   same DIV loop 3x as often as hot_b "
-                f"(qemu_glue/workloads/hotspots.S): by the clock model\n   hot_a "
-                f"{ca:,} and hot_b {cb:,} clocks, 75% / 25%.\n")
-        out.say(f"   $ perf record -e cycles -c {PERIOD} -- sh -c 'sleep 0.01; "
-                f"exec hotspots {N_HOT}'")
-        out.say("   $ perf report --stdio --sort comm,dso,sym")
-        m = re.search(r"^# Samples: .*$", text, re.M)
-        if m:
-            out.say("   " + m.group(0))
-        for r in rep.rows[:6]:
-            out.say(f"   {r[0]:7.2f}%  {r[1]:5d}  {r[2]:<9} {r[3]:<18} [{r[4]}] {r[5]}")
-        if len(rep.rows) > 6:
-            out.say(f"   ... ({len(rep.rows) - 6} more rows, 1-2 samples each)")
-        sa, sb = rep.symbol_samples("hot_a", "hotspots"), rep.symbol_samples("hot_b", "hotspots")
-        if sa + sb:
-            para = (f"hot_a {100 * sa / (sa + sb):.1f}% and hot_b {100 * sb / (sa + sb):.1f}% "
-                    f"of their samples (model 75.0% / 25.0%); {sa + sb} samples for their "
-                    f"{ca + cb:,} clocks (model: {(ca + cb) / PERIOD:.0f}, one per {PERIOD:,}). "
-                    "`cycles` counts every privilege level, so interrupt handlers (and each "
-                    "sample's own NMI handler) get their share; and a sample whose PMI meets a "
-                    "timer interrupt lands at the interrupt's entry (docs/linux-guest.md).")
-            out.say("")
-            out.say(textwrap.fill(para, width=98, initial_indent="   ",
-                                  subsequent_indent="   "))
-        if not ctx.get("quirk"):
-            return
-        para = ("Why the `sleep 0.01`: by the same 6.1 quirk a sampling event first runs for "
-                "its counter's previous period, which perf record's own probe event left at "
-                "2^39-1 clocks: a task never switched out would get no sample at all. One "
-                "switch (the sleep) reloads the counter.")
-        out.say("")
-        out.say(textwrap.fill(para, width=98, initial_indent="   ", subsequent_indent="   "))
+    elif name in _RENDERERS:
+        _RENDERERS[name](out, text, ctx)
+
+
+_RENDERERS = {"boot": _render_boot, "stat": _render_stat, "misses": _render_misses,
+              "report": _render_report}  # "setup", "record": nothing to show
 
 
 def _expectations(arch: str) -> dict:
@@ -225,17 +246,74 @@ def _expectations(arch: str) -> dict:
     return {"branchy": runs, "hot": hot}
 
 
+class _Sections:
+    """Splits the guest script's output into its `@@begin NAME` ... `@@end NAME STATUS`
+    sections and renders each as it completes (after the model's expectations are ready).
+    It is fed from the thread that copies the guest's stdout: an error while rendering is
+    kept (the copy goes on) and raised by `finish`."""
+
+    def __init__(self, out: _Out, ctx: dict, expectations: threading.Thread):
+        self.out, self.ctx, self.expectations = out, ctx, expectations
+        self.cur: str | None = None
+        self.buf: list[str] = []
+        self.partial = b""
+        self.error: BaseException | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            self._guarded(line)
+
+    def finish(self) -> None:
+        """After the run: the last partial line; a rendering error is raised here."""
+        if self.partial:
+            self._guarded(self.partial)
+            self.partial = b""
+        if self.error is not None:
+            raise self.error
+
+    def _guarded(self, line: bytes) -> None:
+        if self.error is None:
+            try:
+                self._line(line.decode(errors="replace"))
+            except BrokenPipeError:  # `p4pmu demo | head`: HostOutput stops the run
+                raise
+            except Exception as e:  # noqa: BLE001 - raised again by finish()
+                self.error = e
+
+    def _line(self, line: str) -> None:
+        m = re.match(r"^@@begin (\S+)$", line)
+        if m:
+            self.cur, self.buf = m.group(1), []
+            return
+        m = re.match(r"^@@end (\S+) (\d+)$", line)
+        if m and m.group(1) == self.cur:
+            self.expectations.join()
+            _render(self.out, self.cur, "\n".join(self.buf), int(m.group(2)), self.ctx)
+            self.cur = None
+            return
+        self.buf.append(line)
+
+
+def _linux_namespace(argv: list[str]) -> argparse.Namespace:
+    """`p4pmu linux`'s options for the demo's run, parsed by its own parser."""
+    ap = argparse.ArgumentParser(prog="p4pmu linux")
+    linux.add_arguments(ap)
+    return ap.parse_args(argv)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.replay:
         from p4pmu.qemu_glue import demo_replay
         return demo_replay.main(args)
     from p4pmu.qemu_glue import workloads as W
-    from p4pmu.qemu_glue.cli import plugin_file
     from p4pmu.qemu_glue.linux_image import ensure_image
+    from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.provision import ensure_qemu
     out = _Out()
     ctx: dict = {}
-    model = get_model(args.model)
+    model = model_from_arg(args.model)
     if args.arch == "amd64" and not model.long_mode:
         print(f"p4pmu demo: --model {model.key} has no EM64T: use --arch i386", file=sys.stderr)
         return 2
@@ -258,39 +336,21 @@ def main(args: argparse.Namespace) -> int:
     exp_thread.start()
     out.say(f"            QEMU {qemu.version} TCG; the p4pmu plugin serves the guest's PMU "
             f"and counts what it executes\n            booting the guest ({out.elapsed()}) ...")
-    with tempfile.TemporaryDirectory(prefix="p4pmu-demo-") as tmp:
-        klog = Path(tmp) / "kernel.log"
-        # --clock host: the guest's timer interrupts come only between translated blocks, so
-        # the clock model's schedule of each block is the one perf_p4 replays, to the clock
-        # (docs/linux-guest.md, "The guest's clock"); the demo samples with -c, not a frequency
-        cmd = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux", "--arch", args.arch,
-               "--kernel", args.kernel, "--clock", "host",
-               "--model", model.key, "--add", add, "--kernel-log", str(klog),
-               "--timeout", "300"]
-        if args.log:
-            cmd += ["--plugin-opt", f"log={Path(args.log).absolute()}"]
-        cmd += ["--", guest_script()]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL)
-        assert p.stdout is not None and p.stderr is not None
-        cur, buf = None, []
-        for line in p.stdout:
-            line = line.rstrip("\n")
-            m = re.match(r"^@@begin (\S+)$", line)
-            if m:
-                cur, buf = m.group(1), []
-                continue
-            m = re.match(r"^@@end (\S+) (\d+)$", line)
-            if m and m.group(1) == cur:
-                exp_thread.join()
-                _render(out, cur, "\n".join(buf), int(m.group(2)), ctx)
-                cur = None
-                continue
-            buf.append(line)
-        err = p.stderr.read()
-        rc = p.wait()
-    for line in bookkeeping_errors(err):  # a plugin bug: say so even when the demo worked
-        print(line, file=sys.stderr, flush=True)
+    # --clock host: the guest's timer interrupts come only between translated blocks, so
+    # the clock model's schedule of each block is the one perf_p4 replays, to the clock
+    # (docs/linux-guest.md, "The guest's clock"); the demo samples with -c, not a frequency
+    linux_args = ["--arch", args.arch, "--kernel", args.kernel, "--clock", "host",
+                  "--model", model.key, "--add", add, "--timeout", "300"]
+    if args.log:
+        linux_args += ["--plugin-opt", f"log={Path(args.log).absolute()}"]
+    sections = _Sections(out, ctx, exp_thread)
+    err = bytearray()
+    output = HostOutput(stdout=sections.feed, stderr=err.extend)
+    rc = linux.main(_linux_namespace(linux_args), [guest_script()], output)
+    if output.stdout_closed.is_set():  # `p4pmu demo | head`: stopped, as a pipeline would
+        return 0
+    sections.finish()
+    err = err.decode(errors="replace")
     if rc != 0 or ctx.get("failed"):
         sys.stderr.write(err[-3000:])
         print(f"p4pmu demo: the guest failed (p4pmu linux exit status {rc})", file=sys.stderr)

@@ -1,24 +1,31 @@
-"""`p4pmu demo --replay`: boot the bundled probe guest on an emulated Pentium 4 and show its PMU traffic.
+"""`p4pmu demo --replay`: boot the bundled probe guest on an emulated Pentium 4 and show its
+PMU traffic.
 
 The guest (tests/guests/probe32, a bare-metal 32-bit multiboot kernel) replays the MSR
 sequence that Linux's P4 perf driver issues at boot and for `perf stat -e instructions`
-(shared/notes/linux-guest.md), then three typical driver mistakes.  Every access goes through
+(docs/linux-guest.md), then three typical driver mistakes.  Every access goes through
 the real plugin to the Python PMU model; the demo prints each one decoded from the register
 tables, what the guest got back, and for each #GP the emulator's reason.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import subprocess
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.decode import describe, register_name
-from p4pmu.emulator.models import DEFAULT_MODEL, get_model
+from p4pmu.emulator.models import DEFAULT_MODEL, CpuModel
 from p4pmu.plugin import bookkeeping_errors
+from p4pmu.qemu_glue.bare_metal_guests import guest_builder
+from p4pmu.qemu_glue.cli import model_from_arg, parse_plugin_opts
+from p4pmu.qemu_glue.machine import P4Machine
+from p4pmu.qemu_glue.plugin_lib import plugin_file
+from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
 
 MASK40 = T.COUNTER_MASK
 
@@ -33,17 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _guest_modules():
-    from p4pmu.qemu_glue.cli import _guest_builder
-    build, why = _guest_builder()
+    build, why = guest_builder()
     if build is None:
-        raise SystemExit(f"p4pmu demo: the demo guest is not available: {why}")
-    import importlib
+        raise ProvisionError(f"the demo guest is not available: {why}")
     script = importlib.import_module(build.__name__.rsplit(".", 1)[0] + ".script")
     return build, script
 
 
 def linux_sequence(S):
-    """The demo script: (Script, [(index, caption)]).  Values from linux-guest.md."""
+    """The demo script: (Script, [(index, caption)]).  Values from docs/linux-guest.md."""
     s = S.Script(32)
     steps = []
 
@@ -93,34 +98,55 @@ def _what(op, model) -> str:
     return f"RDPMC{fast} counter {idx}{where}"
 
 
+@dataclass
+class _Run:
+    """What the probe guest printed, QEMU's stderr and exit status, the plugin's log."""
+    serial: str
+    stderr: str
+    status: int
+    log: str
+
+
+def _boot(model: CpuModel, kernel: Path, script_bytes: bytes, strict: bool,
+          log_path: str | None) -> _Run:
+    """Boot the probe guest with the demo script; the plugin's log in memory unless
+    ``log_path`` (--log, checked and absolute) names a file."""
+    qemu = ensure_qemu(progress=True)
+    with P4Machine(qemu, model, plugin=plugin_file(build=True), stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE) as m:
+        log = log_path or m.add_memfd("log")
+        m.plugin_opts = {"log": log, **({"strict": "on"} if strict else {})}
+        m.qemu_args = ["-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
+                       "-no-reboot", "-serial", "stdio",
+                       "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+                       "-kernel", str(kernel), "-initrd", m.add_memfd("script", script_bytes)]
+        m.launch()
+        out, err = m.process.communicate(timeout=120)
+        if log_path:
+            text = Path(log).read_text() if Path(log).exists() else ""
+        else:
+            text = m.memfd_bytes(log).decode(errors="replace")
+        return _Run(out.decode(errors="replace"), err.decode(errors="replace"),
+                    m.process.returncode, text)
+
+
 def main(args: argparse.Namespace) -> int:
-    model = get_model(args.model)
+    model = model_from_arg(args.model)
+    log_path = parse_plugin_opts([f"log={args.log}"])["log"] if args.log else None
     build, S = _guest_modules()
     guests = build.build_all(progress=False)
     kernel = guests.get("probe32") or build.guest_path("probe32")
     script, steps = linux_sequence(S)
-    exe = Path(sys.executable).with_name("p4pmu")
-    with tempfile.TemporaryDirectory(prefix="p4pmu-demo-") as tmp:
-        mod = script.write(Path(tmp) / "demo-script.bin")
-        log = Path(args.log) if args.log else Path(tmp) / "pmu.log"
-        cmd = [str(exe) if exe.exists() else "p4pmu", "qemu", "--model", model.key,
-               "--plugin-opt", f"log={log}"]
-        if args.strict:
-            cmd += ["--plugin-opt", "strict=on"]
-        cmd += ["--", "-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
-                "-no-reboot", "-serial", "stdio",
-                "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-                "-kernel", str(kernel), "-initrd", str(mod)]
-        print(f"p4pmu demo: booting {kernel.name} on an emulated {model.codename} "
-              f"({model.key}, CPUID {model.signature:#x}, \"{model.brand}\")", flush=True)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        for line in bookkeeping_errors(r.stderr):
-            print(line, file=sys.stderr, flush=True)
-        out = S.parse_serial(r.stdout)
-        log_text = log.read_text() if log.exists() else ""
+    print(f"p4pmu demo: booting {kernel.name} on an emulated {model.codename} "
+          f"({model.key}, CPUID {model.signature:#x}, \"{model.brand}\")", flush=True)
+    r = _boot(model, kernel, script.to_bytes(), args.strict, log_path)
+    for line in bookkeeping_errors(r.stderr):
+        print(line, file=sys.stderr, flush=True)
+    out = S.parse_serial(r.serial)
+    log_text = r.log
     if not out.done:
-        sys.stderr.write(r.stdout[-2000:] + r.stderr[-2000:])
-        print(f"p4pmu demo: the guest did not finish (QEMU exit status {r.returncode})",
+        sys.stderr.write(r.serial[-2000:] + r.stderr[-2000:])
+        print(f"p4pmu demo: the guest did not finish (QEMU exit status {r.status})",
               file=sys.stderr)
         return 1
     reasons = [m.group(1) for m in re.finditer(r"#GP\(0\): (.*)", log_text)]

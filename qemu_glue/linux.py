@@ -14,7 +14,7 @@ How the output gets out (docs/linux-guest.md): three 16550 UARTs, each on its ow
 (QEMU's ``file`` character device on ``/dev/fd/N``):
 
 - ttyS0 (COM1, IRQ 4): the console: kernel messages and /init's own, ending with
-  ``P4PMU-EXIT <nonce> <status>``; copied to the kernel log file (and to stderr with
+  ``P4PMU-EXIT <nonce> <status>``; copied to the kernel log (and to stderr with
   ``--show-kernel``);
 - ttyS1 (COM2, IRQ 3): COMMAND's stdout, raw;
 - ttyS2 (COM3 at 3E8h, moved to IRQ 5 so that it does not share COM1's edge-triggered line).
@@ -26,17 +26,20 @@ unchanged (no CR/LF translation, any byte value) and COMMAND sees pipes, not a t
 Exit status: COMMAND's; 124 when the timeout expired; 125 when the guest or QEMU failed
 (a kernel panic, no status reported, QEMU could not start, an image could not be built);
 2 for a usage error.  Each failure prints what happened and the last kernel messages.
+
+Nothing of a run stays behind: the initramfs (the cached image's archive, then this run's:
+the command, its nonce, the --add files) is an in-memory file that QEMU reads as /dev/fd/N,
+the kernel log stays in memory unless --kernel-log names a file (or the run fails), and QEMU
+dies with p4pmu (qemu_glue/machine.py), also when p4pmu is SIGKILLed.
 """
 from __future__ import annotations
 
 import argparse
-import collections
+import io
 import os
 import re
 import secrets
-import select
 import shlex
-import shutil
 import signal
 import stat
 import subprocess
@@ -44,13 +47,20 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, get_model
+from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux_image as li
-from p4pmu.qemu_glue.provision import ProvisionError
+from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
+from p4pmu.qemu_glue.errors import UsageError
+from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
+                                      relay)
+from p4pmu.qemu_glue.machine import P4Machine
+from p4pmu.qemu_glue.plugin_lib import plugin_file
+from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
+from p4pmu.qemu_glue.qemu_command import NoQemu, compose_qemu_command
 
 EXIT_TIMEOUT = 124
 EXIT_FAILURE = 125
@@ -131,8 +141,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "defaults to /root/<name>, a relative one is under /root, one ending "
                         "in / is a folder to put it in. Repeatable")
     p.add_argument("--kernel-log", metavar="PATH",
-                   help="write the kernel's console messages here (default: a temporary file, "
-                        "kept and named only when the run fails)")
+                   help="write the kernel's console messages here (default: kept in memory, "
+                        "written to a file named in the message only when the run fails)")
     p.add_argument("--show-kernel", action="store_true",
                    help="also print the kernel's console messages on stderr")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -156,10 +166,6 @@ def usage_epilog() -> str:
             "  p4pmu linux --add ./bench:/root/bench -- ./bench\n"
             "  p4pmu linux --arch i386 --smp 2 --threads 2 -- 'perf list hw'\n"
             "  p4pmu linux -- 'dmesg | grep -i -e pmu -e netburst'")
-
-
-class UsageError(Exception):
-    """Reported like argparse's errors (exit status 2)."""
 
 
 @dataclass
@@ -212,12 +218,8 @@ def resolve_clock(clock: str, smp: int) -> str:
     return clock
 
 
-def check_machine(arch: str, smp: int, threads: int, model_key: str | None):
-    """The CpuModel; UsageError for what cannot boot."""
-    try:
-        model = get_model(model_key)
-    except KeyError as e:
-        raise UsageError(f"--model: {e.args[0]}") from None
+def check_machine(arch: str, smp: int, threads: int, model: CpuModel) -> None:
+    """UsageError for what cannot boot."""
     if arch == "amd64" and not model.long_mode:
         raise UsageError(f"--model {model.key} ({model.codename}) has no EM64T, so it cannot "
                          "run the 64-bit kernel: use --arch i386, or a model with long mode ("
@@ -227,7 +229,6 @@ def check_machine(arch: str, smp: int, threads: int, model_key: str | None):
     if threads == 2 and smp % 2:
         raise UsageError(f"--smp {smp} --threads 2: the number of logical CPUs must be even "
                          "(two threads per core)")
-    return model
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,156 +275,24 @@ def _add_size(path: Path) -> int:
     return path.stat().st_size
 
 
-def write_run_archive(path: Path, command: str, nonce: str, adds: list[AddSpec]) -> int:
+def run_archive(command: str, nonce: str, adds: list[AddSpec]) -> bytes:
     """The second cpio archive, appended to the image's: /p4pmu/{cmd,nonce} and the --add
-    files.  Returns the bytes of added files."""
-    total = 0
-    with open(path, "wb") as f:
-        w = li.CpioWriter(f, mtime=int(time.time()))
-        w.dir(li.GUEST_RUN_DIR.lstrip("/"), 0o700)
-        w.file(f"{li.GUEST_RUN_DIR.lstrip('/')}/cmd", command.encode(), 0o600)
-        w.file(f"{li.GUEST_RUN_DIR.lstrip('/')}/nonce", nonce.encode(), 0o600)
-        w.dirs.update({"root", "tmp", "bin", "usr", "usr/bin", "usr/local", "usr/local/bin",
-                       "etc", "lib", "usr/lib"})  # in the base archive already
-        for spec in adds:
-            total += _add_tree(w, spec)
-        w.finish()
-    return total
+    files."""
+    buf = io.BytesIO()
+    w = li.CpioWriter(buf, mtime=int(time.time()))
+    w.dir(li.GUEST_RUN_DIR.lstrip("/"), 0o700)
+    w.file(f"{li.GUEST_RUN_DIR.lstrip('/')}/cmd", command.encode(), 0o600)
+    w.file(f"{li.GUEST_RUN_DIR.lstrip('/')}/nonce", nonce.encode(), 0o600)
+    w.dirs.update({"root", "tmp", "bin", "usr", "usr/bin", "usr/local", "usr/local/bin",
+                   "etc", "lib", "usr/lib"})  # in the base archive already
+    for spec in adds:
+        _add_tree(w, spec)
+    w.finish()
+    return buf.getvalue()
 
 
 # --------------------------------------------------------------------------------------------
 # Running
-
-
-@dataclass
-class _Console:
-    """Copies the console pipe to the log (and stderr) and keeps the last lines."""
-
-    log: object  # binary file
-    echo: bool
-    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=400))
-    partial: bytes = b""
-
-    def feed(self, chunk: bytes) -> None:
-        self.log.write(chunk)  # type: ignore[attr-defined]
-        self.log.flush()  # type: ignore[attr-defined]
-        if self.echo:
-            _write_out(sys.stderr, chunk)
-        data = self.partial + chunk
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        if len(self.partial) > 65536:
-            lines.append(self.partial)
-            self.partial = b""
-        for ln in lines:
-            self.tail.append(ln.rstrip(b"\r").decode("utf-8", "replace"))
-
-    def lines(self) -> list[str]:
-        out = list(self.tail)
-        if self.partial:
-            out.append(self.partial.rstrip(b"\r").decode("utf-8", "replace"))
-        return out
-
-
-_broken: set[int] = set()
-stdout_closed = threading.Event()  # the host's stdout reader went away (`... | head`)
-_write_lock = threading.Lock()  # stdout and stderr share a terminal: one line at a time
-
-
-def _write_out(stream, chunk: bytes) -> None:
-    """Write to the host's stdout/stderr.  When the reader has gone (`| head`), the stream
-    is pointed at /dev/null (so that Python's exit does not complain) and, for stdout, the
-    run is stopped as a shell pipeline would stop its writer."""
-    key = id(stream)
-    if key in _broken:
-        return
-    try:
-        with _write_lock:
-            buf = getattr(stream, "buffer", None)
-            if buf is not None:
-                buf.write(chunk)
-                buf.flush()
-            else:
-                stream.write(chunk.decode("utf-8", "replace"))
-                stream.flush()
-    except (BrokenPipeError, ValueError, OSError):
-        _broken.add(key)
-        try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, stream.fileno())
-            os.close(null)
-        except (OSError, ValueError, AttributeError):
-            pass
-        if stream is sys.stdout:
-            stdout_closed.set()
-
-
-class LineSink:
-    """Passes a stream on in whole lines: the command's stdout and stderr arrive through two
-    UARTs a byte at a time, and on one terminal their bytes would interleave mid-line.  A
-    partial line (a prompt, a progress bar, binary data) goes out once nothing more came for
-    `PARTIAL_AFTER` seconds, once it reaches `MAX_PARTIAL` bytes, and at the end."""
-
-    PARTIAL_AFTER = 0.1
-    MAX_PARTIAL = 1 << 16
-
-    def __init__(self, write):
-        self.write = write
-        self.partial = b""
-
-    def feed(self, chunk: bytes) -> None:
-        data = self.partial + chunk
-        cut = data.rfind(b"\n") + 1
-        if len(data) - cut >= self.MAX_PARTIAL:
-            cut = len(data)
-        if cut:
-            self.write(data[:cut])
-        self.partial = data[cut:]
-
-    def flush(self) -> None:
-        if self.partial:
-            self.write(self.partial)
-            self.partial = b""
-
-
-def _relay(rfd: int, sink) -> None:
-    """Copy a pipe to ``sink`` (a callable, or a LineSink) until EOF.  A UART delivers one
-    byte per write(), so after a short read the copy waits a moment and lets bytes collect in
-    the pipe (64 KiB, far more than a UART's 0.5 MB/s fills in the pause): fewer wake-ups,
-    less CPU taken from QEMU."""
-    feed = sink.feed if isinstance(sink, LineSink) else sink
-    try:
-        while True:
-            if isinstance(sink, LineSink) and sink.partial:
-                ready, _, _ = select.select([rfd], [], [], LineSink.PARTIAL_AFTER)
-                if not ready:
-                    sink.flush()
-                    continue
-            try:
-                chunk = os.read(rfd, 1 << 16)
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
-            feed(chunk)
-            if len(chunk) < 4096:
-                time.sleep(0.01)
-    finally:
-        if isinstance(sink, LineSink):
-            sink.flush()
-        os.close(rfd)
-
-
-WARNING_PREFIX = b"p4pmu: warning:"
-
-
-def _read_qemu_stderr(stream, keep: bytearray) -> None:
-    """Keep QEMU's stderr for the kernel log and the failure report; pass the plugin's
-    warnings (emulator/notices.py) on to the user's stderr as they come."""
-    for line in iter(stream.readline, b""):
-        keep.extend(line)
-        if line.startswith(WARNING_PREFIX):
-            _write_out(sys.stderr, line)
 
 
 class _Stop(Exception):
@@ -431,109 +300,95 @@ class _Stop(Exception):
         self.signum = signum
 
 
-def compose_command(image: li.LinuxImage, model, popts: dict[str, str], plugin: Path | None,
-                    qemu, smp: int, threads: int, memory: int, initrd: Path,
-                    append: list[str], fds: tuple[int, int, int],
+def guest_qemu_args(image: li.LinuxImage, smp: int, threads: int, memory: int, initrd: str,
+                    append: list[str], uarts: tuple[str, str, str],
                     clock: str = DEFAULT_CLOCK) -> list[str]:
-    """The QEMU command line (`p4pmu qemu`'s composition with the guest's arguments)."""
-    from p4pmu.qemu_glue.cli import compose_qemu_command
-    con, out, err = fds
+    """QEMU's arguments for the guest (P4Machine adds the CPU and the plugin); ``uarts``:
+    the paths QEMU writes the console, stdout and stderr UARTs to."""
+    con, out, err = uarts
     smp_opt = str(smp) + (f",threads=2,cores={smp // 2},sockets=1" if threads == 2 else "")
     cmdline = " ".join(x for x in (KERNEL_CMDLINE, KERNEL_CMDLINE_ARCH.get(image.arch, ""),
                                    *append) if x)
-    qargs = [
+    return [
         *CLOCKS[clock],
         "-machine", "pc", "-m", str(memory), "-nodefaults", "-no-reboot", "-display", "none",
         "-smp", smp_opt,
-        "-kernel", str(image.kernel), "-initrd", str(initrd), "-append", cmdline,
-        "-chardev", f"file,id=p4pmu_con,path=/dev/fd/{con}", "-serial", "chardev:p4pmu_con",
-        "-chardev", f"file,id=p4pmu_out,path=/dev/fd/{out}", "-serial", "chardev:p4pmu_out",
-        "-chardev", f"file,id=p4pmu_err,path=/dev/fd/{err}",
+        "-kernel", str(image.kernel), "-initrd", initrd, "-append", cmdline,
+        "-chardev", f"file,id=p4pmu_con,path={con}", "-serial", "chardev:p4pmu_con",
+        "-chardev", f"file,id=p4pmu_out,path={out}", "-serial", "chardev:p4pmu_out",
+        "-chardev", f"file,id=p4pmu_err,path={err}",
         "-device", f"isa-serial,chardev=p4pmu_err,index=2,irq={COM3_IRQ}",
     ]
-    return compose_qemu_command(qemu, model, qargs, popts, plugin)
 
 
-def run_guest(cmd: list[str], console: _Console, out_sink, err_sink, fds: tuple[int, int, int],
-              rfds: tuple[int, int, int], timeout: float | None) -> tuple[int | None, str, str]:
-    """Start QEMU, copy the three pipes until QEMU is gone; (QEMU status, how it ended:
-    "exit", "timeout" or "stdout closed", QEMU's stderr)."""
-    qerr = bytearray()
-    stop: list[int] = []
-    old = {}
+@dataclass
+class GuestEnd:
+    """How a guest run ended: QEMU's exit status (None: never started), ``how`` ("exit",
+    "timeout" or "stdout closed") and QEMU's standard error."""
+    qemu_status: int | None
+    how: str
+    qemu_stderr: str
 
-    def on_signal(signum, _frame):  # noted here, acted on by the loop below
-        stop.append(signum)
 
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        try:
-            old[s] = signal.signal(s, on_signal)
-        except (ValueError, OSError):
-            pass
-    threads: list[threading.Thread] = []
-    p: subprocess.Popen | None = None
-    ended = "exit"
-    try:
-        try:
-            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, pass_fds=fds, start_new_session=True)
-        except OSError as e:
-            for fd in rfds:
-                os.close(fd)
-            raise LinuxError(f"cannot start QEMU ({cmd[0]}): {e}") from e
-        finally:
-            for fd in fds:
-                os.close(fd)
-        sinks = (console.feed, out_sink, err_sink)
-        for rfd, sink in zip(rfds, sinks):
-            t = threading.Thread(target=_relay, args=(rfd, sink), daemon=True)
-            t.start()
-            threads.append(t)
-        assert p.stderr is not None
-        t = threading.Thread(target=_read_qemu_stderr, args=(p.stderr, qerr), daemon=True)
+def _start_copies(machine: P4Machine, rfds, sinks, qerr: bytearray,
+                  output: HostOutput) -> list[threading.Thread]:
+    """Threads copying the three UART pipes and QEMU's stderr."""
+    threads = [threading.Thread(target=relay, args=(rfd, sink), daemon=True)
+               for rfd, sink in zip(rfds, sinks)]
+    threads.append(threading.Thread(target=read_qemu_stderr, daemon=True,
+                                    args=(machine.process.stderr, qerr, output)))
+    for t in threads:
         t.start()
-        threads.append(t)
-        deadline = time.monotonic() + timeout if timeout else None
-        while True:
+    return threads
+
+
+def run_guest(machine: P4Machine, sinks, rfds: tuple[int, int, int], timeout: float | None,
+              output: HostOutput) -> GuestEnd:
+    """Launch QEMU, copy the three pipes into ``sinks`` (console, stdout, stderr) until QEMU
+    is gone, the timeout expires, the host's stdout closes or p4pmu gets a stop signal
+    (then _Stop)."""
+    qerr = bytearray()
+    threads: list[threading.Thread] = []
+    ended = "exit"
+    noted: list[int] = []
+    with machine.note_signals(noted):
+        try:
             try:
-                p.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if stop:
-                break
-            if stdout_closed.is_set():
-                ended = "stdout closed"
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                ended = "timeout"
-                break
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        if p is not None and p.poll() is None:
-            _terminate(p)
-        for t in threads:
-            t.join(timeout=10)
-    if stop:
-        raise _Stop(stop[0])
+                machine.launch()
+            except BaseException:
+                for fd in rfds:
+                    os.close(fd)
+                raise
+            threads = _start_copies(machine, rfds, sinks, qerr, output)
+            ended = _watch(machine, timeout, noted, output)
+        finally:
+            machine.shutdown()
+            for t in threads:
+                t.join(timeout=10)
+    if noted:
+        raise _Stop(noted[0])
     text = qerr.decode("utf-8", "replace")
     if ended != "exit":  # QEMU's note that p4pmu stopped it
         text = "".join(ln for ln in text.splitlines(True) if "terminating on signal" not in ln)
-    return (p.returncode if p else None), ended, text
+    return GuestEnd(machine.exitcode, ended, text)
 
 
-def _terminate(p: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+def _watch(machine: P4Machine, timeout: float | None, noted: list[int],
+           output: HostOutput) -> str:
+    """Wait for QEMU's end; how it ended (a noted signal: "signal")."""
+    deadline = time.monotonic() + timeout if timeout else None
+    while True:
         try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            p.wait(timeout=wait)
-            return
+            machine.wait(timeout=0.2)
+            return "exit"
         except subprocess.TimeoutExpired:
-            continue
+            pass
+        if noted:
+            return "signal"
+        if output.stdout_closed.is_set():
+            return "stdout closed"
+        if deadline is not None and time.monotonic() > deadline:
+            return "timeout"
 
 
 _MARKER_RE = re.compile(rf"{li.EXIT_MARKER} (\S+) (\d+)")
@@ -564,21 +419,29 @@ def _tail(lines: list[str], n: int = TAIL_LINES) -> str:
     return "\n".join("  | " + ln for ln in shown) or "  | (no kernel messages)"
 
 
-def cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
-    """The `p4pmu linux` command; returns the exit status (see the module doc)."""
-    from p4pmu.qemu_glue.cli import (CliError, _NoQemu, compose_qemu_command, parse_plugin_opts,
-                                     plugin_file, resolve_model)
-    from p4pmu.qemu_glue.provision import ensure_qemu
+# --------------------------------------------------------------------------------------------
+# The command
 
+
+@dataclass
+class LinuxRun:
+    """A checked `p4pmu linux` command line."""
+    command: str
+    model: CpuModel
+    plugin_opts: dict[str, str]
+    plugin_arg: Path | None  # --plugin
+    adds: list[AddSpec]
+    log_path: Path | None  # --kernel-log
+    clock: str
+
+
+def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
+    """Every check that needs nothing downloaded or built; UsageError."""
     if not command_words:
         raise UsageError("no COMMAND: give it after `--`, e.g. p4pmu linux -- perf stat true")
-    command = " ".join(command_words)
-    try:
-        popts = parse_plugin_opts(a.plugin_opt or [])
-        model = resolve_model(a.model, None, popts)  # --model, or --plugin-opt model=
-    except CliError as e:
-        raise UsageError(str(e)) from None
-    check_machine(a.arch, a.smp, a.threads, model.key)
+    popts = parse_plugin_opts(a.plugin_opt or [])
+    model = resolve_model(a.model, None, popts)  # --model, or --plugin-opt model=
+    check_machine(a.arch, a.smp, a.threads, model)
     clock = resolve_clock(a.clock, a.smp)
     if a.no_plugin and (a.plugin_opt or a.plugin):
         raise UsageError("--no-plugin cannot go with --plugin or --plugin-opt")
@@ -597,101 +460,107 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
     log_path = Path(a.kernel_log).expanduser().absolute() if a.kernel_log else None
     if log_path is not None and (log_path.is_dir() or not log_path.parent.is_dir()):
         raise UsageError(f"--kernel-log {a.kernel_log}: not a file in an existing folder")
-    # check the QEMU arguments p4pmu composes before anything is downloaded
-    compose_qemu_command(_NoQemu(), model, ["-smp", f"{a.smp},threads={a.threads}"], popts, None)
-
+    compose_qemu_command(NoQemu(), model, ["-smp", f"{a.smp},threads={a.threads}"], popts, None)
     added = sum(_add_size(spec.host) for spec in adds)
     if added > a.memory * 1024 * 1024 // 3:
         raise UsageError(f"--add: {added / 1e6:.1f} MB of files do not fit in a {a.memory} MB "
                          "guest (they live in its RAM, twice while the initramfs is unpacked); "
                          "raise --memory")
+    return LinuxRun(" ".join(command_words), model, popts, plugin_arg, adds, log_path, clock)
 
-    qemu = ensure_qemu(progress=True)
-    plugin = None if a.no_plugin else (plugin_arg or plugin_file(build=True))
-    image = li.ensure_image(a.arch, progress=True, kernel=a.kernel)
 
-    tmp = Path(tempfile.mkdtemp(prefix="p4pmu-linux-"))
-    keep_log: Path | None = None
-    t0 = time.monotonic()
+def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: li.LinuxImage,
+          nonce: str, log, output: HostOutput) -> tuple[GuestEnd, Console]:
+    """Give the machine its guest (initramfs in memory, three UART pipes) and run it."""
+    initrd = machine.add_memfd_from("initrd", [image.initrd],
+                                    run_archive(run.command, nonce, run.adds))
+    pipes = [os.pipe() for _ in range(3)]
+    rfds = tuple(r for r, _ in pipes)
+    uarts = tuple(machine.pass_fd(w) for _, w in pipes)
+    machine.qemu_args = guest_qemu_args(image, a.smp, a.threads, a.memory, initrd, a.append,
+                                        uarts, run.clock)  # type: ignore[arg-type]
     try:
-        nonce = secrets.token_hex(8)
-        run_cpio = tmp / "run.cpio"
-        write_run_archive(run_cpio, command, nonce, adds)
-        initrd = tmp / "initrd.cpio"
-        with open(initrd, "wb") as dst:
-            with open(image.initrd, "rb") as src:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            with open(run_cpio, "rb") as src:
-                shutil.copyfileobj(src, dst)
-        log_file = log_path or (tmp / "kernel.log")
-        pipes = [os.pipe() for _ in range(3)]
-        rfds = tuple(r for r, _ in pipes)
-        wfds = tuple(w for _, w in pipes)
-        try:
-            cmd = compose_command(image, model, popts, plugin, qemu, a.smp, a.threads,
-                                  a.memory, initrd, a.append, wfds,  # type: ignore[arg-type]
-                                  clock)
-        except BaseException:
-            for fd in (*rfds, *wfds):
-                os.close(fd)
-            raise
         if a.verbose:
-            print(f"p4pmu: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-        with open(log_file, "wb") as logf:
-            console = _Console(logf, a.show_kernel)
-            qstatus, ended, qerr = run_guest(
-                cmd, console, LineSink(lambda c: _write_out(sys.stdout, c)),
-                LineSink(lambda c: _write_out(sys.stderr, c)), wfds, rfds,  # type: ignore
-                a.timeout or None)
-            if qerr.strip():
-                logf.write(b"\n--- QEMU's standard error ---\n" + qerr.encode())
-        for line in bookkeeping_errors(qerr):  # a plugin bug: not only in the kernel log
+            print(f"p4pmu: {shlex.join(machine.command)}", file=sys.stderr, flush=True)
+    except BaseException:
+        for fd in rfds:
+            os.close(fd)
+        raise
+    console = Console(log, a.show_kernel, output)
+    sinks = (console.feed, LineSink(output.stdout), LineSink(output.stderr))
+    end = run_guest(machine, sinks, rfds, a.timeout or None, output)  # type: ignore[arg-type]
+    if end.qemu_stderr.strip():
+        log.write(b"\n--- QEMU's standard error ---\n" + end.qemu_stderr.encode())
+    return end, console
+
+
+def _failure(a: argparse.Namespace, end: GuestEnd, lines: list[str], seconds: float,
+             where: str) -> int:
+    """Say why the run failed; its exit status."""
+    if end.how == "timeout":
+        what = f"the guest did not finish within {a.timeout:g} s (--timeout); stopped it"
+        code = EXIT_TIMEOUT
+    else:
+        code = EXIT_FAILURE
+        panic = next((ln for ln in lines if _PANIC_RE.search(ln)), None)
+        if end.qemu_status not in (0, None):
+            what = f"QEMU failed (exit status {end.qemu_status})"
+        elif panic:
+            what = f"the guest kernel failed: {_PANIC_RE.search(panic).group(1).strip()}"
+        else:
+            what = ("the guest stopped without reporting the command's exit status "
+                    "(it powered off or rebooted before /init finished)")
+    msg = [f"p4pmu linux: error: {what} after {seconds:.1f} s {where}",
+           "kernel messages:", _tail(lines)]
+    qerr = end.qemu_stderr
+    if qerr.strip():
+        msg += ["QEMU's standard error:",
+                "\n".join("  | " + ln for ln in qerr.strip().splitlines()[-TAIL_LINES:])]
+    print("\n".join(msg), file=sys.stderr, flush=True)
+    return code
+
+
+def cmd_linux(a: argparse.Namespace, command_words: list[str],
+              output: HostOutput | None = None) -> int:
+    """The `p4pmu linux` command; returns the exit status (see the module doc).  ``output``:
+    where the command's stdout and stderr go (default: this process's)."""
+    run = check_request(a, command_words)
+    output = output or HostOutput()
+    qemu = ensure_qemu(progress=True)
+    plugin = None if a.no_plugin else (run.plugin_arg or plugin_file(build=True))
+    image = li.ensure_image(a.arch, progress=True, kernel=a.kernel)
+    t0 = time.monotonic()
+    nonce = secrets.token_hex(8)
+    log = open(run.log_path, "wb") if run.log_path else io.BytesIO()
+    with log, P4Machine(qemu, run.model, plugin=plugin, plugin_opts=run.plugin_opts,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                        own_session=True) as machine:
+        end, console = _boot(a, run, machine, image, nonce, log, output)
+        for line in bookkeeping_errors(end.qemu_stderr):  # a plugin bug: not only in the log
             print(line, file=sys.stderr, flush=True)
         lines = console.lines()
         status = find_status(lines, nonce)
-        seconds = time.monotonic() - t0
-        if ended == "stdout closed":
+        if end.how == "stdout closed":
             return 128 + signal.SIGPIPE  # what the shell reports for a writer cut off
-        if status is not None and ended == "exit":
+        if status is not None and end.how == "exit":
             return status
-        keep_log = log_file if log_path else _keep(log_file)
-        where = f"(full kernel log: {keep_log})"
-        if ended == "timeout":
-            what = (f"the guest did not finish within {a.timeout:g} s (--timeout); stopped it")
-            code = EXIT_TIMEOUT
-        else:
-            code = EXIT_FAILURE
-            panic = next((ln for ln in lines if _PANIC_RE.search(ln)), None)
-            if qstatus not in (0, None):
-                what = f"QEMU failed (exit status {qstatus})"
-            elif panic:
-                what = f"the guest kernel failed: {_PANIC_RE.search(panic).group(1).strip()}"
-            else:
-                what = ("the guest stopped without reporting the command's exit status "
-                        "(it powered off or rebooted before /init finished)")
-        msg = [f"p4pmu linux: error: {what} after {seconds:.1f} s {where}",
-               "kernel messages:", _tail(lines)]
-        if qerr.strip():
-            msg += ["QEMU's standard error:",
-                    "\n".join("  | " + ln for ln in qerr.strip().splitlines()[-TAIL_LINES:])]
-        print("\n".join(msg), file=sys.stderr, flush=True)
-        return code
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        kept = run.log_path or _keep(log.getvalue())  # type: ignore[union-attr]
+        return _failure(a, end, lines, time.monotonic() - t0, f"(full kernel log: {kept})")
 
 
-def _keep(log: Path) -> Path:
-    """Move a temporary kernel log out of the run's folder so it survives it."""
+def _keep(log: bytes) -> Path:
+    """Write the in-memory kernel log of a failed run to a file that outlives the run."""
     fd, name = tempfile.mkstemp(prefix="p4pmu-linux-", suffix=".log")
-    os.close(fd)
-    shutil.move(str(log), name)
+    with os.fdopen(fd, "wb") as f:
+        f.write(log)
     return Path(name)
 
 
-def main(a: argparse.Namespace, command_words: list[str]) -> int:
+def main(a: argparse.Namespace, command_words: list[str],
+         output: HostOutput | None = None) -> int:
     """Entry point from the CLI: UsageError -> exit 2 (by the caller), others -> 125."""
     try:
-        return cmd_linux(a, command_words)
+        return cmd_linux(a, command_words, output)
     except _Stop as s:
         print(f"p4pmu linux: stopped by signal {s.signum}", file=sys.stderr)
         return 128 + s.signum

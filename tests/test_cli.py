@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, get_model
-from p4pmu.qemu_glue import cli, cpu
+from p4pmu.qemu_glue import cli, cpu, qemu_command
+from p4pmu.qemu_glue.plugin_lib import site_packages
 from p4pmu.qemu_glue.provision import ensure_qemu
 
 P4PMU = [sys.executable, "-m", "p4pmu.qemu_glue.cli"]
@@ -264,9 +265,9 @@ def test_missing_plugin_file_is_reported():
 def test_compose(qemu, tmp_path):
     plugin = tmp_path / "lib,p4pmu.so"  # a comma must reach QEMU escaped
     m = get_model("0F_02")
-    cmd = cli.compose_qemu_command(qemu, m, ["-smp", "2,threads=2", "-m", "64"],
-                                   cli.parse_plugin_opts(["strict=yes", f"log={tmp_path}/l"]),
-                                   plugin)
+    cmd = qemu_command.compose_qemu_command(
+        qemu, m, ["-smp", "2,threads=2", "-m", "64"],
+        cli.parse_plugin_opts(["strict=yes", f"log={tmp_path}/l"]), plugin)
     assert cmd[:len(qemu.argv())] == qemu.argv()
     rest = cmd[len(qemu.argv()):]
     assert rest[:2] == ["-accel", "tcg"]
@@ -275,12 +276,12 @@ def test_compose(qemu, tmp_path):
     parts = rest[5].replace(",,", "\0").split(",")
     assert parts[0] == str(plugin).replace(",", "\0")
     assert parts[1:] == ["model=0F_02", "stepping=9", "strict=on", f"log={tmp_path}/l",
-                         "threads=2", f"pypath={cli.site_packages()}"]
+                         "threads=2", f"pypath={site_packages()}"]
     assert rest[6:] == ["-smp", "2,threads=2", "-m", "64"]  # unchanged, at the end
     # the user's accelerator choice is kept; no plugin
-    cmd = cli.compose_qemu_command(qemu, m, ["-accel", "tcg,one-insn-per-tb=on"], {}, None)
+    cmd = qemu_command.compose_qemu_command(qemu, m, ["-accel", "tcg,one-insn-per-tb=on"], {}, None)
     assert "-plugin" not in cmd and cmd.count("-accel") == 1
-    cmd = cli.compose_qemu_command(qemu, m, ["-M", "pc,accel=tcg"], {}, None)
+    cmd = qemu_command.compose_qemu_command(qemu, m, ["-M", "pc,accel=tcg"], {}, None)
     assert "-accel" not in cmd
 
 

@@ -89,9 +89,10 @@ def test_runs_are_timed_by_the_vcpu_thread(plugin):
     callback and Python call), read while it runs: not the main thread's start-up (Python
     and numpy with the plugin), which the process figure includes."""
     b = B.Bench(model="0F_04", repeat=1, iterations=1000, msr_k=(1, 2), progress=False)
-    cmd, serial = b.cmd(plugin, B.script("all18" if plugin else "none", "bench", 200_000))
-    r = B._run(cmd, timeout=120)
-    assert r.status == 1 and "DONE" in serial.read_text(), r.serial[-2000:]
+    machine, serial = b.machine(plugin, B.script("all18" if plugin else "none", "bench", 200_000))
+    with machine:
+        r = B._run(machine, timeout=120)
+        assert r.status == 1 and b"DONE" in machine.memfd_bytes(serial), r.serial[-2000:]
     assert r.vcpu, "the vCPU thread's CPU time was not read"
     assert 0 < r.cpu < r.process_cpu
     if plugin:

@@ -234,7 +234,7 @@ def test_usage_errors():
 def linux_ready():
     """Images, QEMU and the plugin ready before the first timed run (so that no build
     progress lands in a test's stderr)."""
-    from p4pmu.qemu_glue.cli import plugin_file
+    from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
     built = {}
 
