@@ -55,7 +55,7 @@ from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue.bare_metal_guests import guest_builder
-from p4pmu.qemu_glue.cli import model_from_arg
+from p4pmu.qemu_glue.cli import model_from_arg, parse_plugin_opts
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
@@ -526,12 +526,7 @@ def main(a: argparse.Namespace) -> int:
     model_from_arg(a.model)  # before anything is provisioned
     if a.quick:
         a.repeat, a.iterations = 2, 20_000_000
-    opts = {}
-    for kv in a.plugin_opt:
-        if "=" not in kv:
-            raise SystemExit(f"p4pmu bench: --plugin-opt {kv!r} is not K=V")
-        k, v = kv.split("=", 1)
-        opts[k] = v
+    opts = parse_plugin_opts(a.plugin_opt)  # the plugin's option table: a UsageError
     b = Bench(a.model, a.repeat, a.iterations, tuple(a.msr_accesses),
               max_ratio=a.max_ratio, plugin_opts=opts)
     res = b.run()

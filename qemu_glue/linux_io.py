@@ -22,6 +22,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from p4pmu.plugin.errors import is_error_line
+
 WARNING_PREFIX = b"p4pmu: warning:"  # the plugin's warnings (emulator/notices.py)
 
 
@@ -172,8 +174,10 @@ def relay(rfd: int, sink) -> None:
 
 def read_qemu_stderr(stream, keep: bytearray, output: HostOutput) -> None:
     """Keep QEMU's stderr for the kernel log and the failure report; pass the plugin's
-    warnings on to the host's stderr as they come."""
+    warnings and its Python-error reports (plugin/errors.py: the first line of each, and the
+    summary at exit) on to the host's stderr as they come."""
     for line in iter(stream.readline, b""):
         keep.extend(line)
-        if line.startswith(WARNING_PREFIX):
+        if line.startswith(WARNING_PREFIX) or \
+                is_error_line(line.decode("utf-8", "replace")):
             output.stderr(line)
