@@ -60,6 +60,7 @@ QEMU_DEB_PACKAGE = "qemu-system-x86"
 QEMU_SERIES = (11, 1)  # any 11.1.x qualifies for a system QEMU
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"  # the *-security suites
 DEBIAN_SUITES = ("trixie", "trixie-backports")
 DEBIAN_TARGET_RELEASE = "trixie-backports"
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -372,9 +373,15 @@ class _Deb:
 
 
 @dataclass
-class _AptEnv:
+class AptEnv:
+    """apt-get and apt-cache under a private configuration rooted in `base`: its own sources
+    (`suites` of Debian's archive, signed-by the system's Debian keyring), lists, empty dpkg
+    status and archive folder; none of the system's apt configuration but its proxy settings.
+    QEMU's provisioning and the Linux guest images (p4pmu.qemu_glue.linux_image.packages)
+    both fetch through it."""
     base: Path  # <cache>/p4pmu/apt
-    arch: str
+    arch: str  # Debian architecture of the packages
+    suites: tuple[str, ...] = DEBIAN_SUITES
     conf: Path = field(init=False)
 
     def __post_init__(self):
@@ -391,9 +398,8 @@ class _AptEnv:
                   "archives/partial", "cache", "log"):
             (b / d).mkdir(parents=True, exist_ok=True)
         (b / "status").write_text("")  # an empty dpkg database: apt resolves everything
-        sources = "".join(
-            f"deb [signed-by={DEBIAN_KEYRING}] {DEBIAN_MIRROR} {s} main\n" for s in DEBIAN_SUITES)
-        (b / "etc/sources.list").write_text(sources)
+        (b / "etc/sources.list").write_text("".join(
+            f"deb [signed-by={DEBIAN_KEYRING}] {_mirror(s)} {s} main\n" for s in self.suites))
 
         def q(p) -> str:
             return '"' + str(p).replace('"', '') + '"'
@@ -443,15 +449,16 @@ class _AptEnv:
         os.chmod(self.conf, 0o600)  # may carry a proxy URL
 
     def run(self, args: list[str], line_cb: Callable[[str], None] | None = None,
-            timeout: float = 900) -> tuple[int, str]:
-        """Run apt-get/apt-cache with the private configuration; (exit status, all output)."""
+            timeout: float = 900, cwd: Path | None = None) -> tuple[int, str]:
+        """Run apt-get/apt-cache with the private configuration; (exit status, all output).
+        `cwd` (default `base`) is where `apt-get download` writes."""
         env = dict(os.environ)
         env.update(APT_CONFIG=str(self.conf), LC_ALL="C", LANG="C", LANGUAGE="C",
                    DEBIAN_FRONTEND="noninteractive")
         try:
             p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, text=True, env=env, bufsize=1,
-                                 cwd=str(self.base))
+                                 cwd=str(cwd or self.base))
         except OSError as e:
             raise ProvisionError(f"cannot run {args[0]}: {e}") from e
         out: list[str] = []
@@ -466,6 +473,11 @@ class _AptEnv:
                 break
         rc = p.wait()
         return rc, "".join(out)
+
+
+def _mirror(suite: str) -> str:
+    """The archive that serves a suite: the -security suites live on their own mirror."""
+    return DEBIAN_SECURITY_MIRROR if suite.endswith("-security") else DEBIAN_MIRROR
 
 
 def _system_proxy_settings() -> list[str]:
@@ -640,7 +652,7 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
         _safe_wipe(vdir)
     pr.say(f"provisioning QEMU {QEMU_DEB_PACKAGE}={deb_version} from Debian "
            f"{DEBIAN_TARGET_RELEASE} into {vdir}")
-    apt = _AptEnv(root / "apt", arch)
+    apt = AptEnv(root / "apt", arch)
     apt.prepare()
 
     # 1. indexes
@@ -779,7 +791,7 @@ def _policy() -> int:
     """Show what trixie-backports offers (to move the pin)."""
     arch, _, _ = _host_arch()
     _check_tools()
-    apt = _AptEnv(cache_root() / "apt", arch)
+    apt = AptEnv(cache_root() / "apt", arch)
     apt.prepare()
     rc, out = apt.run(["apt-get", "-q", "update"])
     if rc != 0:

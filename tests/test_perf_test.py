@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from p4pmu.plugin import bookkeeping_errors
-from p4pmu.qemu_glue import linux_image as li
+from p4pmu.qemu_glue.linux_image.cache import ensure_image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOC = REPO_ROOT / "docs" / "perf-test.md"
@@ -193,7 +193,7 @@ def comparison() -> Comparison:
         ensure_qemu(progress=True)
         if "--plugin" not in EXTRA_ARGS:
             plugin_file(build=True)
-        li.ensure_image("amd64", progress=True)
+        ensure_image("amd64", progress=True)
     except ProvisionError as e:
         pytest.fail(f"cannot prepare the amd64 Linux guest: {e}", pytrace=False)
     args, clk = clock()
