@@ -1,6 +1,6 @@
 """`p4pmu bench`: what the emulated PMU costs a CPU-bound guest (issue 4).
 
-Runs the events guest (tests/guests, `events32`; needs a source checkout) in the same
+Runs the events guest (p4pmu.qemu_glue.guests, `events32`) in the same
 invocation under
 
   (a) plain QEMU: the model's CPU, no plugin;
@@ -106,7 +106,7 @@ def _cccr(counter: int, escr: str, enable=True, pmi=False) -> int:
 
 
 def script(config: str, loop: str, n: int) -> str:
-    """The guest script of one run (format: tests/guests/common/events.c)."""
+    """The guest script of one run (format: qemu_glue/guests/common/events.c)."""
     lines = []
     if config == "all18":
         for ctr, escr, ev, bits in ALL18:
@@ -221,10 +221,8 @@ class Bench:
         self.plugin_opts = dict(plugin_opts or {})
         self.qemu = ensure_qemu(progress=progress)
         self.plugin = cli.plugin_file(build=True, progress=progress)
-        mod, why = cli._guest_builder()
-        if mod is None:
-            raise RuntimeError(f"p4pmu bench needs the test guests of a source checkout: {why}")
-        self.guest = Path(mod.build_all(progress)[GUEST])
+        from p4pmu.qemu_glue.guests import build as guest_build
+        self.guest = Path(guest_build.build_all(progress)[GUEST])
         self.tmp = Path(tempfile.mkdtemp(prefix="p4pmu-bench-"))
         self._cli = cli
         self.n = 0

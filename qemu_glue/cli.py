@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import importlib.util
 import json
 import os
 import shlex
@@ -20,7 +19,6 @@ from p4pmu.qemu_glue import cpu as cpumod
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu, find_qemu
 
 PROG = "p4pmu"
-REPO_ROOT = Path(__file__).resolve().parents[1]  # an editable install: the checkout
 
 # Plugin options (docs/architecture.md, contract 2).  The bridge's own list and parser are
 # the authority when present (they may know more, e.g. verbose=on|off).
@@ -486,27 +484,6 @@ def cmd_info(a: argparse.Namespace) -> int:
 # setup
 
 
-def _guest_builder():
-    """tests/guests/build.py of the checkout, if there is one with build_all(progress).
-
-    Loaded as the package ``p4pmu_test_guests`` (its relative imports work, and no top-level
-    ``tests`` package of some other distribution can get in the way)."""
-    gdir = REPO_ROOT / "tests" / "guests"
-    if not (gdir / "build.py").is_file():
-        return None, f"{gdir / 'build.py'} not found (not a source checkout?)"
-    name = "p4pmu_test_guests"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, gdir / "__init__.py", submodule_search_locations=[str(gdir)])
-        pkg = importlib.util.module_from_spec(spec)
-        sys.modules[name] = pkg
-        spec.loader.exec_module(pkg)  # type: ignore[union-attr]
-    mod = importlib.import_module(f"{name}.build")
-    if not hasattr(mod, "build_all"):
-        return None, f"{gdir / 'build.py'} has no build_all(progress)"
-    return mod, None
-
-
 def cmd_setup(a: argparse.Namespace) -> int:
     say = lambda msg: print(f"p4pmu setup: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     q = ensure_qemu(progress=True)
@@ -519,15 +496,12 @@ def cmd_setup(a: argparse.Namespace) -> int:
     if a.skip_guests:
         say("test guests: skipped (--skip-guests)")
     else:
-        mod, why = _guest_builder()
-        if mod is None:
-            say(f"test guests: skipped: {why}")
-        else:
-            try:
-                mod.build_all(True)
-            except Exception as e:  # noqa: BLE001
-                raise ProvisionError(f"building the test guests failed: {e}") from e
-            say("test guests: built")
+        from p4pmu.qemu_glue.guests import build as guest_build
+        try:
+            guest_build.build_all(True)
+        except Exception as e:  # noqa: BLE001
+            raise ProvisionError(f"building the test guests failed: {e}") from e
+        say("test guests: built")
     if a.skip_guests:
         say("workloads: skipped (--skip-guests)")
     else:
@@ -650,9 +624,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="provision QEMU, build the plugin, the test guests and workloads",
                        description="Provision QEMU 11.1 (a system one if suitable, else "
                                    "Debian's, unpacked into ~/.cache/p4pmu), build the PMU "
-                                   "plugin, the Linux guest's workloads (amd64 and i386) and, "
-                                   "in a source checkout, the test guests. Idempotent: a "
-                                   "second run only checks.")
+                                   "plugin, the Linux guest's workloads (amd64 and i386) and "
+                                   "the bare-metal guests. Idempotent: a second run only "
+                                   "checks.")
     s.add_argument("--skip-plugin", action="store_true", help="do not build the plugin")
     s.add_argument("--skip-guests", action="store_true",
                    help="do not build the test guests and the workloads")
@@ -673,12 +647,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", formatter_class=fmt,
-                       help="measure the plugin's cost on a CPU-bound guest (source checkout)",
+                       help="measure the plugin's cost on a CPU-bound guest",
                        description="Run a CPU-bound test guest under plain QEMU and under the "
                                    "plugin (nothing enabled, 18 counters, a PMI every 10,000 "
                                    "instructions) and time intercepted MSR accesses; prints "
-                                   "CPU times and ratios. Needs the test guests of a source "
-                                   "checkout.")
+                                   "CPU times and ratios.")
     from p4pmu.qemu_glue import bench as _bench
     _bench.add_arguments(b)
     b.set_defaults(func=cmd_bench)

@@ -1,6 +1,6 @@
 """`p4pmu demo --replay`: boot the bundled probe guest on an emulated Pentium 4 and show its PMU traffic.
 
-The guest (tests/guests/probe32, a bare-metal 32-bit multiboot kernel) replays the MSR
+The guest (p4pmu.qemu_glue.guests, probe32, a bare-metal 32-bit multiboot kernel) replays the MSR
 sequence that Linux's P4 perf driver issues at boot and for `perf stat -e instructions`
 (shared/notes/linux-guest.md), then three typical driver mistakes.  Every access goes through
 the real plugin to the Python PMU model; the demo prints each one decoded from the register
@@ -30,16 +30,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="strict reserved-bit policy: every reserved bit faults")
     p.add_argument("--log", metavar="PATH",
                    help="keep the plugin's access log here (default: a temporary file)")
-
-
-def _guest_modules():
-    from p4pmu.qemu_glue.cli import _guest_builder
-    build, why = _guest_builder()
-    if build is None:
-        raise SystemExit(f"p4pmu demo: the demo guest is not available: {why}")
-    import importlib
-    script = importlib.import_module(build.__name__.rsplit(".", 1)[0] + ".script")
-    return build, script
 
 
 def linux_sequence(S):
@@ -95,7 +85,8 @@ def _what(op, model) -> str:
 
 def main(args: argparse.Namespace) -> int:
     model = get_model(args.model)
-    build, S = _guest_modules()
+    from p4pmu.qemu_glue.guests import build
+    from p4pmu.qemu_glue.guests import script as S
     guests = build.build_all(progress=False)
     kernel = guests.get("probe32") or build.guest_path("probe32")
     script, steps = linux_sequence(S)
