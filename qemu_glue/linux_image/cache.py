@@ -12,22 +12,19 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import os
-import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.guest_init import INIT_SCRIPT, guest_helpers
-from p4pmu.qemu_glue.linux_image.kernel import extract_boot_files, extract_vmlinux, has_pvh_note
-from p4pmu.qemu_glue.linux_image.packages import (STUB_PACKAGES, apt_error, download_packages,
-                                                  resolve_packages)
+from p4pmu.qemu_glue.linux_image.kernel import install_kernel
+from p4pmu.qemu_glue.linux_image.packages import (STUB_PACKAGES, DebPackage, fetch_packages,
+                                                  unpack_packages)
 from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, DEFAULT_KERNEL, KernelPin, pin_for
 from p4pmu.qemu_glue.linux_image.root_tree import STUB_SONAMES, DebianTree, write_initramfs
-from p4pmu.qemu_glue.provision import (AptEnv, _Progress, _check_tools, _lock, _mb, _safe_wipe,
+from p4pmu.qemu_glue.provision import (_Progress, _check_tools, _lock, _mb, _safe_wipe,
                                        cache_root, finish_cache)
 
 # Bump when the builder produces a different image from the same packages.
@@ -154,9 +151,8 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None,
         raise
 
 
-
 def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: _Progress) -> LinuxImage:
-    arch = pin.arch
+    """Build the image of `pin` into `vdir` (under the cache lock) and stamp it."""
     t0 = time.monotonic()
     if vdir.exists():
         st = _read_stamp(vdir)
@@ -164,64 +160,39 @@ def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: _Progress) -> Linu
                "it has no completion stamp (an interrupted build)")
         pr.say(f"{vdir}: {why}: rebuilding")
         _safe_wipe(vdir, prefix="linux-", what="Linux image", error=ImageError)
-    pr.say(f"building the {arch} Linux {pin.kernel} guest image (Debian {pin.debian}: "
+    pr.say(f"building the {pin.arch} Linux {pin.kernel} guest image (Debian {pin.debian}: "
            f"{pin.kernel_package} and {pin.perf_package} {pin.version}, {BUSYBOX_PACKAGE}) "
            f"into {vdir}")
-    apt = AptEnv(root / f"apt-{pin.codename}-{arch}", arch, pin.suites)
-    apt.prepare()
-
-    pr.say(f"[1/6] apt-get update ({', '.join(pin.suites)}, {arch})")
-    rc, out = apt.run(["apt-get", "-q", "update"])
-    if rc != 0 or re.search(r"^(E:|W: Failed to fetch|Err:)", out, flags=re.M):
-        raise apt_error("apt-get update", rc, out, pin)
-
-    pr.say(f"[2/6] resolving {pin.perf_package}'s libraries")
-    pkgs = resolve_packages(apt, pin, pr)
-    download_packages(apt, pkgs, pin, pr)
-
+    apt, pkgs = fetch_packages(pin, root / f"apt-{pin.codename}-{pin.arch}", pr)
     vdir.mkdir(parents=True)
     work = vdir / "build"
     unpack = work / "root"
     unpack.mkdir(parents=True)
-    others = [p for p in pkgs if p.name != pin.kernel_package]
-    for i, p in enumerate(others, 1):
-        pr.step(f"[4/6] unpacking {i}/{len(others)} {p.name}", i, len(others))
-        r = subprocess.run(["dpkg-deb", "-x", str(apt.archives / p.filename), str(unpack)],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            err = r.stderr.strip()
-            if "No space left" in err:
-                raise OSError(errno.ENOSPC, err)
-            raise ImageError(f"dpkg-deb -x {p.filename} failed: {err}")
-
-    pr.say(f"[5/6] kernel {pin.release}: extracting /boot from {pin.kernel_package}")
+    unpack_packages(apt, [p for p in pkgs if p.name != pin.kernel_package], unpack, pr)
     kdeb = apt.archives / next(p.filename for p in pkgs if p.name == pin.kernel_package)
-    boot = extract_boot_files(kdeb, pin.release, work)
-    if "config" in boot:  # (Debian's System.map is a placeholder: the symbols are in -dbg)
-        os.replace(boot["config"], vdir / "config")
-    if pin.boot == "pvh":
-        vmlinux = extract_vmlinux(boot["vmlinuz"].read_bytes())
-        if not has_pvh_note(vmlinux):
-            raise ImageError(f"the vmlinux of {pin.kernel_package} has no PVH entry note "
-                             "(XEN_ELFNOTE_PHYS32_ENTRY): QEMU cannot boot it directly; set "
-                             f"boot='bzimage' in PINS[({pin.kernel!r}, {arch!r})]")
-        (vdir / "vmlinux").write_bytes(vmlinux)
-        kernel_file = vdir / "vmlinux"
-    else:
-        os.replace(boot["vmlinuz"], vdir / "bzImage")
-        kernel_file = vdir / "bzImage"
-
+    kernel_file = install_kernel(kdeb, pin, work, vdir, pr)
     pr.say("[6/6] initramfs: busybox, perf, its libraries, stubs for "
            "python/perl/slang/opencsd/babeltrace")
-    tree = DebianTree(unpack, arch)
-    facts = write_initramfs(tree, vdir / "initrd.cpio", pin, pr)
+    facts = write_initramfs(DebianTree(unpack, pin.arch), vdir / "initrd.cpio", pin, pr)
     shutil.rmtree(work, ignore_errors=True)
+    stamp = _stamp(pin, vdir, kernel_file, facts, pkgs)
+    finish_cache(vdir, stamp, apt, pkgs)
+    pr.say(f"{pin.arch} Linux guest image ready in {time.monotonic() - t0:.1f} s: kernel "
+           f"{_mb(stamp['kernel_bytes'])}, initramfs {_mb(stamp['initrd_bytes'])} "
+           f"({len(facts['libraries'])} libraries, {len(facts['stubs'])} stubs) at {vdir}")
+    img = find_image(pin.arch, pin.kernel)
+    assert img is not None
+    return img
 
-    stamp = {
+
+def _stamp(pin: KernelPin, vdir: Path, kernel_file: Path, facts: dict,
+           pkgs: list[DebPackage]) -> dict:
+    """The stamp of a finished image: its recipe, what it was built from, what it holds."""
+    return {
         "format": _STAMP_FORMAT,
-        "recipe": recipe_hash(arch, pin.kernel),
-        "recipe_inputs": recipe(arch, pin.kernel),
-        "arch": arch,
+        "recipe": recipe_hash(pin.arch, pin.kernel),
+        "recipe_inputs": recipe(pin.arch, pin.kernel),
+        "arch": pin.arch,
         "linux": pin.kernel,
         "kernel_package": pin.kernel_package,
         "version": pin.version,
@@ -234,11 +205,3 @@ def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: _Progress) -> Linu
         "packages": [{"file": p.filename, "name": p.name, "version": p.version,
                       "size": p.size, "sha256": p.sha256} for p in pkgs],
     }
-    finish_cache(vdir, stamp, apt, pkgs)
-    pr.say(f"{arch} Linux guest image ready in {time.monotonic() - t0:.1f} s: kernel "
-           f"{_mb(stamp['kernel_bytes'])}, initramfs {_mb(stamp['initrd_bytes'])} "
-           f"({len(facts['libraries'])} libraries, {len(facts['stubs'])} stubs) at {vdir}")
-    img = find_image(arch, pin.kernel)
-    assert img is not None
-    return img
-

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import lzma
+import os
 import shutil
 import struct
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 
 from p4pmu.qemu_glue.linux_image.elf import Elf
 from p4pmu.qemu_glue.linux_image.errors import ImageError
+from p4pmu.qemu_glue.linux_image.pins import KernelPin
+from p4pmu.qemu_glue.provision import _Progress
 
 def extract_boot_files(deb: Path, release: str, dest: Path) -> dict[str, Path]:
     """vmlinuz and config of ``release`` from the kernel package, reading its data
@@ -85,3 +88,22 @@ def has_pvh_note(vmlinux: bytes) -> bool:
                 return True
             p += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
     return False
+
+
+def install_kernel(deb: Path, pin: KernelPin, work: Path, vdir: Path, pr: _Progress) -> Path:
+    """The kernel of `pin` from its package into the image folder: ``vmlinux`` (PVH boot,
+    checked for the PVH note) or ``bzImage``, and its ``config``.  Returns the kernel file."""
+    pr.say(f"[5/6] kernel {pin.release}: extracting /boot from {pin.kernel_package}")
+    boot = extract_boot_files(deb, pin.release, work)
+    if "config" in boot:  # (Debian's System.map is a placeholder: the symbols are in -dbg)
+        os.replace(boot["config"], vdir / "config")
+    if pin.boot != "pvh":
+        os.replace(boot["vmlinuz"], vdir / "bzImage")
+        return vdir / "bzImage"
+    vmlinux = extract_vmlinux(boot["vmlinuz"].read_bytes())
+    if not has_pvh_note(vmlinux):
+        raise ImageError(f"the vmlinux of {pin.kernel_package} has no PVH entry note "
+                         "(XEN_ELFNOTE_PHYS32_ENTRY): QEMU cannot boot it directly; set "
+                         f"boot='bzimage' in PINS[({pin.kernel!r}, {pin.arch!r})]")
+    (vdir / "vmlinux").write_bytes(vmlinux)
+    return vdir / "vmlinux"

@@ -1,4 +1,4 @@
-"""The Debian packages of a Linux guest image: resolve a pin to files, download and verify them.
+"""The Debian packages of a Linux guest image: resolve a pin to files, download, verify, unpack.
 
 apt runs under p4pmu's private configuration (`p4pmu.qemu_glue.provision.AptEnv`, the one
 QEMU's provisioning uses, pointed at the pin's suites and the guest's architecture): apt checks
@@ -9,8 +9,10 @@ stub libraries in their place (`p4pmu.qemu_glue.linux_image.stub_library`).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ STUB_PACKAGES = re.compile(r"(libpython3\.\d+|libperl5\.\d+|libslang2|libopencsd
 
 
 def apt_error(what: str, rc: int, out: str, pin: KernelPin) -> ImageError:
+    """An apt failure in words: a vanished pin says which entry of PINS to move."""
     e = _apt_failure(what, rc, out)
     msg = str(e)
     low = out.lower()
@@ -46,6 +49,7 @@ def apt_error(what: str, rc: int, out: str, pin: KernelPin) -> ImageError:
 
 
 def _parse_records(out: str) -> dict[str, dict[str, str]]:
+    """`apt-cache show` output -> {package: {field: value}} (the first record of each)."""
     recs: dict[str, dict[str, str]] = {}
     for record in out.split("\n\n"):
         fields: dict[str, str] = {}
@@ -78,12 +82,43 @@ def _dep_names(field_value: str) -> list[list[str]]:
 
 @dataclass
 class DebPackage:
+    """One resolved package: its index entry (file name, size, SHA-256) and whether the
+    archive folder already has it."""
     name: str
     version: str
     filename: str
     size: int
     sha256: str
     hit: bool = False
+
+
+def fetch_packages(pin: KernelPin, apt_base: Path,
+                   pr: _Progress) -> tuple[AptEnv, list[DebPackage]]:
+    """apt-get update for the pin's suites, resolve its packages, download what is missing.
+    Returns the apt environment (its archive folder holds the files) and the packages."""
+    apt = AptEnv(apt_base, pin.arch, pin.suites)
+    apt.prepare()
+    pr.say(f"[1/6] apt-get update ({', '.join(pin.suites)}, {pin.arch})")
+    rc, out = apt.run(["apt-get", "-q", "update"])
+    if rc != 0 or re.search(r"^(E:|W: Failed to fetch|Err:)", out, flags=re.M):
+        raise apt_error("apt-get update", rc, out, pin)
+    pr.say(f"[2/6] resolving {pin.perf_package}'s libraries")
+    pkgs = resolve_packages(apt, pin, pr)
+    download_packages(apt, pkgs, pin, pr)
+    return apt, pkgs
+
+
+def unpack_packages(apt: AptEnv, pkgs: list[DebPackage], dest: Path, pr: _Progress) -> None:
+    """``dpkg-deb -x`` of each package into `dest` (a disk-full error stays an OSError)."""
+    for i, p in enumerate(pkgs, 1):
+        pr.step(f"[4/6] unpacking {i}/{len(pkgs)} {p.name}", i, len(pkgs))
+        r = subprocess.run(["dpkg-deb", "-x", str(apt.archives / p.filename), str(dest)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            err = r.stderr.strip()
+            if "No space left" in err:
+                raise OSError(errno.ENOSPC, err)
+            raise ImageError(f"dpkg-deb -x {p.filename} failed: {err}")
 
 
 def resolve_packages(apt: AptEnv, pin: KernelPin, pr: _Progress) -> list[DebPackage]:
@@ -141,7 +176,10 @@ def resolve_packages(apt: AptEnv, pin: KernelPin, pr: _Progress) -> list[DebPack
     return pkgs
 
 
-def download_packages(apt: AptEnv, pkgs: list[DebPackage], pin: KernelPin, pr: _Progress) -> None:
+def download_packages(apt: AptEnv, pkgs: list[DebPackage], pin: KernelPin,
+                      pr: _Progress) -> None:
+    """Bring every package into the archive folder: the ones already there with the index's
+    size and SHA-256 are kept, the others fetched with `apt-get download` and checked."""
     arch_dir = apt.archives
     arch_dir.mkdir(parents=True, exist_ok=True)
     for p in pkgs:
