@@ -24,8 +24,8 @@ from p4pmu.qemu_glue.linux_image.packages import (STUB_PACKAGES, DebPackage, fet
                                                   unpack_packages)
 from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, DEFAULT_KERNEL, KernelPin, pin_for
 from p4pmu.qemu_glue.linux_image.root_tree import STUB_SONAMES, DebianTree, write_initramfs
-from p4pmu.qemu_glue.provision import (_Progress, _check_tools, _lock, _mb, _safe_wipe,
-                                       cache_root, finish_cache)
+from p4pmu.qemu_glue.provision import (Progress, cache_lock, cache_root, check_tools, finish_cache,
+                                       megabytes, safe_wipe)
 
 # Bump when the builder produces a different image from the same packages.
 IMAGE_FORMAT = 1
@@ -120,8 +120,8 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None,
     img = find_image(arch, kernel)
     if img:
         return img
-    pr = _Progress(progress, stream)
-    _check_tools()
+    pr = Progress(progress, stream)
+    check_tools()
     root = cache_root()
     vdir = image_dir(arch, kernel)
     if ":" in str(vdir) or "," in str(vdir):
@@ -132,9 +132,10 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None,
         free = shutil.disk_usage(root).free
         if free < _MIN_FREE_BYTES:
             raise ImageError(f"not enough free disk space in {root} to build the Linux guest "
-                             f"image: {_mb(free)} free, about {_mb(_MIN_FREE_BYTES)} needed. "
-                             "Free some space or point XDG_CACHE_HOME elsewhere")
-        with _lock(root / f".linux-{arch}.lock", pr):
+                             f"image: {megabytes(free)} free, about "
+                             f"{megabytes(_MIN_FREE_BYTES)} needed. Free some space or point "
+                             "XDG_CACHE_HOME elsewhere")
+        with cache_lock(root / f".linux-{arch}.lock", pr):
             img = find_image(arch, kernel)  # another process may have built it meanwhile
             if img:
                 return img
@@ -142,7 +143,7 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None,
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise ImageError(f"the disk is full while building the Linux guest image in {vdir}: "
-                             f"free about {_mb(_MIN_FREE_BYTES)} (or set XDG_CACHE_HOME "
+                             f"free about {megabytes(_MIN_FREE_BYTES)} (or set XDG_CACHE_HOME "
                              "elsewhere) and try again; the half-finished folder is redone") \
                 from e
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -151,7 +152,7 @@ def ensure_image(arch: str = "amd64", progress: bool = True, stream=None,
         raise
 
 
-def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: _Progress) -> LinuxImage:
+def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: Progress) -> LinuxImage:
     """Build the image of `pin` into `vdir` (under the cache lock) and stamp it."""
     t0 = time.monotonic()
     if vdir.exists():
@@ -159,7 +160,7 @@ def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: _Progress) -> Linu
         why = ("it was built from another recipe" if st else
                "it has no completion stamp (an interrupted build)")
         pr.say(f"{vdir}: {why}: rebuilding")
-        _safe_wipe(vdir, prefix="linux-", what="Linux image", error=ImageError)
+        safe_wipe(vdir, prefix="linux-", what="Linux image", error=ImageError)
     pr.say(f"building the {pin.arch} Linux {pin.kernel} guest image (Debian {pin.debian}: "
            f"{pin.kernel_package} and {pin.perf_package} {pin.version}, {BUSYBOX_PACKAGE}) "
            f"into {vdir}")
@@ -178,7 +179,7 @@ def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: _Progress) -> Linu
     stamp = _stamp(pin, vdir, kernel_file, facts, pkgs)
     finish_cache(vdir, stamp, apt, pkgs)
     pr.say(f"{pin.arch} Linux guest image ready in {time.monotonic() - t0:.1f} s: kernel "
-           f"{_mb(stamp['kernel_bytes'])}, initramfs {_mb(stamp['initrd_bytes'])} "
+           f"{megabytes(stamp['kernel_bytes'])}, initramfs {megabytes(stamp['initrd_bytes'])} "
            f"({len(facts['libraries'])} libraries, {len(facts['stubs'])} stubs) at {vdir}")
     img = find_image(pin.arch, pin.kernel)
     assert img is not None

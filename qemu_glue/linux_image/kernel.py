@@ -17,7 +17,7 @@ from pathlib import Path
 from p4pmu.qemu_glue.linux_image.elf import Elf
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.pins import KernelPin
-from p4pmu.qemu_glue.provision import _Progress
+from p4pmu.qemu_glue.provision import Progress
 
 def extract_boot_files(deb: Path, release: str, dest: Path) -> dict[str, Path]:
     """vmlinuz and config of ``release`` from the kernel package, reading its data
@@ -90,7 +90,7 @@ def has_pvh_note(vmlinux: bytes) -> bool:
     return False
 
 
-def install_kernel(deb: Path, pin: KernelPin, work: Path, vdir: Path, pr: _Progress) -> Path:
+def install_kernel(deb: Path, pin: KernelPin, work: Path, vdir: Path, pr: Progress) -> Path:
     """The kernel of `pin` from its package into the image folder: ``vmlinux`` (PVH boot,
     checked for the PVH note) or ``bzImage``, and its ``config``.  Returns the kernel file."""
     pr.say(f"[5/6] kernel {pin.release}: extracting /boot from {pin.kernel_package}")

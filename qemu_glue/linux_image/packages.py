@@ -20,8 +20,8 @@ from pathlib import Path
 
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, KernelPin
-from p4pmu.qemu_glue.provision import (_GET_RE, AptEnv, _Progress, _apt_failure, _check_tools,
-                                       _deb_name_version, _mb, _sha256, cache_root)
+from p4pmu.qemu_glue.provision import (APT_GET_LINE, AptEnv, Progress, apt_failure, cache_root,
+                                       check_tools, deb_name_version, megabytes, sha256_file)
 
 # perf's optional libraries: their packages are not downloaded, their sonames are stubbed.
 STUB_PACKAGES = re.compile(r"(libpython3\.\d+|libperl5\.\d+|libslang2|libopencsd\d*|"
@@ -30,7 +30,7 @@ STUB_PACKAGES = re.compile(r"(libpython3\.\d+|libperl5\.\d+|libslang2|libopencsd
 
 def apt_error(what: str, rc: int, out: str, pin: KernelPin) -> ImageError:
     """An apt failure in words: a vanished pin says which entry of PINS to move."""
-    e = _apt_failure(what, rc, out)
+    e = apt_failure(what, rc, out)
     msg = str(e)
     low = out.lower()
     if ("version '" in low and "was not found" in low) or "unable to locate package" in low \
@@ -93,7 +93,7 @@ class DebPackage:
 
 
 def fetch_packages(pin: KernelPin, apt_base: Path,
-                   pr: _Progress) -> tuple[AptEnv, list[DebPackage]]:
+                   pr: Progress) -> tuple[AptEnv, list[DebPackage]]:
     """apt-get update for the pin's suites, resolve its packages, download what is missing.
     Returns the apt environment (its archive folder holds the files) and the packages."""
     apt = AptEnv(apt_base, pin.arch, pin.suites)
@@ -108,7 +108,7 @@ def fetch_packages(pin: KernelPin, apt_base: Path,
     return apt, pkgs
 
 
-def unpack_packages(apt: AptEnv, pkgs: list[DebPackage], dest: Path, pr: _Progress) -> None:
+def unpack_packages(apt: AptEnv, pkgs: list[DebPackage], dest: Path, pr: Progress) -> None:
     """``dpkg-deb -x`` of each package into `dest` (a disk-full error stays an OSError)."""
     for i, p in enumerate(pkgs, 1):
         pr.step(f"[4/6] unpacking {i}/{len(pkgs)} {p.name}", i, len(pkgs))
@@ -121,7 +121,7 @@ def unpack_packages(apt: AptEnv, pkgs: list[DebPackage], dest: Path, pr: _Progre
             raise ImageError(f"dpkg-deb -x {p.filename} failed: {err}")
 
 
-def resolve_packages(apt: AptEnv, pin: KernelPin, pr: _Progress) -> list[DebPackage]:
+def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPackage]:
     """The pinned packages plus the closure of linux-perf's dependencies, without perf's
     optional libraries (stubbed) and without anything the image does not need."""
     pinned = {pin.kernel_package: pin.version, pin.perf_package: pin.version,
@@ -177,18 +177,18 @@ def resolve_packages(apt: AptEnv, pin: KernelPin, pr: _Progress) -> list[DebPack
 
 
 def download_packages(apt: AptEnv, pkgs: list[DebPackage], pin: KernelPin,
-                      pr: _Progress) -> None:
+                      pr: Progress) -> None:
     """Bring every package into the archive folder: the ones already there with the index's
     size and SHA-256 are kept, the others fetched with `apt-get download` and checked."""
     arch_dir = apt.archives
     arch_dir.mkdir(parents=True, exist_ok=True)
     for p in pkgs:
         f = arch_dir / p.filename
-        p.hit = f.is_file() and f.stat().st_size == p.size and _sha256(f) == p.sha256
+        p.hit = f.is_file() and f.stat().st_size == p.size and sha256_file(f) == p.sha256
     todo = [p for p in pkgs if not p.hit]
     total = sum(p.size for p in todo)
-    pr.say(f"[3/6] {len(pkgs)} packages, {_mb(sum(p.size for p in pkgs))}; to download: "
-           f"{len(todo)}, {_mb(total)}"
+    pr.say(f"[3/6] {len(pkgs)} packages, {megabytes(sum(p.size for p in pkgs))}; to download: "
+           f"{len(todo)}, {megabytes(total)}"
            + (f" ({len(pkgs) - len(todo)} already downloaded)" if len(todo) < len(pkgs) else ""))
     if not todo:
         return
@@ -196,12 +196,13 @@ def download_packages(apt: AptEnv, pkgs: list[DebPackage], pin: KernelPin,
     sizes = {p.name: p.size for p in todo}
 
     def on_line(line: str) -> None:
-        m = _GET_RE.match(line)
+        m = APT_GET_LINE.match(line)
         if m:
             got["n"] += 1
             got["bytes"] += sizes.get(m.group(2), 0)
             pr.step(f"[3/6] downloading {got['n']}/{len(todo)} {m.group(2)} {m.group(3)} "
-                    f"({m.group(4)}); {_mb(got['bytes'])} of {_mb(total)}", got["n"], len(todo))
+                    f"({m.group(4)}); {megabytes(got['bytes'])} of {megabytes(total)}",
+                    got["n"], len(todo))
 
     with tempfile.TemporaryDirectory(dir=apt.base, prefix="download.") as tmp:
         # `apt-get download` fetches exactly the named versions (no dependencies) and checks
@@ -212,13 +213,13 @@ def download_packages(apt: AptEnv, pkgs: list[DebPackage], pin: KernelPin,
             raise apt_error("apt-get download", rc, out, pin)
         # apt-get download names files name_version_arch.deb with the epoch's ':' as '%3a';
         # the pool (and this cache) names them without the epoch.
-        got_files = {_deb_name_version(f.name): f for f in Path(tmp).glob("*.deb")}
+        got_files = {deb_name_version(f.name): f for f in Path(tmp).glob("*.deb")}
         for p in todo:
             src = got_files.get((p.name, p.version))
             if src is None:
                 raise ImageError(f"apt-get download reported success but {p.name} {p.version} "
                                  "is missing")
-            if _sha256(src) != p.sha256:
+            if sha256_file(src) != p.sha256:
                 raise ImageError(f"{p.filename} does not match the SHA-256 of Debian's signed "
                                  "index; try again")
             os.replace(src, arch_dir / p.filename)
@@ -232,7 +233,7 @@ ALL_SUITES = {"bullseye": ("bullseye", "bullseye-updates", "bullseye-security"),
 def print_policy(pin: KernelPin) -> int:
     """What Debian offers for a pin (all of its release's suites, whatever the pin reads)."""
     arch = pin.arch
-    _check_tools()
+    check_tools()
     cache_root().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix=f".policy-{arch}.") as tmp:
         apt = AptEnv(Path(tmp), arch, ALL_SUITES[pin.codename])

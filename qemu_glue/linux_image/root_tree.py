@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.linux_image.elf import Elf
@@ -21,7 +22,7 @@ from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.guest_init import INIT_SCRIPT, guest_helpers
 from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, KernelPin
 from p4pmu.qemu_glue.linux_image.stub_library import StubSymbol, make_stub_library
-from p4pmu.qemu_glue.provision import _Progress
+from p4pmu.qemu_glue.provision import Progress
 
 # perf's optional libraries (their packages are not downloaded): stub libraries in the image
 STUB_SONAMES = re.compile(r"lib(python3\.\d+|perl|slang|opencsd(_c_api)?|babeltrace(-ctf)?)"
@@ -84,7 +85,15 @@ class _Closure:
 
 def _closure(tree: DebianTree, start: list[str]) -> _Closure:
     """Follow DT_NEEDED from the start objects; sonames matching STUB_SONAMES are stubbed."""
-    files: dict[str, Path] = {}
+    objs, stub_order = _walk_needed(tree, start)
+    files = {gp: tree.host(gp) for gp in objs}
+    stubs = _stub_symbols(tree, objs, stub_order)
+    return _Closure(files, {so: list(v.values()) for so, v in stubs.items()}, stub_order)
+
+
+def _walk_needed(tree: DebianTree, start: list[str]) -> tuple[dict[str, Elf], list[str]]:
+    """The objects reached from `start` through DT_NEEDED (guest path -> ELF, in the order
+    found) and the stubbed sonames they need (in the order first needed)."""
     objs: dict[str, Elf] = {}
     stub_order: list[str] = []
     todo = list(start)
@@ -93,13 +102,11 @@ def _closure(tree: DebianTree, start: list[str]) -> _Closure:
         gp = todo.pop(0)
         if gp in objs:
             continue
-        hp = tree.host(gp)
-        elf = Elf(hp.read_bytes())
+        elf = Elf(tree.host(gp).read_bytes())
         if elf.cls != tree.elf_class or elf.machine != tree.machine:
             raise ImageError(f"{gp} in the unpacked packages is not a {tree.elf_class * 32}-bit "
                              f"x86 ELF file")
         objs[gp] = elf
-        files[gp] = hp
         for so in elf.needed():
             if STUB_SONAMES.fullmatch(so):
                 if so not in stub_order:
@@ -115,28 +122,36 @@ def _closure(tree: DebianTree, start: list[str]) -> _Closure:
                                  "can do without it)")
             found_by_soname[so] = where
             todo.append(where)
+    return objs, stub_order
+
+
+def _stub_symbols(tree: DebianTree, objs: dict[str, Elf],
+                  stub_order: list[str]) -> dict[str, dict[str, StubSymbol]]:
+    """What each stub must define: every versioned import naming it, and every unversioned
+    import nothing else defines (those go to the first stub)."""
     exports = {gp: elf.exported() for gp, elf in objs.items()}
     loader_exports = Elf(tree.host(tree.loader).read_bytes()).exported()
     stubs: dict[str, dict[str, StubSymbol]] = {so: {} for so in stub_order}
-    if stub_order:
-        for gp, elf in objs.items():
-            # what the other objects define (a COPY relocation's own definition does not count)
-            defined = set(loader_exports)
-            for other, ex in exports.items():
-                if other != gp:
-                    defined |= ex
-            for (name, _v, size, bind, typ, _sh, vfile, vname, _h) in elf.imports():
-                if vfile and vfile in stubs:
-                    target, version = vfile, vname
-                elif name in defined:
-                    continue
-                else:
-                    target, version = stub_order[0], None
-                prev = stubs[target].get(name)
-                kind = {1: "object", 6: "tls"}.get(typ, "func")
-                sym = StubSymbol(name, kind, max(size, prev.size if prev else 0), version)
-                stubs[target][name] = sym
-    return _Closure(files, {so: list(v.values()) for so, v in stubs.items()}, stub_order)
+    if not stub_order:
+        return stubs
+    for gp, elf in objs.items():
+        # what the other objects define (a COPY relocation's own definition does not count)
+        defined = set(loader_exports)
+        for other, ex in exports.items():
+            if other != gp:
+                defined |= ex
+        for (name, _v, size, bind, typ, _sh, vfile, vname, _h) in elf.imports():
+            if vfile and vfile in stubs:
+                target, version = vfile, vname
+            elif name in defined:
+                continue
+            else:
+                target, version = stub_order[0], None
+            prev = stubs[target].get(name)
+            kind = {1: "object", 6: "tls"}.get(typ, "func")
+            stubs[target][name] = StubSymbol(name, kind, max(size, prev.size if prev else 0),
+                                             version)
+    return stubs
 
 
 def _busybox_applets(busybox: Path) -> list[str] | None:
@@ -153,7 +168,7 @@ def _busybox_applets(busybox: Path) -> list[str] | None:
 
 
 def _check_with_loader(stage: Path, loader: str, libdirs: list[str], exe: str,
-                       pr: _Progress) -> str:
+                       pr: Progress) -> str:
     """Run the image's loader on the host over the staged tree: every library and every
     symbol must resolve inside the stage.  Returns a note for the stamp."""
     ld = (stage / loader.lstrip("/")).resolve()  # the stage's symlinks point into the stage
@@ -192,52 +207,90 @@ def _check_with_loader(stage: Path, loader: str, libdirs: list[str], exe: str,
     return "ok"
 
 
-def write_initramfs(tree: DebianTree, out: Path, pin: KernelPin, pr: _Progress) -> dict:
-    """Write the base initramfs; returns facts for the stamp."""
+class _Entry(NamedTuple):
+    """One file of the initramfs: a host file, bytes, or a symlink (data = its target)."""
+    path: str  # guest path
+    kind: str  # "file", "bytes" or "symlink"
+    data: object  # host Path, bytes, or the symlink's target
+    mode: int
+
+
+def write_initramfs(tree: DebianTree, out: Path, pin: KernelPin, pr: Progress) -> dict:
+    """Write the base initramfs (and manifest.txt next to it), check perf loads in it;
+    returns facts for the stamp."""
+    perf = _find_perf(tree, pin)
+    busybox = tree.host("/bin/busybox")
+    if not busybox.is_file():
+        raise ImageError(f"{BUSYBOX_PACKAGE} has no /bin/busybox")
+    clo = _closure(tree, [perf])
+    entries, stub_bytes = _library_entries(tree, clo, perf)
+    applets = _busybox_applets(busybox)
+    entries += _busybox_entries(busybox, applets)
+    entries += _init_and_etc_entries(pin)
+    total = _write_archive(out, entries, tree.libdirs[0].split("/")[-1])
+    check = _check_staged(out.parent, entries, tree, pr)
+    return {
+        "perf": perf,
+        "libraries": sorted(gp for gp in clo.files if gp != perf),
+        "stubs": {so: len(clo.stubs[so]) for so in clo.stub_order},
+        "stub_bytes": stub_bytes,
+        "busybox_applets": len(applets or []),
+        "loader_check": check,
+        "content_bytes": total,
+    }
+
+
+def _find_perf(tree: DebianTree, pin: KernelPin) -> str:
+    """perf's guest path in the unpacked tree (Debian 11 names it perf_<version>)."""
     perf = "/usr/bin/perf"
     if not tree.host(perf).is_file():
         alt = sorted(tree.root.glob("usr/bin/perf_*"))
         if not alt:
             raise ImageError(f"{pin.perf_package} {pin.version} has no /usr/bin/perf")
         perf = "/" + str(alt[0].relative_to(tree.root))
-    busybox = tree.host("/bin/busybox")
-    if not busybox.is_file():
-        raise ImageError(f"{BUSYBOX_PACKAGE} has no /bin/busybox")
-    clo = _closure(tree, [perf])
+    return perf
+
+
+def _host_file(gp: str, hp: Path) -> _Entry:
+    return _Entry(gp, "file", hp, hp.stat().st_mode & 0o7777)
+
+
+def _library_entries(tree: DebianTree, clo: _Closure, perf: str) -> tuple[list[_Entry], int]:
+    """perf (as /usr/bin/perf), its libraries, the loader (in the multiarch folder, linked
+    from its ABI path) and the stubs; and the stubs' size in bytes."""
+    entries = [_host_file("/usr/bin/perf" if gp == perf else gp, hp)
+               for gp, hp in clo.files.items()]
     triplet = tree.libdirs[0].split("/")[-1]
-    stub_dir = f"/usr/lib/{triplet}"
-    entries: list[tuple[str, str, object, int]] = []  # (path, kind, data, mode)
-
-    def add_file(gp: str, hp: Path) -> None:
-        entries.append((gp, "file", hp, hp.stat().st_mode & 0o7777))
-
-    for gp, hp in clo.files.items():
-        if gp == perf:
-            add_file("/usr/bin/perf", hp)
-        else:
-            add_file(gp, hp)
     loader_host = tree.host(tree.loader)
     triplet_loader = f"/lib/{triplet}/{os.path.basename(tree.loader)}"
     if tree.loader == triplet_loader:
-        add_file(tree.loader, loader_host)
+        entries.append(_host_file(tree.loader, loader_host))
     else:
-        add_file(triplet_loader, loader_host)
-        entries.append((tree.loader, "symlink", triplet_loader, 0o777))
+        entries.append(_host_file(triplet_loader, loader_host))
+        entries.append(_Entry(tree.loader, "symlink", triplet_loader, 0o777))
     stub_bytes = 0
     for so in clo.stub_order:
         data = make_stub_library(so, tree.elf_class, tree.machine, clo.stubs[so])
         stub_bytes += len(data)
-        entries.append((f"{stub_dir}/{so}", "bytes", data, 0o644))
-    add_file("/bin/busybox", busybox)
-    applets = _busybox_applets(busybox)
-    if applets:
-        for a in applets:
-            a = "/" + a.lstrip("/")
-            if a != "/bin/busybox" and not a.startswith("/usr/bin/perf"):
-                entries.append((a, "symlink", "/bin/busybox", 0o777))
-    entries.append(("/init", "bytes", INIT_SCRIPT.encode(), 0o755))
+        entries.append(_Entry(f"/usr/lib/{triplet}/{so}", "bytes", data, 0o644))
+    return entries, stub_bytes
+
+
+def _busybox_entries(busybox: Path, applets: list[str] | None) -> list[_Entry]:
+    """/bin/busybox and a symlink per applet (none for perf's own name)."""
+    entries = [_host_file("/bin/busybox", busybox)]
+    for a in applets or ():
+        a = "/" + a.lstrip("/")
+        if a != "/bin/busybox" and not a.startswith("/usr/bin/perf"):
+            entries.append(_Entry(a, "symlink", "/bin/busybox", 0o777))
+    return entries
+
+
+def _init_and_etc_entries(pin: KernelPin) -> list[_Entry]:
+    """/init, the helper scripts and the few /etc files busybox and perf read."""
+    entries = [_Entry("/init", "bytes", INIT_SCRIPT.encode(), 0o755)]
     for gp, text in guest_helpers().items():
-        entries.append((gp, "bytes", text.encode(), 0o755))
+        entries.append(_Entry(gp, "bytes", text.encode(), 0o755))
     etc = {
         "/etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent"
                        ":/bin/false\n",
@@ -248,9 +301,12 @@ def write_initramfs(tree: DebianTree, out: Path, pin: KernelPin, pr: _Progress) 
         "/etc/os-release": f'PRETTY_NAME="p4pmu guest (Debian {pin.debian} kernel {pin.release}, '
                            f'{pin.perf_package} {pin.version})"\nID=p4pmu\n',
     }
-    for p, text in etc.items():
-        entries.append((p, "bytes", text.encode(), 0o644))
+    return entries + [_Entry(p, "bytes", text.encode(), 0o644) for p, text in etc.items()]
 
+
+def _write_archive(out: Path, entries: list[_Entry], triplet: str) -> int:
+    """The cpio archive (standard folders and device nodes first, then the entries sorted by
+    path) and manifest.txt next to it; returns the bytes of file content."""
     manifest = []
     total = 0
     with open(out, "wb") as f:
@@ -273,9 +329,12 @@ def write_initramfs(tree: DebianTree, out: Path, pin: KernelPin, pr: _Progress) 
             manifest.append(f"{gp} {len(blob)} {oct(mode)}")
         w.finish()
     (out.parent / "manifest.txt").write_text("\n".join(manifest) + "\n")
+    return total
 
-    # Check the result with the loader of the image, from a staged copy.
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix="stage.") as st:
+
+def _check_staged(work: Path, entries: list[_Entry], tree: DebianTree, pr: Progress) -> str:
+    """Check the result with the loader of the image, from a staged copy of the entries."""
+    with tempfile.TemporaryDirectory(dir=work, prefix="stage.") as st:
         stage = Path(st)
         for gp, kind, data, mode in entries:
             dst = stage / gp.lstrip("/")
@@ -288,14 +347,4 @@ def write_initramfs(tree: DebianTree, out: Path, pin: KernelPin, pr: _Progress) 
             else:
                 dst.write_bytes(data)  # type: ignore[arg-type]
                 os.chmod(dst, mode)
-        check = _check_with_loader(stage, tree.loader, tree.libdirs, "/usr/bin/perf", pr)
-    return {
-        "perf": perf,
-        "libraries": sorted(gp for gp in clo.files if gp != perf),
-        "stubs": {so: len(clo.stubs[so]) for so in clo.stub_order},
-        "stub_bytes": stub_bytes,
-        "busybox_applets": len(applets or []),
-        "loader_check": check,
-        "content_bytes": total,
-    }
-
+        return _check_with_loader(stage, tree.loader, tree.libdirs, "/usr/bin/perf", pr)
