@@ -449,6 +449,21 @@ class AptEnv:
         self.conf.write_text("\n".join(lines) + "\n")
         os.chmod(self.conf, 0o600)  # may carry a proxy URL
 
+    def unpack(self, debs: Iterable, dest: Path, pr: Progress, label: str,
+               error: type[Exception] = ProvisionError) -> None:
+        """``dpkg-deb -x`` of each package (``.name``, ``.filename`` in the archive folder)
+        into `dest`; a full disk stays an OSError (ENOSPC), other failures raise `error`."""
+        debs = list(debs)
+        for i, d in enumerate(debs, 1):
+            pr.step(f"{label} unpacking {i}/{len(debs)} {d.name}", i, len(debs))
+            p = subprocess.run(["dpkg-deb", "-x", str(self.archives / d.filename), str(dest)],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                err = p.stderr.strip()
+                if "No space left" in err:
+                    raise OSError(errno.ENOSPC, err)
+                raise error(f"dpkg-deb -x {d.filename} failed: {err}")
+
     def run(self, args: list[str], line_cb: Callable[[str], None] | None = None,
             timeout: float = 900, cwd: Path | None = None) -> tuple[int, str]:
         """Run apt-get/apt-cache with the private configuration; (exit status, all output).
@@ -652,6 +667,7 @@ def provision(deb_version: str = QEMU_DEB_VERSION, pr: Progress | None = None) -
 
 def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
                       pr: Progress) -> Qemu:
+    """Provision QEMU `deb_version` into `vdir` (under the cache lock) and stamp it."""
     t0 = time.monotonic()
     if vdir.exists():
         pr.say(f"{vdir} has no completion stamp (an interrupted provisioning): wiping it")
@@ -660,18 +676,43 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
            f"{DEBIAN_TARGET_RELEASE} into {vdir}")
     apt = AptEnv(root / "apt", arch)
     apt.prepare()
-
-    # 1. indexes
     pr.say(f"[1/4] apt-get update ({', '.join(DEBIAN_SUITES)} from {DEBIAN_MIRROR})")
     rc, out = apt.run(["apt-get", "-q", "update"])
     if rc != 0 or re.search(r"^(E:|W: Failed to fetch|Err:)", out, flags=re.M):
         raise apt_failure("apt-get update", rc, out)
-
-    # 2. what to download: --print-uris against an empty archive folder lists every package
-    # with the size and SHA-256 of the signed index.
     spec = f"{QEMU_DEB_PACKAGE}={deb_version}"
     install = ["apt-get", "-q", "-y", "install", "--download-only", "-t",
                DEBIAN_TARGET_RELEASE, spec]
+    debs = _list_downloads(apt, install, spec)
+    _download(apt, install, spec, debs, pr)
+    tree = vdir / "root"
+    tree.mkdir(parents=True)
+    apt.unpack(debs, tree, pr, "[3/4]")
+    q, vs = _check_tree(tree, deb_version, pr)
+    # the stamp, last; then drop what a next run re-creates anyway
+    size = sum(f.stat().st_size for f in tree.rglob("*") if f.is_file() and not f.is_symlink())
+    stamp = {
+        "format": _STAMP_FORMAT,
+        "package": QEMU_DEB_PACKAGE,
+        "version": deb_version,
+        "upstream_version": vs,
+        "suites": list(DEBIAN_SUITES),
+        "mirror": DEBIAN_MIRROR,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tree_bytes": size,
+        "packages": [{"file": d.filename, "name": d.name, "version": d.version,
+                      "size": d.size, "sha256": d.sha256} for d in debs],
+    }
+    finish_cache(vdir, stamp, apt, debs)
+    pr.say(f"QEMU {vs} ready in {time.monotonic() - t0:.1f} s ({len(debs)} packages, "
+           f"{megabytes(size)} unpacked) at {tree}")
+    return q
+
+
+def _list_downloads(apt: AptEnv, install: list[str], spec: str) -> list[_Deb]:
+    """What `install` downloads: --print-uris against an empty archive folder lists every
+    package; --print-uris names only an MD5 sum, so each SHA-256 (and size) comes from the
+    signed package index."""
     with tempfile.TemporaryDirectory(dir=apt.base) as empty:
         (Path(empty) / "partial").mkdir()
         rc, out = apt.run([*install[:1], "-o", f"Dir::Cache::archives={empty}",
@@ -687,7 +728,6 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
             debs.append(d)
     if not debs:
         raise ProvisionError(f"apt listed nothing to download for {spec}:\n{out[-2000:]}")
-    # --print-uris names only an MD5 sum: take each SHA-256 from the (signed) package index.
     rc, out = apt.run(["apt-cache", "show", "--no-all-versions",
                        *(f"{d.name}={d.version}" for d in debs)])
     if rc != 0:
@@ -710,6 +750,13 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
     if not any(d.name == QEMU_DEB_PACKAGE for d in debs):
         raise ProvisionError(f"apt's download list for {spec} does not contain "
                              f"{QEMU_DEB_PACKAGE} itself:\n{out[-2000:]}")
+    return debs
+
+
+def _download(apt: AptEnv, install: list[str], spec: str, debs: list[_Deb],
+              pr: Progress) -> None:
+    """Download what the archive folder lacks (apt verifies each file against the signed
+    index), then check every file against the index's SHA-256 once more."""
     for d in debs:
         f = apt.archives / d.filename
         d.hit = f.is_file() and f.stat().st_size == d.size and sha256_file(f) == d.sha256
@@ -718,8 +765,6 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
     pr.say(f"[2/4] {len(debs)} packages, {megabytes(sum(d.size for d in debs))}; to download: "
            f"{len(todo)} packages, {megabytes(total)}"
            + (f" ({len(debs) - len(todo)} already downloaded)" if len(todo) < len(debs) else ""))
-
-    # 3. download (apt verifies each file against the signed index)
     got = {"n": 0, "bytes": 0}
     sizes = {d.filename.split("_", 1)[0]: d.size for d in todo}
 
@@ -744,20 +789,9 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
             raise ProvisionError(f"{f} does not match the SHA-256 of Debian's signed index; "
                                  "remove it and run `p4pmu setup` again")
 
-    # 4. unpack into a fresh tree
-    tree = vdir / "root"
-    tree.mkdir(parents=True)
-    for i, d in enumerate(debs, 1):
-        pr.step(f"[3/4] unpacking {i}/{len(debs)} {d.name}", i, len(debs))
-        p = subprocess.run(["dpkg-deb", "-x", str(apt.archives / d.filename), str(tree)],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            err = p.stderr.strip()
-            if "No space left" in err:
-                raise OSError(errno.ENOSPC, err)
-            raise ProvisionError(f"dpkg-deb -x {d.filename} failed: {err}")
 
-    # 5. check the result
+def _check_tree(tree: Path, deb_version: str, pr: Progress) -> tuple[Qemu, str]:
+    """The unpacked QEMU runs, is the pinned version and accepts -plugin; (it, its version)."""
     q = _tree_qemu(tree, deb_version)
     pr.say("[4/4] checking the unpacked QEMU")
     for p in (Path(q.argv_prefix[0]), q.binary):
@@ -772,25 +806,7 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
     if not plugins:
         raise ProvisionError(f"the unpacked QEMU {vs} does not accept -plugin (built without "
                              "TCG plugins?): p4pmu cannot use it")
-
-    # 6. the stamp, last; then drop what a next run re-creates anyway
-    size = sum(f.stat().st_size for f in tree.rglob("*") if f.is_file() and not f.is_symlink())
-    stamp = {
-        "format": _STAMP_FORMAT,
-        "package": QEMU_DEB_PACKAGE,
-        "version": deb_version,
-        "upstream_version": vs,
-        "suites": list(DEBIAN_SUITES),
-        "mirror": DEBIAN_MIRROR,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tree_bytes": size,
-        "packages": [{"file": d.filename, "name": d.name, "version": d.version,
-                      "size": d.size, "sha256": d.sha256} for d in debs],
-    }
-    finish_cache(vdir, stamp, apt, debs)
-    pr.say(f"QEMU {vs} ready in {time.monotonic() - t0:.1f} s ({len(debs)} packages, "
-           f"{megabytes(size)} unpacked) at {tree}")
-    return q
+    return q, vs
 
 
 def _policy() -> int:

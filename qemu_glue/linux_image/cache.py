@@ -20,8 +20,7 @@ from pathlib import Path
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.guest_init import INIT_SCRIPT, guest_helpers
 from p4pmu.qemu_glue.linux_image.kernel import install_kernel
-from p4pmu.qemu_glue.linux_image.packages import (STUB_PACKAGES, DebPackage, fetch_packages,
-                                                  unpack_packages)
+from p4pmu.qemu_glue.linux_image.packages import STUB_PACKAGES, DebPackage, fetch_packages
 from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, DEFAULT_KERNEL, KernelPin, pin_for
 from p4pmu.qemu_glue.linux_image.root_tree import STUB_SONAMES, DebianTree, write_initramfs
 from p4pmu.qemu_glue.provision import (Progress, cache_lock, cache_root, check_tools, finish_cache,
@@ -169,7 +168,8 @@ def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: Progress) -> Linux
     work = vdir / "build"
     unpack = work / "root"
     unpack.mkdir(parents=True)
-    unpack_packages(apt, [p for p in pkgs if p.name != pin.kernel_package], unpack, pr)
+    apt.unpack([p for p in pkgs if p.name != pin.kernel_package], unpack, pr, "[4/6]",
+               ImageError)
     kdeb = apt.archives / next(p.filename for p in pkgs if p.name == pin.kernel_package)
     kernel_file = install_kernel(kdeb, pin, work, vdir, pr)
     pr.say("[6/6] initramfs: busybox, perf, its libraries, stubs for "

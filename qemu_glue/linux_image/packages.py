@@ -1,4 +1,4 @@
-"""The Debian packages of a Linux guest image: resolve a pin to files, download, verify, unpack.
+"""The Debian packages of a Linux guest image: resolve a pin to files, download and verify them.
 
 apt runs under p4pmu's private configuration (`p4pmu.qemu_glue.provision.AptEnv`, the one
 QEMU's provisioning uses, pointed at the pin's suites and the guest's architecture): apt checks
@@ -9,10 +9,8 @@ stub libraries in their place (`p4pmu.qemu_glue.linux_image.stub_library`).
 """
 from __future__ import annotations
 
-import errno
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -106,19 +104,6 @@ def fetch_packages(pin: KernelPin, apt_base: Path,
     pkgs = resolve_packages(apt, pin, pr)
     download_packages(apt, pkgs, pin, pr)
     return apt, pkgs
-
-
-def unpack_packages(apt: AptEnv, pkgs: list[DebPackage], dest: Path, pr: Progress) -> None:
-    """``dpkg-deb -x`` of each package into `dest` (a disk-full error stays an OSError)."""
-    for i, p in enumerate(pkgs, 1):
-        pr.step(f"[4/6] unpacking {i}/{len(pkgs)} {p.name}", i, len(pkgs))
-        r = subprocess.run(["dpkg-deb", "-x", str(apt.archives / p.filename), str(dest)],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            err = r.stderr.strip()
-            if "No space left" in err:
-                raise OSError(errno.ENOSPC, err)
-            raise ImageError(f"dpkg-deb -x {p.filename} failed: {err}")
 
 
 def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPackage]:
