@@ -1,6 +1,6 @@
 """`p4pmu bench`: what the emulated PMU costs a CPU-bound guest.
 
-Runs the events guest (tests/guests, `events32`; needs a source checkout) in the same
+Runs the events guest (p4pmu.qemu_glue.guests, `events32`) in the same
 invocation under
 
   (a) plain QEMU: the model's CPU, no plugin;
@@ -54,11 +54,11 @@ from pathlib import Path
 from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 from p4pmu.plugin import bookkeeping_errors
-from p4pmu.qemu_glue.bare_metal_guests import guest_builder
 from p4pmu.qemu_glue.cli import model_from_arg, parse_plugin_opts
+from p4pmu.qemu_glue.guests import build as guest_build
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
-from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
+from p4pmu.qemu_glue.provision import ensure_qemu
 
 GUEST = "events32"
 MACHINE_ARGS = ("-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
@@ -112,7 +112,7 @@ def _cccr(counter: int, escr: str, enable=True, pmi=False) -> int:
 
 
 def script(config: str, loop: str, n: int) -> str:
-    """The guest script of one run (format: tests/guests/common/events.c)."""
+    """The guest script of one run (format: qemu_glue/guests/common/events.c)."""
     lines = []
     if config == "all18":
         for ctr, escr, ev, bits in ALL18:
@@ -223,10 +223,7 @@ class Bench:
         self.plugin_opts = dict(plugin_opts or {})
         self.qemu = ensure_qemu(progress=progress)
         self.plugin = plugin_file(build=True, progress=progress)
-        mod, why = guest_builder()
-        if mod is None:
-            raise ProvisionError(f"p4pmu bench needs the test guests of a source checkout: {why}")
-        self.guest = Path(mod.build_all(progress)[GUEST])
+        self.guest = Path(guest_build.build_all(progress)[GUEST])
         self.commands: dict[str, str] = {}
         self.process_time_runs = 0  # runs timed by process CPU time (vCPU thread not read)
 

@@ -21,8 +21,6 @@ from pathlib import Path
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel, get_model
 from p4pmu.qemu_glue.errors import UsageError
-# the plugin's path, where other code and tests ask the command line for it
-from p4pmu.qemu_glue.plugin_lib import plugin_file  # noqa: F401
 from p4pmu.qemu_glue.provision import ProvisionError
 
 PROG = "p4pmu"

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator.models import DEFAULT_MODEL
-from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux
 from p4pmu.qemu_glue.cli import model_from_arg
 from p4pmu.qemu_glue.linux_io import HostOutput
@@ -43,7 +42,7 @@ STAT_EVENTS = ["cycles:u", "instructions:u", "branches:u"]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", choices=("amd64", "i386"), default="amd64",
                    help="the guest kernel: amd64 (default) or i386 (the 686 kernel)")
-    from p4pmu.qemu_glue.linux_image import DEFAULT_KERNEL, KERNELS
+    from p4pmu.qemu_glue.linux_image.pins import DEFAULT_KERNEL, KERNELS
     p.add_argument("--kernel", choices=KERNELS, default=DEFAULT_KERNEL,
                    help=f"the guest kernel (p4pmu linux --kernel; default {DEFAULT_KERNEL}): "
                         "5.10 counts right from the first command; 6.1 shows its "
@@ -308,7 +307,7 @@ def main(args: argparse.Namespace) -> int:
         from p4pmu.qemu_glue import demo_replay
         return demo_replay.main(args)
     from p4pmu.qemu_glue import workloads as W
-    from p4pmu.qemu_glue.linux_image import ensure_image
+    from p4pmu.qemu_glue.linux_image.cache import ensure_image
     from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.provision import ensure_qemu
     out = _Out()
@@ -317,7 +316,7 @@ def main(args: argparse.Namespace) -> int:
     if args.arch == "amd64" and not model.long_mode:
         print(f"p4pmu demo: --model {model.key} has no EM64T: use --arch i386", file=sys.stderr)
         return 2
-    from p4pmu.qemu_glue.linux_image import pin_for
+    from p4pmu.qemu_glue.linux_image.pins import pin_for
     pin = pin_for(args.arch, args.kernel)
     ctx["quirk"] = pin.set_period_quirk
     out.say(f"p4pmu demo: Linux {pin.version} (Debian {pin.debian}, {args.arch}) with perf, on an "

@@ -1,7 +1,7 @@
 """`p4pmu demo --replay`: boot the bundled probe guest on an emulated Pentium 4 and show its
 PMU traffic.
 
-The guest (tests/guests/probe32, a bare-metal 32-bit multiboot kernel) replays the MSR
+The guest (p4pmu.qemu_glue.guests, probe32, a bare-metal 32-bit multiboot kernel) replays the MSR
 sequence that Linux's P4 perf driver issues at boot and for `perf stat -e instructions`
 (docs/linux-guest.md), then three typical driver mistakes.  Every access goes through
 the real plugin to the Python PMU model; the demo prints each one decoded from the register
@@ -10,7 +10,6 @@ tables, what the guest got back, and for each #GP the emulator's reason.
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import subprocess
 import sys
@@ -21,11 +20,10 @@ from p4pmu.emulator import tables as T
 from p4pmu.emulator.decode import describe, register_name
 from p4pmu.emulator.models import DEFAULT_MODEL, CpuModel
 from p4pmu.plugin import bookkeeping_errors
-from p4pmu.qemu_glue.bare_metal_guests import guest_builder
 from p4pmu.qemu_glue.cli import model_from_arg, parse_plugin_opts
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
-from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
+from p4pmu.qemu_glue.provision import ensure_qemu
 
 MASK40 = T.COUNTER_MASK
 
@@ -37,14 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="strict reserved-bit policy: every reserved bit faults")
     p.add_argument("--log", metavar="PATH",
                    help="keep the plugin's access log here (default: a temporary file)")
-
-
-def _guest_modules():
-    build, why = guest_builder()
-    if build is None:
-        raise ProvisionError(f"the demo guest is not available: {why}")
-    script = importlib.import_module(build.__name__.rsplit(".", 1)[0] + ".script")
-    return build, script
 
 
 def linux_sequence(S):
@@ -133,7 +123,8 @@ def _boot(model: CpuModel, kernel: Path, script_bytes: bytes, strict: bool,
 def main(args: argparse.Namespace) -> int:
     model = model_from_arg(args.model)
     log_path = parse_plugin_opts([f"log={args.log}"])["log"] if args.log else None
-    build, S = _guest_modules()
+    from p4pmu.qemu_glue.guests import build
+    from p4pmu.qemu_glue.guests import script as S
     guests = build.build_all(progress=False)
     kernel = guests.get("probe32") or build.guest_path("probe32")
     script, steps = linux_sequence(S)

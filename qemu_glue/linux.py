@@ -52,7 +52,9 @@ from pathlib import Path
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel
 from p4pmu.plugin import bookkeeping_errors
-from p4pmu.qemu_glue import linux_image as li
+from p4pmu.qemu_glue.linux_image import guest_init, pins
+from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
+from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
@@ -106,15 +108,15 @@ class LinuxError(ProvisionError):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     models = ", ".join(MODELS)
-    p.add_argument("--arch", choices=li.ARCHES, default="amd64",
+    p.add_argument("--arch", choices=pins.ARCHES, default="amd64",
                    help="guest architecture: amd64 (64-bit kernel, booted as an ELF through "
                         "PVH) or i386 (the 686 kernel); default amd64")
-    p.add_argument("--kernel", choices=li.KERNELS, default=li.DEFAULT_KERNEL,
+    p.add_argument("--kernel", choices=pins.KERNELS, default=pins.DEFAULT_KERNEL,
                    help=f"guest kernel: 5.10 (Debian 11's LTS kernel, whose P4 driver counts "
                         f"right) or 6.1 (Debian 12's, whose p4_pmu_set_period installs a "
                         f"counter's previous period: perf's counts are nonsense unless the "
                         f"recipe in docs/linux-guest.md is followed); default "
-                        f"{li.DEFAULT_KERNEL}")
+                        f"{pins.DEFAULT_KERNEL}")
     p.add_argument("--clock", choices=("auto", *CLOCKS), default=DEFAULT_CLOCK,
                    help="the guest's time: virtual (from the instructions it executes, 1 ns "
                         "each, idle time skipped: perf's frequency mode and the kernel's "
@@ -187,11 +189,11 @@ def parse_add(spec: str) -> AddSpec:
         raise UsageError(f"--add {spec}: {host} does not exist")
     name = hp.resolve().name if hp.name in ("", ".", "..") else hp.name
     if not guest:
-        guest = f"{li.GUEST_WORKDIR}/{name}"
+        guest = f"{guest_init.GUEST_WORKDIR}/{name}"
     elif guest.endswith("/"):
         guest = guest + name
     if not guest.startswith("/"):
-        guest = f"{li.GUEST_WORKDIR}/{guest}"
+        guest = f"{guest_init.GUEST_WORKDIR}/{guest}"
     parts = []
     for part in guest.split("/"):
         if part in ("", "."):
@@ -202,8 +204,8 @@ def parse_add(spec: str) -> AddSpec:
             continue
         parts.append(part)
     guest = "/" + "/".join(parts)
-    if guest == "/" or guest == "/init" or guest == li.GUEST_RUN_DIR or \
-            guest.startswith(li.GUEST_RUN_DIR + "/"):
+    if guest == "/" or guest == "/init" or guest == guest_init.GUEST_RUN_DIR or \
+            guest.startswith(guest_init.GUEST_RUN_DIR + "/"):
         raise UsageError(f"--add {spec}: {guest} is reserved for p4pmu's /init")
     return AddSpec(hp, guest)
 
@@ -235,7 +237,7 @@ def check_machine(arch: str, smp: int, threads: int, model: CpuModel) -> None:
 # The per-run initramfs
 
 
-def _add_tree(w: li.CpioWriter, spec: AddSpec) -> int:
+def _add_tree(w: CpioWriter, spec: AddSpec) -> int:
     """Add a host file or folder at its guest path; returns the bytes added."""
     total = 0
     src = spec.host
@@ -279,10 +281,10 @@ def run_archive(command: str, nonce: str, adds: list[AddSpec]) -> bytes:
     """The second cpio archive, appended to the image's: /p4pmu/{cmd,nonce} and the --add
     files."""
     buf = io.BytesIO()
-    w = li.CpioWriter(buf, mtime=int(time.time()))
-    w.dir(li.GUEST_RUN_DIR.lstrip("/"), 0o700)
-    w.file(f"{li.GUEST_RUN_DIR.lstrip('/')}/cmd", command.encode(), 0o600)
-    w.file(f"{li.GUEST_RUN_DIR.lstrip('/')}/nonce", nonce.encode(), 0o600)
+    w = CpioWriter(buf, mtime=int(time.time()))
+    w.dir(guest_init.GUEST_RUN_DIR.lstrip("/"), 0o700)
+    w.file(f"{guest_init.GUEST_RUN_DIR.lstrip('/')}/cmd", command.encode(), 0o600)
+    w.file(f"{guest_init.GUEST_RUN_DIR.lstrip('/')}/nonce", nonce.encode(), 0o600)
     w.dirs.update({"root", "tmp", "bin", "usr", "usr/bin", "usr/local", "usr/local/bin",
                    "etc", "lib", "usr/lib"})  # in the base archive already
     for spec in adds:
@@ -300,7 +302,7 @@ class _Stop(Exception):
         self.signum = signum
 
 
-def guest_qemu_args(image: li.LinuxImage, smp: int, threads: int, memory: int, initrd: str,
+def guest_qemu_args(image: LinuxImage, smp: int, threads: int, memory: int, initrd: str,
                     append: list[str], uarts: tuple[str, str, str],
                     clock: str = DEFAULT_CLOCK) -> list[str]:
     """QEMU's arguments for the guest (P4Machine adds the CPU and the plugin); ``uarts``:
@@ -391,7 +393,7 @@ def _watch(machine: P4Machine, timeout: float | None, noted: list[int],
             return "timeout"
 
 
-_MARKER_RE = re.compile(rf"{li.EXIT_MARKER} (\S+) (\d+)")
+_MARKER_RE = re.compile(rf"{guest_init.EXIT_MARKER} (\S+) (\d+)")
 # a kernel failure: the message right after the timestamp (not "traps: prog[pid] ...", which
 # is a user program's fault)
 _PANIC_RE = re.compile(r"^\[[ \d.]+\] (Kernel panic - not syncing.*|BUG: .*|Oops: .*|"
@@ -469,7 +471,7 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     return LinuxRun(" ".join(command_words), model, popts, plugin_arg, adds, log_path, clock)
 
 
-def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: li.LinuxImage,
+def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: LinuxImage,
           nonce: str, log, output: HostOutput) -> tuple[GuestEnd, Console]:
     """Give the machine its guest (initramfs in memory, three UART pipes) and run it."""
     initrd = machine.add_memfd_from("initrd", [image.initrd],
@@ -528,7 +530,7 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str],
     output = output or HostOutput()
     qemu = ensure_qemu(progress=True)
     plugin = None if a.no_plugin else (run.plugin_arg or plugin_file(build=True))
-    image = li.ensure_image(a.arch, progress=True, kernel=a.kernel)
+    image = ensure_image(a.arch, progress=True, kernel=a.kernel)
     t0 = time.monotonic()
     nonce = secrets.token_hex(8)
     log = open(run.log_path, "wb") if run.log_path else io.BytesIO()

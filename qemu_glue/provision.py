@@ -60,6 +60,7 @@ QEMU_DEB_PACKAGE = "qemu-system-x86"
 QEMU_SERIES = (11, 1)  # any 11.1.x qualifies for a system QEMU
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"  # the *-security suites
 DEBIAN_SUITES = ("trixie", "trixie-backports")
 DEBIAN_TARGET_RELEASE = "trixie-backports"
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -134,7 +135,7 @@ def upstream_version(deb_version: str = QEMU_DEB_VERSION) -> str:
     return re.split(r"[+~-]", v, maxsplit=1)[0]
 
 
-class _Progress:
+class Progress:
     """Progress lines on stderr; one rewritten line on a terminal."""
 
     def __init__(self, enabled: bool, stream=None):
@@ -171,7 +172,8 @@ class _Progress:
             self._open = False
 
 
-def _mb(n: int) -> str:
+def megabytes(n: int) -> str:
+    """A byte count for messages: "12.3 MB"."""
     return f"{n / 1e6:.1f} MB"
 
 
@@ -350,7 +352,7 @@ def ensure_qemu(progress: bool = True) -> Qemu:
         q = _cached_qemu()
         if q:
             return q
-    pr = _Progress(progress)
+    pr = Progress(progress)
     if why_not:
         pr.say(f"not using the system QEMU: {why_not}")
     return provision(QEMU_DEB_VERSION, pr)
@@ -372,9 +374,15 @@ class _Deb:
 
 
 @dataclass
-class _AptEnv:
+class AptEnv:
+    """apt-get and apt-cache under a private configuration rooted in `base`: its own sources
+    (`suites` of Debian's archive, signed-by the system's Debian keyring), lists, empty dpkg
+    status and archive folder; none of the system's apt configuration but its proxy settings.
+    QEMU's provisioning and the Linux guest images (p4pmu.qemu_glue.linux_image.packages)
+    both fetch through it."""
     base: Path  # <cache>/p4pmu/apt
-    arch: str
+    arch: str  # Debian architecture of the packages
+    suites: tuple[str, ...] = DEBIAN_SUITES
     conf: Path = field(init=False)
 
     def __post_init__(self):
@@ -391,9 +399,8 @@ class _AptEnv:
                   "archives/partial", "cache", "log"):
             (b / d).mkdir(parents=True, exist_ok=True)
         (b / "status").write_text("")  # an empty dpkg database: apt resolves everything
-        sources = "".join(
-            f"deb [signed-by={DEBIAN_KEYRING}] {DEBIAN_MIRROR} {s} main\n" for s in DEBIAN_SUITES)
-        (b / "etc/sources.list").write_text(sources)
+        (b / "etc/sources.list").write_text("".join(
+            f"deb [signed-by={DEBIAN_KEYRING}] {_mirror(s)} {s} main\n" for s in self.suites))
 
         def q(p) -> str:
             return '"' + str(p).replace('"', '') + '"'
@@ -442,16 +449,32 @@ class _AptEnv:
         self.conf.write_text("\n".join(lines) + "\n")
         os.chmod(self.conf, 0o600)  # may carry a proxy URL
 
+    def unpack(self, debs: Iterable, dest: Path, pr: Progress, label: str,
+               error: type[Exception] = ProvisionError) -> None:
+        """``dpkg-deb -x`` of each package (``.name``, ``.filename`` in the archive folder)
+        into `dest`; a full disk stays an OSError (ENOSPC), other failures raise `error`."""
+        debs = list(debs)
+        for i, d in enumerate(debs, 1):
+            pr.step(f"{label} unpacking {i}/{len(debs)} {d.name}", i, len(debs))
+            p = subprocess.run(["dpkg-deb", "-x", str(self.archives / d.filename), str(dest)],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                err = p.stderr.strip()
+                if "No space left" in err:
+                    raise OSError(errno.ENOSPC, err)
+                raise error(f"dpkg-deb -x {d.filename} failed: {err}")
+
     def run(self, args: list[str], line_cb: Callable[[str], None] | None = None,
-            timeout: float = 900) -> tuple[int, str]:
-        """Run apt-get/apt-cache with the private configuration; (exit status, all output)."""
+            timeout: float = 900, cwd: Path | None = None) -> tuple[int, str]:
+        """Run apt-get/apt-cache with the private configuration; (exit status, all output).
+        `cwd` (default `base`) is where `apt-get download` writes."""
         env = dict(os.environ)
         env.update(APT_CONFIG=str(self.conf), LC_ALL="C", LANG="C", LANGUAGE="C",
                    DEBIAN_FRONTEND="noninteractive")
         try:
             p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, text=True, env=env, bufsize=1,
-                                 cwd=str(self.base))
+                                 cwd=str(cwd or self.base))
         except OSError as e:
             raise ProvisionError(f"cannot run {args[0]}: {e}") from e
         out: list[str] = []
@@ -466,6 +489,11 @@ class _AptEnv:
                 break
         rc = p.wait()
         return rc, "".join(out)
+
+
+def _mirror(suite: str) -> str:
+    """The archive that serves a suite: the -security suites live on their own mirror."""
+    return DEBIAN_SECURITY_MIRROR if suite.endswith("-security") else DEBIAN_MIRROR
 
 
 def _system_proxy_settings() -> list[str]:
@@ -485,7 +513,8 @@ def _system_proxy_settings() -> list[str]:
     return keep
 
 
-def _check_tools() -> None:
+def check_tools() -> None:
+    """apt-get, apt-config and dpkg-deb are there; else a ProvisionError naming them."""
     missing = [t for t in ("apt-get", "apt-config", "dpkg-deb") if not shutil.which(t)]
     if missing:
         raise ProvisionError(
@@ -506,18 +535,19 @@ def _check_space(path: Path) -> None:
     free = shutil.disk_usage(path).free
     if free < _MIN_FREE_BYTES:
         raise ProvisionError(
-            f"not enough free disk space for QEMU in {path}: {_mb(free)} free, about "
-            f"{_mb(_MIN_FREE_BYTES)} needed. Free some space, or point XDG_CACHE_HOME to a "
+            f"not enough free disk space for QEMU in {path}: {megabytes(free)} free, about "
+            f"{megabytes(_MIN_FREE_BYTES)} needed. Free some space, or point XDG_CACHE_HOME to a "
             "file system with room")
 
 
-def _apt_failure(what: str, rc: int, output: str) -> ProvisionError:
+def apt_failure(what: str, rc: int, output: str) -> ProvisionError:
+    """A failed apt command in words: its error lines and what to do about them."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errs = [ln for ln in lines if ln.startswith(("E:", "W:", "Err:"))] or lines[-5:]
     text = "\n".join(errs)
     low = output.lower()
     if "no space left on device" in low:
-        hint = (f"the disk is full: free some space (about {_mb(_MIN_FREE_BYTES)} is needed) "
+        hint = (f"the disk is full: free some space (about {megabytes(_MIN_FREE_BYTES)} is needed) "
                 "or point XDG_CACHE_HOME elsewhere")
     elif re.search(r"temporary failure resolving|could not resolve|failed to connect|"
                    r"connection (?:timed out|refused)|unable to connect|network is unreachable|"
@@ -542,10 +572,11 @@ def _apt_failure(what: str, rc: int, output: str) -> ProvisionError:
 
 
 _URI_RE = re.compile(r"^'([^']+)'\s+(\S+)\s+(\d+)(?:\s+(\S+))?\s*$")
-_GET_RE = re.compile(r"^Get:(\d+)\s+\S+\s+\S+\s+(?:\S+\s+)?(\S+)\s+\S+\s+(\S+)\s+\[([^\]]+)\]")
+APT_GET_LINE = re.compile(r"^Get:(\d+)\s+\S+\s+\S+\s+(?:\S+\s+)?(\S+)\s+\S+\s+(\S+)\s+\[([^\]]+)\]")
 
 
-def _deb_name_version(filename: str) -> tuple[str, str]:
+def deb_name_version(filename: str) -> tuple[str, str]:
+    """(package, version) of a .deb file name (name_version_arch.deb, epoch as %3a)."""
     base = filename[:-4] if filename.endswith(".deb") else filename
     parts = base.split("_")
     if len(parts) >= 3:
@@ -554,7 +585,8 @@ def _deb_name_version(filename: str) -> tuple[str, str]:
     return base, ""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file, hex."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -562,7 +594,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _safe_wipe(vdir: Path, prefix: str = "qemu-", what: str = "QEMU cache",
+def safe_wipe(vdir: Path, prefix: str = "qemu-", what: str = "QEMU cache",
                error: type[Exception] = ProvisionError) -> None:
     """Remove a half-finished cache folder: only folders named `prefix`* directly under the
     cache root (QEMU trees, Linux images), so a bad path can never delete anything else."""
@@ -587,7 +619,8 @@ def _safe_wipe(vdir: Path, prefix: str = "qemu-", what: str = "QEMU cache",
 
 
 @contextlib.contextmanager
-def _lock(path: Path, pr: _Progress):
+def cache_lock(path: Path, pr: Progress):
+    """Hold an exclusive file lock on `path` (one process fills a cache folder at a time)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         try:
@@ -601,11 +634,11 @@ def _lock(path: Path, pr: _Progress):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def provision(deb_version: str = QEMU_DEB_VERSION, pr: _Progress | None = None) -> Qemu:
+def provision(deb_version: str = QEMU_DEB_VERSION, pr: Progress | None = None) -> Qemu:
     """Download and unpack Debian's qemu-system-x86 into the cache (see the module doc)."""
-    pr = pr or _Progress(True)
+    pr = pr or Progress(True)
     arch, _, _ = _host_arch()
-    _check_tools()
+    check_tools()
     root = cache_root()
     vdir = qemu_cache_dir(deb_version)
     if ":" in str(vdir) or "," in str(vdir):
@@ -614,7 +647,7 @@ def provision(deb_version: str = QEMU_DEB_VERSION, pr: _Progress | None = None) 
             "cannot take; set XDG_CACHE_HOME to a path without them")
     try:
         _check_space(root)
-        with _lock(root / ".provision.lock", pr):
+        with cache_lock(root / ".provision.lock", pr):
             q = _cached_qemu(deb_version)  # another process may have finished meanwhile
             if q:
                 return q
@@ -623,7 +656,7 @@ def provision(deb_version: str = QEMU_DEB_VERSION, pr: _Progress | None = None) 
         if e.errno == errno.ENOSPC:
             raise ProvisionError(
                 f"the disk is full while provisioning QEMU into {vdir}: free about "
-                f"{_mb(_MIN_FREE_BYTES)} (or set XDG_CACHE_HOME elsewhere) and run "
+                f"{megabytes(_MIN_FREE_BYTES)} (or set XDG_CACHE_HOME elsewhere) and run "
                 "`p4pmu setup` again; the half-finished folder is redone then") from e
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise ProvisionError(
@@ -633,47 +666,72 @@ def provision(deb_version: str = QEMU_DEB_VERSION, pr: _Progress | None = None) 
 
 
 def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
-                      pr: _Progress) -> Qemu:
+                      pr: Progress) -> Qemu:
+    """Provision QEMU `deb_version` into `vdir` (under the cache lock) and stamp it."""
     t0 = time.monotonic()
     if vdir.exists():
         pr.say(f"{vdir} has no completion stamp (an interrupted provisioning): wiping it")
-        _safe_wipe(vdir)
+        safe_wipe(vdir)
     pr.say(f"provisioning QEMU {QEMU_DEB_PACKAGE}={deb_version} from Debian "
            f"{DEBIAN_TARGET_RELEASE} into {vdir}")
-    apt = _AptEnv(root / "apt", arch)
+    apt = AptEnv(root / "apt", arch)
     apt.prepare()
-
-    # 1. indexes
     pr.say(f"[1/4] apt-get update ({', '.join(DEBIAN_SUITES)} from {DEBIAN_MIRROR})")
     rc, out = apt.run(["apt-get", "-q", "update"])
     if rc != 0 or re.search(r"^(E:|W: Failed to fetch|Err:)", out, flags=re.M):
-        raise _apt_failure("apt-get update", rc, out)
-
-    # 2. what to download: --print-uris against an empty archive folder lists every package
-    # with the size and SHA-256 of the signed index.
+        raise apt_failure("apt-get update", rc, out)
     spec = f"{QEMU_DEB_PACKAGE}={deb_version}"
     install = ["apt-get", "-q", "-y", "install", "--download-only", "-t",
                DEBIAN_TARGET_RELEASE, spec]
+    debs = _list_downloads(apt, install, spec)
+    _download(apt, install, spec, debs, pr)
+    tree = vdir / "root"
+    tree.mkdir(parents=True)
+    apt.unpack(debs, tree, pr, "[3/4]")
+    q, vs = _check_tree(tree, deb_version, pr)
+    # the stamp, last; then drop what a next run re-creates anyway
+    size = sum(f.stat().st_size for f in tree.rglob("*") if f.is_file() and not f.is_symlink())
+    stamp = {
+        "format": _STAMP_FORMAT,
+        "package": QEMU_DEB_PACKAGE,
+        "version": deb_version,
+        "upstream_version": vs,
+        "suites": list(DEBIAN_SUITES),
+        "mirror": DEBIAN_MIRROR,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tree_bytes": size,
+        "packages": [{"file": d.filename, "name": d.name, "version": d.version,
+                      "size": d.size, "sha256": d.sha256} for d in debs],
+    }
+    finish_cache(vdir, stamp, apt, debs)
+    pr.say(f"QEMU {vs} ready in {time.monotonic() - t0:.1f} s ({len(debs)} packages, "
+           f"{megabytes(size)} unpacked) at {tree}")
+    return q
+
+
+def _list_downloads(apt: AptEnv, install: list[str], spec: str) -> list[_Deb]:
+    """What `install` downloads: --print-uris against an empty archive folder lists every
+    package; --print-uris names only an MD5 sum, so each SHA-256 (and size) comes from the
+    signed package index."""
     with tempfile.TemporaryDirectory(dir=apt.base) as empty:
         (Path(empty) / "partial").mkdir()
         rc, out = apt.run([*install[:1], "-o", f"Dir::Cache::archives={empty}",
                            *install[1:], "--print-uris"])
     if rc != 0:
-        raise _apt_failure(f"apt-get install --print-uris {spec}", rc, out)
+        raise apt_failure(f"apt-get install --print-uris {spec}", rc, out)
     debs: list[_Deb] = []
     for line in out.splitlines():
         m = _URI_RE.match(line)
         if m:
             d = _Deb(m.group(1), m.group(2), int(m.group(3)), "")
-            d.name, d.version = _deb_name_version(d.filename)
+            d.name, d.version = deb_name_version(d.filename)
             debs.append(d)
     if not debs:
         raise ProvisionError(f"apt listed nothing to download for {spec}:\n{out[-2000:]}")
-    # --print-uris names only an MD5 sum: take each SHA-256 from the (signed) package index.
     rc, out = apt.run(["apt-cache", "show", "--no-all-versions",
                        *(f"{d.name}={d.version}" for d in debs)])
     if rc != 0:
-        raise _apt_failure("apt-cache show", rc, out)
+        raise apt_failure("apt-cache show", rc, out)
     index: dict[tuple[str, str], dict[str, str]] = {}
     for record in out.split("\n\n"):
         fields = dict(ln.split(": ", 1) for ln in record.splitlines()
@@ -692,54 +750,48 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
     if not any(d.name == QEMU_DEB_PACKAGE for d in debs):
         raise ProvisionError(f"apt's download list for {spec} does not contain "
                              f"{QEMU_DEB_PACKAGE} itself:\n{out[-2000:]}")
+    return debs
+
+
+def _download(apt: AptEnv, install: list[str], spec: str, debs: list[_Deb],
+              pr: Progress) -> None:
+    """Download what the archive folder lacks (apt verifies each file against the signed
+    index), then check every file against the index's SHA-256 once more."""
     for d in debs:
         f = apt.archives / d.filename
-        d.hit = f.is_file() and f.stat().st_size == d.size and _sha256(f) == d.sha256
+        d.hit = f.is_file() and f.stat().st_size == d.size and sha256_file(f) == d.sha256
     todo = [d for d in debs if not d.hit]
     total = sum(d.size for d in todo)
-    pr.say(f"[2/4] {len(debs)} packages, {_mb(sum(d.size for d in debs))}; to download: "
-           f"{len(todo)} packages, {_mb(total)}"
+    pr.say(f"[2/4] {len(debs)} packages, {megabytes(sum(d.size for d in debs))}; to download: "
+           f"{len(todo)} packages, {megabytes(total)}"
            + (f" ({len(debs) - len(todo)} already downloaded)" if len(todo) < len(debs) else ""))
-
-    # 3. download (apt verifies each file against the signed index)
     got = {"n": 0, "bytes": 0}
     sizes = {d.filename.split("_", 1)[0]: d.size for d in todo}
 
     def on_line(line: str) -> None:
-        m = _GET_RE.match(line)
+        m = APT_GET_LINE.match(line)
         if m:
             got["n"] += 1
             pkg = m.group(2)
             got["bytes"] += sizes.get(pkg, 0)
             pr.step(f"[2/4] downloading {got['n']}/{len(todo)} {pkg} {m.group(3)} ({m.group(4)}); "
-                    f"{_mb(got['bytes'])} of {_mb(total)}", got["n"], len(todo))
+                    f"{megabytes(got['bytes'])} of {megabytes(total)}", got["n"], len(todo))
 
     if todo:
         rc, out = apt.run(install, on_line)
         if rc != 0:
-            raise _apt_failure(f"apt-get install --download-only {spec}", rc, out)
+            raise apt_failure(f"apt-get install --download-only {spec}", rc, out)
     for d in debs:  # belt and braces: the files are what the signed index announced
         f = apt.archives / d.filename
         if not f.is_file():
             raise ProvisionError(f"apt reported success but {f} is missing")
-        if not d.hit and _sha256(f) != d.sha256:
+        if not d.hit and sha256_file(f) != d.sha256:
             raise ProvisionError(f"{f} does not match the SHA-256 of Debian's signed index; "
                                  "remove it and run `p4pmu setup` again")
 
-    # 4. unpack into a fresh tree
-    tree = vdir / "root"
-    tree.mkdir(parents=True)
-    for i, d in enumerate(debs, 1):
-        pr.step(f"[3/4] unpacking {i}/{len(debs)} {d.name}", i, len(debs))
-        p = subprocess.run(["dpkg-deb", "-x", str(apt.archives / d.filename), str(tree)],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            err = p.stderr.strip()
-            if "No space left" in err:
-                raise OSError(errno.ENOSPC, err)
-            raise ProvisionError(f"dpkg-deb -x {d.filename} failed: {err}")
 
-    # 5. check the result
+def _check_tree(tree: Path, deb_version: str, pr: Progress) -> tuple[Qemu, str]:
+    """The unpacked QEMU runs, is the pinned version and accepts -plugin; (it, its version)."""
     q = _tree_qemu(tree, deb_version)
     pr.say("[4/4] checking the unpacked QEMU")
     for p in (Path(q.argv_prefix[0]), q.binary):
@@ -754,36 +806,18 @@ def _provision_locked(deb_version: str, arch: str, root: Path, vdir: Path,
     if not plugins:
         raise ProvisionError(f"the unpacked QEMU {vs} does not accept -plugin (built without "
                              "TCG plugins?): p4pmu cannot use it")
-
-    # 6. the stamp, last; then drop what a next run re-creates anyway
-    size = sum(f.stat().st_size for f in tree.rglob("*") if f.is_file() and not f.is_symlink())
-    stamp = {
-        "format": _STAMP_FORMAT,
-        "package": QEMU_DEB_PACKAGE,
-        "version": deb_version,
-        "upstream_version": vs,
-        "suites": list(DEBIAN_SUITES),
-        "mirror": DEBIAN_MIRROR,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tree_bytes": size,
-        "packages": [{"file": d.filename, "name": d.name, "version": d.version,
-                      "size": d.size, "sha256": d.sha256} for d in debs],
-    }
-    finish_cache(vdir, stamp, apt, debs)
-    pr.say(f"QEMU {vs} ready in {time.monotonic() - t0:.1f} s ({len(debs)} packages, "
-           f"{_mb(size)} unpacked) at {tree}")
-    return q
+    return q, vs
 
 
 def _policy() -> int:
     """Show what trixie-backports offers (to move the pin)."""
     arch, _, _ = _host_arch()
-    _check_tools()
-    apt = _AptEnv(cache_root() / "apt", arch)
+    check_tools()
+    apt = AptEnv(cache_root() / "apt", arch)
     apt.prepare()
     rc, out = apt.run(["apt-get", "-q", "update"])
     if rc != 0:
-        raise _apt_failure("apt-get update", rc, out)
+        raise apt_failure("apt-get update", rc, out)
     rc, out = apt.run(["apt-cache", "policy", QEMU_DEB_PACKAGE])
     print(out, end="")
     print(f"pinned: {QEMU_DEB_VERSION}")

@@ -1,5 +1,6 @@
-"""`p4pmu setup`: provision QEMU 11.1, build the PMU plugin, the Linux guest's workloads and
-(in a source checkout) the test guests.  Idempotent: a second run only checks."""
+"""`p4pmu setup`: provision QEMU 11.1, build the PMU plugin, the bare-metal guests
+(qemu_glue/guests: the bench's, the replay demo's and the tests') and the Linux guest's
+workloads.  Idempotent: a second run only checks."""
 from __future__ import annotations
 
 import argparse
@@ -7,23 +8,19 @@ import sys
 
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
-from p4pmu.qemu_glue.bare_metal_guests import guest_builder
+from p4pmu.qemu_glue.guests import build as guest_build
 
 
 def _say(msg: str) -> None:
     print(f"p4pmu setup: {msg}", file=sys.stderr, flush=True)
 
 
-def _test_guests() -> None:
-    mod, why = guest_builder()
-    if mod is None:
-        _say(f"test guests: skipped: {why}")
-        return
+def _bare_metal_guests() -> None:
     try:
-        mod.build_all(True)
+        guest_build.build_all(True)
     except Exception as e:  # noqa: BLE001
-        raise ProvisionError(f"building the test guests failed: {e}") from e
-    _say("test guests: built")
+        raise ProvisionError(f"building the bare-metal guests failed: {e}") from e
+    _say("bare-metal guests: built")
 
 
 def _workloads() -> None:
@@ -43,10 +40,10 @@ def main(a: argparse.Namespace) -> int:
     else:
         _say(f"plugin: {plugin_file(build=True)}")
     if a.skip_guests:
-        _say("test guests: skipped (--skip-guests)")
+        _say("bare-metal guests: skipped (--skip-guests)")
         _say("workloads: skipped (--skip-guests)")
     else:
-        _test_guests()
+        _bare_metal_guests()
         _workloads()
     _say("ready")
     return 0

@@ -1,6 +1,7 @@
 """pytest fixtures for the guest tests (docs/architecture.md, contract 3).
 
-- `guests` (session): builds every test guest (tests/guests/build.py) once per session.
+- `guests` (session): builds every bare-metal guest (p4pmu.qemu_glue.guests.build) once per
+  session.
 - `run_guest` (session): a callable
       run_guest(name, model="0F_04", plugin_opts=(), qemu_args=(), timeout=60,
                 script=None, plugin=True, env=None) -> GuestRun
@@ -9,8 +10,8 @@
   (plugin=False: no PMU emulation; used to test the guest runtime itself), with COM1 going to
   a file, and returns the exit status and the parsed serial output; a run whose plugin reports
   a counting bookkeeping error fails the test (require_consistent_counting).  `script` (a
-  guests.script.Script) is passed as a multiboot module (-initrd); `env`: extra environment
-  variables for QEMU (e.g. P4PMU_BRANCH_TRACE).
+  p4pmu.qemu_glue.guests.script.Script) is passed as a multiboot module (-initrd); `env`:
+  extra environment variables for QEMU (e.g. P4PMU_BRANCH_TRACE).
 - `bridge_run` (session): bridge_run(bits, model, strict=False) -> BridgeRun, the full bridge
   test script (guests/suite.py) run once per (bits, model, strict) and shared by every test
   that looks at a part of it, with the oracle's expectations.
@@ -31,14 +32,16 @@ from pathlib import Path
 
 import pytest
 
+from p4pmu.qemu_glue.guests import build as guest_build
+from p4pmu.qemu_glue.guests import layout
+from p4pmu.qemu_glue.guests.script import GuestOutput, Script, parse_serial
+
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from guests import build as guest_build  # noqa: E402
-from guests import layout  # noqa: E402
-from guests.script import GuestOutput, Oracle, Script, parse_serial  # noqa: E402
+from guests.oracle import Oracle  # noqa: E402
 
 P4PMU = REPO_ROOT / ".venv" / "bin" / "p4pmu"
 QEMU_MACHINE_ARGS = ("-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",

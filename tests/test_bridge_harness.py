@@ -8,13 +8,15 @@ bridge; test_bridge_*.py do the latter.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from guests import build as guest_build
-from guests import layout as L
-from guests.script import (GP, UD, Answer, Expect, GuestOutput, Oracle, Script, compare,
-                           format_problems, parse_serial)
+from guests.oracle import Expect, Oracle, compare, format_problems
 
 from p4pmu.emulator.models import MODELS
+from p4pmu.qemu_glue.guests import build as guest_build
+from p4pmu.qemu_glue.guests import layout as L
+from p4pmu.qemu_glue.guests.script import GP, UD, Answer, GuestOutput, Script, parse_serial
 
 APIC_BASE = 0x1B  # IA32_APIC_BASE: QEMU implements it; bit 8 = BSP, base FEE00000h
 BITS = (32, 64)
@@ -32,7 +34,7 @@ def test_build_all_skips_up_to_date_guests(guests, capsys):
     assert "up to date" in capsys.readouterr().out
     for name, path in guests.items():
         assert guest_build.guest_path(name) == path
-        assert path.is_relative_to(guest_build.REPO_ROOT / "build" / "guests")
+        assert path.is_relative_to(Path(__file__).resolve().parents[1] / "build" / "guests")
 
 
 def test_build_reports_missing_gcc(monkeypatch, tmp_path):

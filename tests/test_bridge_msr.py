@@ -3,7 +3,7 @@ mode) through `p4pmu qemu`.
 
 One guest run per (guest width, model, mode) executes the whole script of guests/suite.py;
 each test here looks at its part.  Expected answers come from replaying the same script on the
-emulator's register file (guests.script.Oracle); some tests also state the property directly
+emulator's register file (guests.oracle.Oracle); some tests also state the property directly
 from the tables (which addresses exist, which bits fault, write-then-read-back), so that a bug
 shared by the emulator and the bridge still shows.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 from guests.bridge import CONFIGS, STRICT_CONFIGS, check, config_id
 from guests.bridge import write_read_pairs as _pairs
-from guests.script import GP
 from guests.suite import other_msr_script, present_msrs, register_kind
 
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import MODELS, get_model
+from p4pmu.qemu_glue.guests.script import GP
 
 pytestmark = pytest.mark.guest
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from guests.bridge import CONFIGS, check, config_id
-from guests.script import GP
 from guests.suite import counter_value
 
 from p4pmu.emulator import tables as T
+from p4pmu.qemu_glue.guests.script import GP
 
 pytestmark = pytest.mark.guest
 

@@ -11,15 +11,16 @@
 - legal prefixes (66, segment overrides, 67, REX) change nothing; LOCK is #UD.
 
 The guest compares every probe with a reference run of the same flag setup without the
-instruction (guests/common/rt.c, probe_exec) and reports differences in chk=; the values and
-faults are compared with the oracle as everywhere else.
+instruction (qemu_glue/guests/common/rt.c, probe_exec) and reports differences in chk=; the
+values and faults are compared with the oracle as everywhere else.
 """
 from __future__ import annotations
 
 import pytest
-from guests import layout as L
 from guests import suite
 from guests.bridge import CONFIGS, check, config_id
+
+from p4pmu.qemu_glue.guests import layout as L
 
 pytestmark = pytest.mark.guest
 

@@ -1,6 +1,6 @@
 """Guest activity drives the counters: instructions, uops, branches by type and
 outcome, mispredictions, bogus instructions, FP/SIMD classes, front-end and execution
-tagging -- counted from hand-written loops in bare-metal guests (tests/guests/common/loops.S),
+tagging -- counted from hand-written loops in bare-metal guests (qemu_glue/guests/common/loops.S),
 OS and USR separately, 32-bit and long mode.
 
 Method (tests/guests/evplan.py): every loop runs with two lengths N1 < N2 after the same
@@ -12,12 +12,12 @@ for the same instructions (tests/guests/evexpect.py: the trace of the loop from 
 from __future__ import annotations
 
 import pytest
-
-from guests import build as guest_build
 from guests.evexpect import LoopModel, expect_delta
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import escr_value, parse_events
 from guests.loops import TRACEABLE, TRACEABLE_CPL0
+
+from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
 

@@ -7,12 +7,12 @@ Example 18-2 (SDM 18.15.5.7) literally and in a working form.
 from __future__ import annotations
 
 import pytest
-
-from guests import build as guest_build
 from guests.evexpect import ClockOracle, LoopModel, user_stream
 from guests.evplan import Ctr, Setup
 from guests.evscript import LVT_NMI, VEC_PMI, EvScript, cccr_msr, \
     cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
+
+from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
 

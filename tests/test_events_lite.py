@@ -17,14 +17,14 @@ import shlex
 import subprocess
 
 import pytest
-
+from conftest import P4PMU, QEMU_MACHINE_ARGS
 from guests.evscript import EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, \
     escr_value, parse_events, preset
-from p4pmu.qemu_glue import bench
-from conftest import P4PMU, QEMU_MACHINE_ARGS
-from guests import build as guest_build
 from test_events_exact import _bench_script, _sampling
 from test_events_silent import TIMER_TICKS
+
+from p4pmu.qemu_glue import bench
+from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
 

@@ -5,7 +5,7 @@ set on delivery, a masked entry honoured, the request that stays asserted while 
 sampling, and the cascade-PMI erratum of 0F_02 (SDM 18.15.5.7) with and without errata
 emulation.
 
-The guest's handler (tests/guests/common/evrt.c) records, per interrupt: vector, the LVT
+The guest's handler (qemu_glue/guests/common/evrt.c) records, per interrupt: vector, the LVT
 entry as it found it, which CCCRs had OVF set, the interrupted IP and the counter's value.
 The measured counter counts USR instructions of a ring-3 loop, so every counted event is an
 instruction of a known stream (evexpect.user_stream).
@@ -13,12 +13,12 @@ instruction of a known stream (evexpect.user_stream).
 from __future__ import annotations
 
 import pytest
-
-from guests import build as guest_build
 from guests.evexpect import LoopModel, pmi_landing, pmi_landings, user_stream
 from guests.evscript import LVT_MASK, LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, \
     VEC_NMI, VEC_PMI, EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, \
     parse_events, preset
+
+from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
 

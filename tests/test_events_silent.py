@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import pytest
-
-from guests import build as guest_build
 from guests.evexpect import ClockOracle, LoopModel, blocks_of, pmi_landings, user_stream
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, EvScript, \
     cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
+
+from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
 

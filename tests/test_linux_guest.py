@@ -28,7 +28,13 @@ import pytest
 
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux as lx
-from p4pmu.qemu_glue import linux_image as li
+from p4pmu.qemu_glue.linux_image.cache import ensure_image, image_dir, recipe, recipe_hash
+from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
+from p4pmu.qemu_glue.linux_image.elf import Elf
+from p4pmu.qemu_glue.linux_image.errors import ImageError
+from p4pmu.qemu_glue.linux_image.kernel import XZ_MAGIC, extract_vmlinux
+from p4pmu.qemu_glue.linux_image.pins import ARCHES, DEFAULT_KERNEL, KERNELS, PINS, pin_for
+from p4pmu.qemu_glue.linux_image.stub_library import StubSymbol, make_stub_library
 
 P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux",
                *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]
@@ -59,7 +65,7 @@ def parse_newc(data: bytes) -> list[dict]:
 
 def test_cpio_writer_entries_and_concatenation():
     buf = io.BytesIO()
-    w = li.CpioWriter(buf)
+    w = CpioWriter(buf)
     w.file("usr/bin/tool", b"#!/bin/sh\necho hi\n", 0o4755)
     w.symlink("bin/sh", "/bin/busybox")
     w.chardev("dev/console", 5, 1)
@@ -68,7 +74,7 @@ def test_cpio_writer_entries_and_concatenation():
     first = buf.getvalue()
     assert len(first) % 512 == 0
     buf2 = io.BytesIO()
-    w2 = li.CpioWriter(buf2, mtime=1234)
+    w2 = CpioWriter(buf2, mtime=1234)
     w2.file("/p4pmu/cmd", b"exit 7", 0o600)
     w2.finish()
     entries = parse_newc(first + buf2.getvalue())
@@ -91,7 +97,7 @@ def test_cpio_tool_reads_the_archive(tmp_path):
         pytest.skip("no cpio tool")
     p = tmp_path / "a.cpio"
     with open(p, "wb") as f:
-        w = li.CpioWriter(f)
+        w = CpioWriter(f)
         w.file("a/b/c.txt", b"x" * 1001, 0o640)
         w.finish()
     r = subprocess.run(["cpio", "-t", "--quiet"], stdin=open(p, "rb"), capture_output=True,
@@ -101,23 +107,23 @@ def test_cpio_tool_reads_the_archive(tmp_path):
 
 def test_extract_vmlinux_skips_false_magic():
     elf = b"\x7fELF" + bytes(range(256)) * 64
-    blob = (b"MZ header " + li.XZ_MAGIC + b"not really xz" + b"\0" * 100
+    blob = (b"MZ header " + XZ_MAGIC + b"not really xz" + b"\0" * 100
             + lzma.compress(elf, format=lzma.FORMAT_XZ) + b"trailing signature")
-    assert li.extract_vmlinux(blob) == elf
-    with pytest.raises(li.ImageError):
-        li.extract_vmlinux(b"MZ no payload")
+    assert extract_vmlinux(blob) == elf
+    with pytest.raises(ImageError):
+        extract_vmlinux(b"MZ no payload")
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="loads an x86-64 library")
 def test_stub_library_loads_and_defines_the_symbols(tmp_path):
-    syms = [li.StubSymbol("stub_func", "func", 0),
-            li.StubSymbol("stub_obj", "object", 4, "STUB_1.0"),
-            li.StubSymbol("stub_tls", "tls", 8),
-            li.StubSymbol("stub_vfunc", "func", 0, "STUB_2.0")]
-    data = li.make_stub_library("libstubtest.so.3", 2, 62, syms)
+    syms = [StubSymbol("stub_func", "func", 0),
+            StubSymbol("stub_obj", "object", 4, "STUB_1.0"),
+            StubSymbol("stub_tls", "tls", 8),
+            StubSymbol("stub_vfunc", "func", 0, "STUB_2.0")]
+    data = make_stub_library("libstubtest.so.3", 2, 62, syms)
     path = tmp_path / "libstubtest.so.3"
     path.write_bytes(data)
-    elf = li.Elf(data)
+    elf = Elf(data)
     assert elf.soname() == "libstubtest.so.3"
     assert elf.exported() == {"stub_func", "stub_obj", "stub_tls", "stub_vfunc"}
     info = {s[0]: s for s in elf.dynsym()[1:]}
@@ -152,11 +158,11 @@ def test_stub_library_satisfies_versioned_imports(tmp_path):
     env = {"LD_LIBRARY_PATH": str(libdir), "PATH": "/usr/bin:/bin"}
     assert subprocess.run([str(exe)], env=env).returncode == 8
     # replace the library by a stub built from what the program imports
-    imports = li.Elf(exe.read_bytes()).imports()
-    wanted = [li.StubSymbol(s[0], {1: "object", 6: "tls"}.get(s[4], "func"), s[2], s[7])
+    imports = Elf(exe.read_bytes()).imports()
+    wanted = [StubSymbol(s[0], {1: "object", 6: "tls"}.get(s[4], "func"), s[2], s[7])
               for s in imports if s[6] == "libreal.so.1"]
     assert {s.name for s in wanted} == {"real_f", "real_v"}
-    (libdir / "libreal.so.1").write_bytes(li.make_stub_library("libreal.so.1", 2, 62, wanted))
+    (libdir / "libreal.so.1").write_bytes(make_stub_library("libreal.so.1", 2, 62, wanted))
     r = subprocess.run([str(exe)], env={**env, "LD_BIND_NOW": "1"}, capture_output=True,
                        text=True)
     assert r.returncode == 0 and r.stderr == ""  # the stub's function returns 0, data is 0
@@ -186,20 +192,20 @@ def test_find_status_needs_the_nonce():
 
 
 def test_recipe_names_the_pins():
-    assert li.DEFAULT_KERNEL == "5.10" and set(li.KERNELS) == {"5.10", "6.1"}
-    for kernel in li.KERNELS:
-        for arch in li.ARCHES:
-            r = li.recipe(arch, kernel)
-            pin = li.PINS[(kernel, arch)]
+    assert DEFAULT_KERNEL == "5.10" and set(KERNELS) == {"5.10", "6.1"}
+    for kernel in KERNELS:
+        for arch in ARCHES:
+            r = recipe(arch, kernel)
+            pin = PINS[(kernel, arch)]
             assert pin.version.startswith(kernel + ".")
             assert r["kernel"] == f"{pin.kernel_package}={pin.version}"
             assert r["perf"] == f"{pin.perf_package}={pin.version}"
-            assert li.image_dir(arch, kernel).name == f"linux-{pin.version}-{arch}"
-            assert len(li.recipe_hash(arch, kernel)) == 20
+            assert image_dir(arch, kernel).name == f"linux-{pin.version}-{arch}"
+            assert len(recipe_hash(arch, kernel)) == 20
             # only 6.1's p4_pmu_set_period installs the previous period
             assert pin.set_period_quirk == (kernel == "6.1")
-    with pytest.raises(li.ImageError, match="unknown guest kernel '4.19'"):
-        li.pin_for("amd64", "4.19")
+    with pytest.raises(ImageError, match="unknown guest kernel '4.19'"):
+        pin_for("amd64", "4.19")
 
 
 def test_line_sink_passes_whole_lines_then_the_rest():
@@ -245,8 +251,8 @@ def linux_ready():
             ensure_qemu(progress=True)
             if "--plugin" not in P4PMU_LINUX and "--no-plugin" not in P4PMU_LINUX:
                 plugin_file(build=True)
-            for kernel in li.KERNELS:
-                li.ensure_image(arch, progress=True, kernel=kernel)
+            for kernel in KERNELS:
+                ensure_image(arch, progress=True, kernel=kernel)
         except ProvisionError as e:
             pytest.fail(f"cannot prepare the {arch} Linux guest: {e}", pytrace=False)
         built[arch] = True

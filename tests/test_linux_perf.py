@@ -112,8 +112,8 @@ def run_session(tmp: Path, name: str, arch: str, sections, *, smp: int = 1, thre
                 clock: str = "host") -> Session:
     """One boot running `sections`.  `recipe`: perf-setup first and watchdog_thresh=1 (the
     6.1 sessions); without it the guest is the default one, as a newcomer gets it."""
-    from p4pmu.qemu_glue.cli import plugin_file
-    from p4pmu.qemu_glue.linux_image import ensure_image
+    from p4pmu.qemu_glue.plugin_lib import plugin_file
+    from p4pmu.qemu_glue.linux_image.cache import ensure_image
     from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
     try:
         ensure_qemu(progress=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from p4pmu.plugin import bookkeeping_errors
-from p4pmu.qemu_glue import linux_image as li
+from p4pmu.qemu_glue.linux_image.cache import ensure_image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOC = REPO_ROOT / "docs" / "perf-test.md"
@@ -187,13 +187,13 @@ class Comparison:
 
 @pytest.fixture(scope="module")
 def comparison() -> Comparison:
-    from p4pmu.qemu_glue.cli import plugin_file
+    from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
     try:
         ensure_qemu(progress=True)
         if "--plugin" not in EXTRA_ARGS:
             plugin_file(build=True)
-        li.ensure_image("amd64", progress=True)
+        ensure_image("amd64", progress=True)
     except ProvisionError as e:
         pytest.fail(f"cannot prepare the amd64 Linux guest: {e}", pytrace=False)
     args, clk = clock()

@@ -102,7 +102,7 @@ def test_wipe_refuses_foreign_folders(temp_cache, tmp_path):
     other = tmp_path / "precious"
     other.mkdir()
     with pytest.raises(pv.ProvisionError, match="refusing"):
-        pv._safe_wipe(other)
+        pv.safe_wipe(other)
     assert other.exists()
 
 
@@ -125,7 +125,7 @@ def test_half_finished_cache_is_wiped_and_redone(temp_cache, capsys):
     junk.write_text("left over from an interrupted run")
     assert pv.cache_state() == "incomplete"
 
-    q = pv.provision(pv.QEMU_DEB_VERSION, pv._Progress(True))
+    q = pv.provision(pv.QEMU_DEB_VERSION, pv.Progress(True))
 
     err = capsys.readouterr().err
     assert "no completion stamp" in err and "wiping" in err
@@ -144,7 +144,7 @@ def test_half_finished_cache_is_wiped_and_redone(temp_cache, capsys):
 def test_unreachable_archive_is_reported(temp_cache, monkeypatch):
     monkeypatch.setattr(pv, "DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
     with pytest.raises(pv.ProvisionError) as e:
-        pv.provision(pv.QEMU_DEB_VERSION, pv._Progress(False))
+        pv.provision(pv.QEMU_DEB_VERSION, pv.Progress(False))
     assert "cannot be reached" in str(e.value)
     assert pv.cache_state() in ("missing", "incomplete")  # never "complete"
 
@@ -157,20 +157,20 @@ def test_signatures_are_checked(temp_cache, monkeypatch):
         pytest.skip(f"{other} not installed")
     monkeypatch.setattr(pv, "DEBIAN_KEYRING", other)
     with pytest.raises(pv.ProvisionError, match="signature could not be verified"):
-        pv.provision(pv.QEMU_DEB_VERSION, pv._Progress(False))
+        pv.provision(pv.QEMU_DEB_VERSION, pv.Progress(False))
     assert pv.cache_state() == "missing"
 
 
 def test_missing_apt_is_reported(temp_cache, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     with pytest.raises(pv.ProvisionError, match="apt-get.*not found.*Debian or Ubuntu"):
-        pv.provision(pv.QEMU_DEB_VERSION, pv._Progress(False))
+        pv.provision(pv.QEMU_DEB_VERSION, pv.Progress(False))
 
 
 @pytest.mark.slow
 def test_vanished_pin_is_reported(temp_cache):
     with pytest.raises(pv.ProvisionError, match="no longer in trixie-backports"):
-        pv.provision("1:0.0.1+ds-0~bpo13+0", pv._Progress(False))
+        pv.provision("1:0.0.1+ds-0~bpo13+0", pv.Progress(False))
 
 
 def test_bad_env_qemu_is_reported(monkeypatch, tmp_path):

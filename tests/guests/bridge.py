@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from p4pmu.emulator.models import MODELS
 
-from .script import compare, format_problems
+from .oracle import compare, format_problems
 
 # every model in 32-bit mode; the long-mode models in 64-bit mode
 CONFIGS = [(32, k) for k in MODELS] + [(64, k) for k, m in MODELS.items() if m.long_mode]

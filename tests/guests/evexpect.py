@@ -294,7 +294,7 @@ def expect_delta(model: LoopModel, setup, ctr, loop: str, ring: int, n1: int, n2
     from p4pmu.emulator import events as E
     ev = E.EVENT_BY_NAME[ctr.event]
     if ev.thread == "TI":
-        # thread independent: OSen/USRen over both T-bit pairs (I3, behaviour.md 7)
+        # thread independent: OSen/USRen over both T-bit pairs (docs/guest-events.md I3)
         ok = (ctr.os or ctr.t1_os) if ring == 0 else (ctr.usr or ctr.t1_usr)
     else:
         ok = ctr.qualified(ring, lp)

@@ -1,8 +1,8 @@
 """The bridge test script: one script per guest width, the same for every CPU model.
 
-The script walks the whole PMU range and exercises RDMSR/WRMSR/RDPMC in every way the issue
-asks for; which answers are right depends on the model and the mode and comes from
-`script.Oracle` (the emulator), never from here.  Test patterns are derived from the tables
+The script walks the whole PMU range and exercises RDMSR/WRMSR/RDPMC in every way the bridge
+must handle; which answers are right depends on the model and the mode and comes from
+`oracle.Oracle` (the emulator), never from here.  Test patterns are derived from the tables
 (field masks, reserved-bit policy, counter width); the only literals are arbitrary data
 patterns and x86 architecture facts.
 
@@ -27,9 +27,8 @@ Tags (Op.tag) let each test look at its part of the one guest run:
 from __future__ import annotations
 
 from p4pmu.emulator import tables as T
-
-from . import layout as L
-from .script import Script
+from p4pmu.qemu_glue.guests import layout as L
+from p4pmu.qemu_glue.guests.script import Script
 
 PMU_LO, PMU_HI = T.PMU_RANGE
 U32 = 0xFFFF_FFFF

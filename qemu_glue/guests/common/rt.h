@@ -6,7 +6,7 @@
  */
 #pragma once
 
-#include "layout.h" /* generated from tests/guests/layout.py */
+#include "layout.h" /* generated from layout.py */
 
 typedef unsigned char u8;
 typedef unsigned short u16;

@@ -1,5 +1,5 @@
 /* The probe guest: runs the command script given as the first multiboot module (format in
- * tests/guests/layout.py) and prints one answer line per record.  Without a module it runs
+ * layout.py) and prints one answer line per record.  Without a module it runs
  * a short built-in smoke test of the runtime.  The guest knows nothing about the PMU: the
  * Python side decides what each answer should have been. */
 #include "rt.h"

@@ -1,9 +1,10 @@
-"""Build the bare-metal test guests with the system gcc (no cross toolchain).
+"""Build the bare-metal guests with the system gcc (no cross toolchain).
 
     build_all(progress=True) -> dict[name, Path]   build every guest that is out of date
     guest_path(name) -> Path                        the bootable file (QEMU -kernel)
 
-Outputs go to <repo>/build/guests/ (gitignored).  A guest is rebuilt when the hash of its
+Outputs go to <checkout>/build/guests/ (gitignored), or ~/.cache/p4pmu/guests/ outside a
+checkout.  A guest is rebuilt when the hash of its
 sources, the generated files, the compiler flags or the compiler version changed.  Builds are
 serialised with a file lock and outputs are replaced atomically, so parallel test sessions
 sharing a work tree do not trip over each other.
@@ -13,7 +14,7 @@ Needs: gcc and binutils (objcopy).  The guests include no libc header and link n
 strace: no file of a lib32/multilib package is opened); check_toolchain() still tries a
 32-bit and a 64-bit link first and names gcc-multilib if the 32-bit one fails.
 
-Command line: ``python tests/guests/build.py [--force]``.
+Command line: ``python -m p4pmu.qemu_glue.guests.build [--force]``.
 """
 from __future__ import annotations
 
@@ -28,15 +29,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import layout  # type: ignore
-else:
-    from . import layout
+from p4pmu.qemu_glue.guests import layout
 
-GUESTS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = GUESTS_DIR.parent.parent
-BUILD_DIR = REPO_ROOT / "build" / "guests"
+GUESTS_DIR = Path(__file__).resolve().parent  # the sources (package data)
+
+
+def _build_dir() -> Path:
+    """<checkout>/build/guests in a source checkout (an editable install), else the cache."""
+    root = GUESTS_DIR.parents[1]
+    if (root / "pyproject.toml").is_file() and (root / "emulator").is_dir():
+        return root / "build" / "guests"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "p4pmu" / "guests"
+
+
+BUILD_DIR = _build_dir()
 
 COMMON_CFLAGS = (
     "-ffreestanding", "-fno-pic", "-fno-pie", "-nostdlib", "-O2", "-std=gnu11",
@@ -74,7 +81,7 @@ class GuestSpec:
 
 
 _COMMON = ("common/rt.c", "common/probe.c")
-# the guest-activity guests (issue 4): script interpreter, APIC/PMI/AP runtime, asm loops
+# the events guests: script interpreter, APIC/PMI/AP runtime, asm loops
 _EVENTS = ("common/rt.c", "common/evrt.c", "common/evasm.S", "common/loops.S",
            "common/events.c")
 GUESTS: dict[str, GuestSpec] = {
@@ -131,7 +138,7 @@ def check_toolchain() -> str:
         return _toolchain_checked
     gcc, objcopy = shutil.which("gcc"), shutil.which("objcopy")
     if not gcc:
-        raise GuestBuildError("gcc not found: the test guests are built with the system gcc "
+        raise GuestBuildError("gcc not found: the bare-metal guests are built with the system gcc "
                               "(Debian: apt-get install -y gcc gcc-multilib)")
     if not objcopy:
         raise GuestBuildError("objcopy not found (Debian: apt-get install -y binutils)")

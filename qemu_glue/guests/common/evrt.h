@@ -1,7 +1,7 @@
 /* Runtime additions of the guest-activity ("events") guests: local APIC and the LVT
  * performance-counter entry, the PMI/NMI handler that records the CCCR state, the APIC timer
  * as a wake-up source for HLT, the FPU/SSE/MMX enable, and (32-bit guest) starting the second
- * logical processor with INIT-SIPI-SIPI.  See tests/guests/README.md, "Events guests". */
+ * logical processor with INIT-SIPI-SIPI.  See README.md, "Events guests". */
 #pragma once
 
 #include "rt.h"

@@ -1,8 +1,8 @@
 /* The events guest: runs a text script (the first multiboot module) that programs the PMU,
  * runs hand-written loops (loops.S) in ring 0 or ring 3, on the BSP or on the second logical
  * processor, takes performance interrupts and prints what it read.  The guest computes
- * nothing about the PMU: tests/guests/evscript.py writes the scripts and reads the output,
- * and the tests decide what the numbers should be.
+ * nothing about the PMU: the host (the tests, `p4pmu bench`) writes the scripts and reads
+ * the output, and decides what the numbers should be.
  *
  * The whole script is parsed before the first command runs, so the code executed between
  * two commands does not depend on the numbers in them: two runs that differ only in a loop's
