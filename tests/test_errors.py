@@ -12,7 +12,7 @@ from __future__ import annotations
 import sysconfig
 
 import pytest
-from guests.script import Script
+from p4pmu.qemu_glue.guests.script import Script
 
 from p4pmu.emulator import tables as T
 
