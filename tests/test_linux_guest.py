@@ -38,6 +38,9 @@ from p4pmu.qemu_glue.linux_image.stub_library import StubSymbol, make_stub_libra
 
 P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux",
                *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]
+# Tests of the command's plumbing (streams, status, --add, images, failures) do not depend on
+# the guest's clock: on the host clock a boot takes half the time (docs/linux-guest.md).
+HOST_CLOCK = ("--clock", "host")
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,7 +292,7 @@ def test_exit_status_and_separate_streams(linux_ready):
     # data whose checksum the guest reports on stderr
     cmd = (r"printf 'out\r\n\000\377end'; printf 'err line\n' >&2; "
            r"head -c 200000 /dev/urandom > /tmp/r; md5sum /tmp/r >&2; cat /tmp/r; exit 7")
-    r = run_linux("--", cmd)
+    r = run_linux(*HOST_CLOCK, "--", cmd)
     assert r.returncode == 7, show(r)
     assert r.stdout[:10] == b"out\r\n\x00\xffend", show(r)
     body = r.stdout[10:]
@@ -307,7 +310,7 @@ def test_stdout_and_stderr_lines_stay_whole_on_one_terminal(linux_ready):
     linux_ready()
     cmd = ("i=0; while [ $i -lt 300 ]; do echo stdout-line-$i; echo stderr-line-$i >&2; "
            "i=$((i+1)); done")
-    r = subprocess.run([*P4PMU_LINUX, "--", cmd], stdout=subprocess.PIPE,
+    r = subprocess.run([*P4PMU_LINUX, *HOST_CLOCK, "--", cmd], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stdout.decode(errors="replace")[-3000:]
     lines = r.stdout.decode().splitlines()
@@ -318,9 +321,9 @@ def test_stdout_and_stderr_lines_stay_whole_on_one_terminal(linux_ready):
 @pytest.mark.guest
 def test_default_kernel_is_5_10_and_6_1_can_be_chosen(linux_ready):
     linux_ready()
-    r = run_linux("--", "uname -r")
+    r = run_linux(*HOST_CLOCK, "--", "uname -r")
     assert r.returncode == 0 and r.stdout.decode().startswith("5.10."), show(r)
-    r = run_linux("--kernel", "6.1", "--", "uname -r")
+    r = run_linux(*HOST_CLOCK, "--kernel", "6.1", "--", "uname -r")
     assert r.returncode == 0 and r.stdout.decode().startswith("6.1."), show(r)
 
 
@@ -334,7 +337,7 @@ def test_add_keeps_the_exec_bit(linux_ready, tmp_path):
     (data / "sub").mkdir(parents=True)
     (data / "sub" / "f.txt").write_text("payload\n")
     (data / "sub" / "f.txt").chmod(0o604)
-    r = run_linux("--add", str(script), "--add", f"{data}:/opt/tree", "--",
+    r = run_linux(*HOST_CLOCK, "--add", str(script), "--add", f"{data}:/opt/tree", "--",
                   "./hello.sh a b; echo status=$?; stat -c '%a %n' hello.sh /opt/tree/sub/f.txt;"
                   " cat /opt/tree/sub/f.txt")
     assert r.returncode == 0, show(r)
@@ -349,7 +352,8 @@ def test_netburst_driver_and_perf_stat(linux_ready, tmp_path):
     the plugin) and `perf stat` runs.  The counts are not checked here."""
     linux_ready()
     log = tmp_path / "kernel.log"
-    r = run_linux("--kernel-log", str(log), "--", "perf stat -e instructions true")
+    r = run_linux(*HOST_CLOCK, "--kernel-log", str(log), "--",
+                  "perf stat -e instructions true")
     assert r.returncode == 0, show(r)
     err = r.stderr.decode()
     assert "Performance counter stats for 'true'" in err and "instructions" in err, show(r)
@@ -362,7 +366,8 @@ def test_netburst_driver_and_perf_stat(linux_ready, tmp_path):
 @pytest.mark.guest
 def test_i386_guest(linux_ready):
     linux_ready("i386")
-    r = run_linux("--arch", "i386", "--", "uname -m; perf stat -e instructions true")
+    r = run_linux(*HOST_CLOCK, "--arch", "i386", "--",
+                  "uname -m; perf stat -e instructions true")
     assert r.returncode == 0, show(r)
     assert r.stdout == b"i686\n", show(r)
     assert b"Performance counter stats" in r.stderr, show(r)
@@ -401,7 +406,8 @@ def test_timeout_is_reported(linux_ready, tmp_path):
 @pytest.mark.guest
 def test_kernel_panic_is_reported(linux_ready, tmp_path):
     linux_ready()
-    r = run_linux("--kernel-log", str(tmp_path / "k.log"), "--", "echo c > /proc/sysrq-trigger")
+    r = run_linux(*HOST_CLOCK, "--kernel-log", str(tmp_path / "k.log"), "--",
+                  "echo c > /proc/sysrq-trigger")
     assert r.returncode == lx.EXIT_FAILURE, show(r)
     err = r.stderr.decode()
     assert "the guest kernel failed: Kernel panic - not syncing: sysrq triggered crash" in err, \
