@@ -1,8 +1,6 @@
 /*
  * p4pmu: the C-side register mirror (docs/bridge.md, "The register mirror").
  *
- * Included by p4pmu_plugin.c after counting.c (one translation unit for cffi).
- *
  * While the PMU of a vCPU is programmed "simply" (rule decided and checked in Python:
  * plugin/feeder.py Feeder.mirror_rule -- one LP per core, no CASCADE / extended cascade, no
  * FORCE_OVF, no EDGE), every counter's per-clock increment is a function of the clock kind
@@ -32,43 +30,20 @@
  * Threading: threads=1 only (Python never hands over with threads=2), so a vCPU's mirror is
  * touched only by its own vCPU thread and by Python called from that thread.
  */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
 
-#define MREC_CAP 4096 /* access records kept for the log between two Python calls */
+#include "mirror.h"
+#include "counting.h"
+#include "kinds.h"
+#include "python_calls.h"
 
-/* one access served here, for the log (Python writes the line at its next call) */
-struct p4c_mrec {
-    uint32_t op;    /* 1 RDMSR, 2 WRMSR, 3 RDPMC */
-    uint32_t reg;   /* MSR, or ECX for RDPMC */
-    uint64_t value; /* value read or written */
-};
+struct p4c_mirror *mirrors;
 
-/* Layout shared with Python (plugin/build.py PYTHON_CALLS_C declares the same struct). */
-struct p4c_mirror {
-    /* written by Python once (constants from p4pmu.emulator.tables) */
-    uint64_t ctr_limit;        /* 2^40: counters are 40 bits (SDM 18.15.5.4) */
-    uint64_t ovf_mask;         /* the CCCR's OVF bit (bit 31) */
-    uint32_t ctr_msr[18], cccr_msr[18];
-    /* written by Python at each hand-over */
-    int active;                /* 1: the values below are the authority; Python pulls them */
-    int any_run;               /* some counter runs */
-    int log_on;                /* record served accesses for the log */
-    uint32_t nkext;            /* rows of the per-kind table handed over (p4c_out.nkext) */
-    uint64_t ctr[18];          /* 40-bit values */
-    uint64_t cccr[18];         /* as written (OVF is in ovf[]) */
-    uint64_t ctr_fault[18], cccr_fault[18]; /* bits whose setting faults (reserved policy) */
-    uint8_t ovf[18], armed[18], run[18], pmi[18]; /* pmi: OVF_PMI for this LP */
-    int32_t rate_b[18];        /* Feeder.after's budget rate of a counter that is not arming */
-    int32_t tmax[18];          /* max(1, the table's largest per-clock increment) */
-    /* statistics (C) */
-    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
-    /* accesses served here since Python last looked (log) */
-    uint32_t nrec;
-    struct p4c_mrec rec[MREC_CAP];
-};
-
-static struct p4c_mirror *mirrors;
-
-static void mirror_setup(int max_vcpus)
+void mirror_setup(int max_vcpus)
 {
     mirrors = calloc((size_t)max_vcpus, sizeof(*mirrors));
 }
@@ -104,9 +79,9 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     }
     if (o->bad || o->tot_ok != 1 || !mirror_table_ok(vi, m)) return 0;
     const uint64_t lim = m->ctr_limit;
-    int64_t add[18];
+    int64_t add[P4_NCOUNTERS];
     int cross = 0;
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (m->run[n] && !(o->tmask & (1u << n))) return 0; /* its total was not computed */
         add[n] = m->run[n] ? o->tot[n] : 0;
         if (add[n] < 0) return 0;
@@ -115,7 +90,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     if (!cross) {
         /* no OVF 0 -> 1: the engine's plain step (counters wrap mod 2^40 with OVF already
          * set; a counted event with OVF set and OVF_PMI arms the request: behaviour.md 5) */
-        for (int n = 0; n < 18; n++) {
+        for (int n = 0; n < P4_NCOUNTERS; n++) {
             if (!add[n]) continue;
             m->ctr[n] = (m->ctr[n] + (uint64_t)add[n]) % lim;
             if (m->ovf[n] && m->pmi[n]) m->armed[n] = 1;
@@ -130,16 +105,16 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     for (uint32_t i = 0; i < o->nseq; i++) {
         if (o->seq[i] >= o->nkext) return 0;
     }
-    uint64_t v[18];
-    uint8_t ovf[18], armed[18];
-    for (int n = 0; n < 18; n++) {
+    uint64_t v[P4_NCOUNTERS];
+    uint8_t ovf[P4_NCOUNTERS], armed[P4_NCOUNTERS];
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         v[n] = m->ctr[n];
         ovf[n] = m->ovf[n];
         armed[n] = m->armed[n];
     }
     for (uint32_t i = 0; i < o->nseq; i++) {
-        const int32_t *row = inc + (size_t)o->seq[i] * 18;
-        for (int n = 0; n < 18; n++) {
+        const int32_t *row = inc + (size_t)o->seq[i] * P4_NCOUNTERS;
+        for (int n = 0; n < P4_NCOUNTERS; n++) {
             int32_t x = row[n];
             if (x <= 0 || !m->run[n]) {
                 if (x < 0 && m->run[n]) return 0;
@@ -157,7 +132,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
             }
         }
     }
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         m->ctr[n] = v[n];
         m->ovf[n] = ovf[n];
         m->armed[n] = armed[n];
@@ -174,7 +149,7 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
 {
     struct p4c_out *o = &outs[vi];
     int level = 0;
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (m->ovf[n] && m->armed[n] && m->pmi[n]) level = 1;
     }
     o->pmi[0] = level;
@@ -186,7 +161,7 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     }
     int nw = 0;
     int64_t best = INT64_MAX;
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (!m->run[n]) continue;
         int arming = m->ovf[n] && m->pmi[n] && !m->armed[n];
         if (m->ovf[n] && !arming) continue; /* neither an overflow nor an arming ahead */
@@ -201,7 +176,7 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     }
     int64_t b = nw ? (best > 1 ? best : 1) : 0;
     uint32_t tm = 0;
-    for (int n = 0; n < 18; n++) tm |= m->run[n] ? 1u << n : 0u;
+    for (int n = 0; n < P4_NCOUNTERS; n++) tm |= m->run[n] ? 1u << n : 0u;
     o->tmask = tm; /* the next batch's totals: of the running counters */
     o->budget = b;
     o->tot_ok = 0;
@@ -223,7 +198,7 @@ static inline struct p4c_mirror *mirror_for_access(unsigned vi)
 {
     struct p4c_mirror *m = mirror_of(vi);
     if (!m) return NULL;
-    if ((m->log_on && m->nrec >= MREC_CAP) || /* Python writes the log first */
+    if ((m->log_on && m->nrec >= P4_MIRROR_RECS) || /* Python writes the log first */
         (m->any_run && !mirror_table_ok(vi, m))) {
         m->n_declined++;
         return NULL;
@@ -233,7 +208,7 @@ static inline struct p4c_mirror *mirror_for_access(unsigned vi)
 
 static int mirror_counter_index(const uint32_t *msrs, uint32_t msr)
 {
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (msrs[n] == msr) return n;
     }
     return -1;
@@ -305,7 +280,7 @@ static int mirror_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
     struct p4c_mirror *m = mirror_for_access(vi);
     if (!m) return 0;
     uint32_t index = ecx & 0x7FFFFFFFu;
-    if (index >= 18 || !mirror_consume(vi, m)) {
+    if (index >= P4_NCOUNTERS || !mirror_consume(vi, m)) {
         mirror_declined(vi);
         return 0;
     }
@@ -319,7 +294,7 @@ static int mirror_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
 
 /* A counting deadline (cb_sched, after fold_at_entry): Bridge.deadline's work.  Returns 1
  * when done here, 0: ask Python. */
-static int mirror_deadline(unsigned vi)
+int mirror_deadline(unsigned vi)
 {
     struct p4c_mirror *m = mirror_of(vi);
     if (!m) return 0;
@@ -333,19 +308,19 @@ static int mirror_deadline(unsigned vi)
 }
 
 /* the bridge's PMU calls: the mirror first, Python when it declines */
-static int pmu_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
+int pmu_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
 {
     int r = mirror_rdmsr(vi, msr, out);
     return r ? r : py_rdmsr(vi, msr, out);
 }
 
-static int pmu_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
+int pmu_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
 {
     int r = mirror_wrmsr(vi, msr, value);
     return r ? r : py_wrmsr(vi, msr, value);
 }
 
-static int pmu_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
+int pmu_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
 {
     int r = mirror_rdpmc(vi, ecx, out);
     return r ? r : py_rdpmc(vi, ecx, out);

@@ -1,186 +1,35 @@
 /*
- * p4pmu bridge: a QEMU 11.1 TCG plugin (API v7) that hands the guest's accesses to the
- * NetBurst PMU (RDMSR/WRMSR of 300h-3FFh, RDMSR of IA32_MISC_ENABLE, RDPMC) to the Python
- * emulator running inside QEMU (cffi embedding; plugin/bridge.py).
- *
- * How it works (details and the reasons in docs/bridge.md):
- *
- * - Translation time: every instruction of a new block is decoded from its bytes; only
- *   0F 30 (WRMSR), 0F 32 (RDMSR) and 0F 33 (RDPMC) with legal prefixes get execution
- *   callbacks.  Blocks without them get nothing, so they run at full speed.
- * - RDMSR: a callback before the instruction (ECX in 300h-3FFh, CPL 0) asks Python; QEMU then
- *   executes the RDMSR itself (it reads 0 for these MSRs) and a callback on the next
- *   instruction, or an "entry hook" on the next block when the RDMSR ends its block, writes
- *   EDX:EAX.  QEMU's own flag state is never disturbed.  ECX = 1A0h: QEMU's value is patched
- *   with pmu.misc_enable().
- * - WRMSR: Python validates and applies the write before the instruction; QEMU then executes
- *   it (and drops it).
- * - #GP from the model: ECX is pointed at an x2APIC MSR (800h), which QEMU rejects with #GP
- *   after restoring the exact guest state; the exception (discontinuity) callback, which QEMU
- *   calls before it delivers the exception, puts the guest's ECX back.
- * - RDPMC (QEMU always raises #UD): first instruction of its block -> EDX:EAX written and the
- *   instruction skipped with qemu_plugin_set_pc() (EFLAGS are in sync at a block start).
- *   Anywhere else -> QEMU raises #UD, which synchronises the lazy flags; the exception
- *   callback writes EDX:EAX and changes IOPL/AC so that the #UD handler's first block is
- *   translated afresh; that block gets an entry hook which undoes the exception frame
- *   (stack pointer, segments, EFLAGS, stack bytes) and resumes after the RDPMC.
- * - RDPMC #GP (bad index): CPL > 0 -> CR4.PCE is cleared for the instruction so that QEMU
- *   raises #GP itself; CPL 0 -> the instruction bytes are briefly replaced by WRMSR with ECX =
- *   800h (see fault_by_patch()).
+ * p4pmu: interception of RDMSR, WRMSR and RDPMC: translation-time decoding, the execution
+ * callbacks, EDX:EAX write-back, #GP delivery and the exception callback (docs/bridge.md).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dlfcn.h>
-#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <sched.h>
+#include <pthread.h>
 
-#include "qemu_plugin_api.h"
-#include "p4pmu_plugin.h"
+#include "intercept.h"
+#include "counting.h"
+#include "cuts.h"
+#include "deadline.h"
+#include "fold.h"
+#include "install.h"
+#include "mirror.h"
+#include "python_calls.h"
+#include "registers.h"
+#include "siblings.h"
+#include "translate.h"
 
-#ifndef P4PMU_LIBPYTHON
-#error "P4PMU_LIBPYTHON (path of the libpython the plugin is linked with) must be defined"
-#endif
+struct qemu_plugin_scoreboard *sb_pending; /* per vCPU: uint64_t number of records */
 
-P4PMU_EXPORT int qemu_plugin_version = P4PMU_QEMU_PLUGIN_VERSION;
+p4_plugin_u64 pending_entry;
 
-/* ---------------------------------------------------------------------------------------- */
-/* Constants                                                                                */
-/* ---------------------------------------------------------------------------------------- */
-
-#define PMU_MSR_FIRST 0x300u
-#define PMU_MSR_LAST 0x3FFu
-#define PMU_COUNTER_FIRST 0x300u /* MSR_BPU_COUNTER0 .. MSR_IQ_COUNTER5 (SDM Vol. 3B 18.15.2) */
-#define PMU_COUNTER_LAST 0x311u
-#define MSR_MISC_ENABLE 0x1A0u
-#define MSR_GP_REDIRECT 0x800u /* x2APIC range: #GP in QEMU while x2APIC is off */
-
-#define CR0_PE (1ull << 0)
-#define CR4_PCE (1ull << 8)
-#define EFER_LMA (1ull << 10)
-#define EFL_IOPL (3ull << 12)
-#define EFL_VM (1ull << 17)
-#define EFL_AC (1ull << 18)
-/* flags QEMU keeps lazily (CC_*) or in env->df during execution; never written raw */
-#define EFL_LAZY 0xCD5ull
-
-enum kind { K_NONE = 0, K_WRMSR = 1, K_RDMSR = 2, K_RDPMC = 3 };
-
-/* ---------------------------------------------------------------------------------------- */
-/* Per-vCPU state                                                                           */
-/* ---------------------------------------------------------------------------------------- */
-
-enum rec_kind { REC_RDMSR = 1, REC_RDMSR_MISC, REC_RDPMC_UD };
-
-/* Work left for the entry hook of a later block. */
-struct rec {
-    int kind;
-    uint64_t linear; /* RDMSR: linear address of the block to patch in; RDPMC: the RDPMC */
-    uint64_t rsp;    /* stack pointer when the record was made */
-    uint64_t value;  /* EDX:EAX for RDMSR */
-    /* REC_RDPMC_UD: the state before QEMU delivered #UD */
-    uint64_t eip, len, eflags, cs, ss, seg[4];
-    int frame64, frame16, seg_saved;
-    int fault; /* RDPMC with #GP at CPL 0: restart it at a block start (fault_by_patch) */
-    uint64_t rax, rdx; /* as they were before the exception callback wrote EDX:EAX */
-    uint8_t stack[64];
-    int stack_ok;
-};
-
-#define MAX_REC 8
-
-enum redirect_kind { RD_NONE = 0, RD_RCX, RD_CR4, RD_PATCH };
-
-struct vcpu {
-    int ready;
-    p4_GByteArray *buf;
-    /* RDMSR result to write on the next instruction */
-    int post; /* 0 none, 1 value, 2 misc_enable */
-    uint64_t post_value;
-    /* #GP on the way: what to put back in the exception callback */
-    int redirect;
-    uint64_t redirect_linear, orig_rcx, orig_cr4, patch_op;
-    uint8_t orig_bytes[2];
-    /* RDPMC known to fault, restarted at a block start by the entry hook */
-    uint64_t refault_linear;
-    /* RDPMC not at a block start, Python already asked; QEMU's #UD comes next */
-    int ud_armed, ud_fault;
-    uint64_t ud_linear, ud_value, ud_len;
-    /* the last PMU access was a WRMSR of this counter MSR (0: it was not), with this value */
-    uint32_t last_counter_write;
-    uint64_t last_counter_value;
-    int rewrite_reported;
-    struct rec rec[MAX_REC];
-    int nrec;
-};
-
-static struct vcpu *vcpus;
-static int n_vcpus_max;
-static struct qemu_plugin_scoreboard *sb_pending; /* per vCPU: uint64_t number of records */
-static p4_plugin_u64 pending_entry;
-
-static struct {
-    struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs,
-        *gs, *cr0, *cr4, *efer;
-} R;
-
-/* the vCPU whose thread this is (set in every callback; used at translation time) */
-static __thread int tl_vcpu = -1;
 /* RDPMC #UD round trips under way on this thread's vCPU: while there are any, every block
  * translated gets the entry hook (the #UD handler, and whatever an interrupt runs first) */
 static __thread int tl_ud_pending;
-
-static int verbose;
-static int debug; /* P4PMU_DEBUG=1 in the environment: trace the bridge's decisions */
-#define DBG(...) do { if (debug) fprintf(stderr, "p4pmu-debug: " __VA_ARGS__); } while (0)
-
-/*
- * cffi takes the GIL with PyGILState_Ensure/Release around every call.  On a thread Python
- * does not know (a vCPU thread), that creates and destroys a thread state each time, which
- * costs more than the PMU model itself.  Before the first call on a thread we take a thread
- * state once and keep it (releasing only the GIL), so later calls just switch the GIL.
- * Python.h is included by the cffi-generated file this source is compiled into.
- */
-static __thread int tl_py_ready;
-
-static void py_thread_ready(void)
-{
-    if (!tl_py_ready) {
-        tl_py_ready = 1;
-        PyGILState_Ensure(); /* never released: keeps this thread's state alive */
-        PyEval_SaveThread(); /* ...but not the GIL */
-    }
-}
-
-static int py_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
-{
-    py_thread_ready();
-    return p4pmu_py_rdmsr(vi, msr, out);
-}
-static int py_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
-{
-    py_thread_ready();
-    return p4pmu_py_wrmsr(vi, msr, value);
-}
-static int py_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
-{
-    py_thread_ready();
-    return p4pmu_py_rdpmc(vi, ecx, out);
-}
-static int py_misc_enable(unsigned vi, uint64_t q, uint64_t *out)
-{
-    py_thread_ready();
-    return p4pmu_py_misc_enable(vi, q, out);
-}
-static void py_note(unsigned vi, const char *msg)
-{
-    py_thread_ready();
-    p4pmu_py_note(vi, msg);
-}
 
 /*
  * Two back-to-back WRMSRs of one counter with different values: the second of a driver's two
@@ -204,100 +53,11 @@ static void watch_counter_write(unsigned vi, struct vcpu *v, uint32_t msr, uint6
     v->last_counter_value = value;
 }
 
-static struct vcpu *V(unsigned int vi)
-{
-    if ((int)vi >= n_vcpus_max) {
-        fprintf(stderr, "p4pmu: vCPU %u beyond max_vcpus %d\n", vi, n_vcpus_max);
-        abort();
-    }
-    tl_vcpu = (int)vi;
-    return &vcpus[vi];
-}
-
-static void set_npending(unsigned int vi, struct vcpu *v)
+void set_npending(unsigned int vi, struct vcpu *v)
 {
     uint64_t *p = qemu_plugin_scoreboard_find(sb_pending, vi);
     *p = (uint64_t)v->nrec;
 }
-
-/* ---------------------------------------------------------------------------------------- */
-/* Register and memory access                                                               */
-/* ---------------------------------------------------------------------------------------- */
-
-static uint64_t rd(struct vcpu *v, struct qemu_plugin_register *r)
-{
-    uint64_t x = 0;
-    g_byte_array_set_size(v->buf, 0);
-    if (!qemu_plugin_read_register(r, v->buf)) {
-        fprintf(stderr, "p4pmu: register read failed\n");
-        abort();
-    }
-    memcpy(&x, v->buf->data, v->buf->len < 8 ? v->buf->len : 8);
-    return x;
-}
-
-static void wr(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x)
-{
-    g_byte_array_set_size(v->buf, 0);
-    g_byte_array_append(v->buf, (const uint8_t *)&x, 8);
-    if (!qemu_plugin_write_register(r, v->buf)) {
-        fprintf(stderr, "p4pmu: register write failed\n");
-        abort();
-    }
-}
-
-static int rdmem(struct vcpu *v, uint64_t addr, void *dst, size_t n)
-{
-    g_byte_array_set_size(v->buf, 0);
-    if (!qemu_plugin_read_memory_vaddr(addr, v->buf, n) || v->buf->len < n) {
-        return 0;
-    }
-    memcpy(dst, v->buf->data, n);
-    return 1;
-}
-
-static int wrmem(struct vcpu *v, uint64_t addr, const void *src, size_t n)
-{
-    g_byte_array_set_size(v->buf, 0);
-    g_byte_array_append(v->buf, src, (unsigned)n);
-    return qemu_plugin_write_memory_vaddr(addr, v->buf);
-}
-
-/* EDX:EAX <- value; 8-byte writes also clear the upper halves of RAX/RDX (long mode). */
-static void write_edx_eax(struct vcpu *v, uint64_t value)
-{
-    wr(v, R.rax, value & 0xFFFFFFFFull);
-    wr(v, R.rdx, value >> 32);
-}
-
-/* CPL as the hardware defines it: real mode 0, virtual-8086 mode 3, else CS.RPL. */
-static int current_cpl(struct vcpu *v)
-{
-    if (!(rd(v, R.cr0) & CR0_PE)) {
-        return 0;
-    }
-    if (rd(v, R.eflags) & EFL_VM) {
-        return 3;
-    }
-    return (int)(rd(v, R.cs) & 3);
-}
-
-static uint64_t rd_rcx(struct vcpu *v)
-{
-    return rd(v, R.rcx);
-}
-
-/* Event counting from guest activity, deadlines and PMI delivery (docs/guest-events.md) */
-#include "counting.c"
-
-/* The C-side register mirror: PMU accesses and deadlines of simple configurations served
- * without Python (docs/bridge.md, "The register mirror") */
-#include "mirror.c"
-
-/* ---------------------------------------------------------------------------------------- */
-/* Call-site descriptor packed into the callback's userdata (no allocation per block)        */
-/*   bits 0-47 linear address (sign-extended), 48-51 length, 52-53 kind, 54 first, 55 last   */
-/* ---------------------------------------------------------------------------------------- */
 
 static void *pack_site(uint64_t linear, unsigned len, int kind, int first, int last)
 {
@@ -328,13 +88,12 @@ static struct site unpack_site(void *ud)
     return s;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Entry hooks: linear addresses whose blocks get a conditional entry callback               */
-/* ---------------------------------------------------------------------------------------- */
-
 #define HOOK_SLOTS 8192
+
 static uint64_t hook_key[HOOK_SLOTS]; /* stored as address + 1; 0 = empty */
+
 static int hook_count;
+
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int hook_has_locked(uint64_t a)
@@ -415,10 +174,6 @@ static void drop_rec(unsigned vi, struct vcpu *v, int i)
     set_npending(vi, v);
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* #GP delivery                                                                             */
-/* ---------------------------------------------------------------------------------------- */
-
 /* RDMSR/WRMSR: make QEMU raise #GP(0) at this instruction (see on_exception). */
 static void fault_by_redirect(struct vcpu *v, const struct site *s, uint64_t rcx)
 {
@@ -454,10 +209,6 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
     counting_abandon(tl_vcpu, s->linear, 0);
     qemu_plugin_set_pc(rip);
 }
-
-/* ---------------------------------------------------------------------------------------- */
-/* Execution callbacks                                                                      */
-/* ---------------------------------------------------------------------------------------- */
 
 static void cb_wrmsr(unsigned int vi, void *ud)
 {
@@ -721,7 +472,7 @@ static void cb_entry(unsigned int vi, void *ud)
  * unwind data; for RDPMC's #UD they were synchronised before the helper ran.  Registers
  * written here are what the exception frame and the handler see.
  */
-static void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
+void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
                          void *ud)
 {
     struct vcpu *v = V(vi);
@@ -821,10 +572,6 @@ static void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t fro
     }
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Translation                                                                              */
-/* ---------------------------------------------------------------------------------------- */
-
 static int legal_prefix(uint8_t b)
 {
     switch (b) {
@@ -858,7 +605,7 @@ static int decode(const uint8_t *b, size_t n)
 /* register reads at translation time (the vCPU index is not known there) */
 static __thread struct vcpu tl_tv;
 
-static void translate(struct qemu_plugin_tb *tb, void *ud)
+void translate(struct qemu_plugin_tb *tb, void *ud)
 {
     (void)ud;
     size_t n = qemu_plugin_tb_n_insns(tb);
@@ -880,7 +627,7 @@ static void translate(struct qemu_plugin_tb *tb, void *ud)
 
     if (cnt_instrument) {
         if (!tl_tv.buf) tl_tv.buf = g_byte_array_new();
-        counting_translate(tb, &tl_tv, tl_vcpu >= 0 ? (unsigned)tl_vcpu : 0);
+        counting_translate(tb, &tl_tv);
     }
 
     uint64_t patched = __atomic_load_n(&patch_linear, __ATOMIC_SEQ_CST);
@@ -921,163 +668,4 @@ static void translate(struct qemu_plugin_tb *tb, void *ud)
             qemu_plugin_outs(msg);
         }
     }
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Set-up                                                                                   */
-/* ---------------------------------------------------------------------------------------- */
-
-static void vcpu_init(unsigned int vi, void *ud)
-{
-    (void)ud;
-    struct vcpu *v = V(vi);
-    v->buf = g_byte_array_new();
-    if (!R.rax) {
-        p4_GArray *a = qemu_plugin_get_registers();
-        p4_reg_descriptor *d = (p4_reg_descriptor *)a->data;
-        for (unsigned i = 0; i < a->len; i++) {
-            const char *nm = d[i].name;
-#define GRAB(field) if (!strcmp(nm, #field)) R.field = d[i].handle;
-            GRAB(rax) GRAB(rcx) GRAB(rdx) GRAB(rsp) GRAB(rip) GRAB(eflags) GRAB(cs) GRAB(ss)
-            GRAB(ds) GRAB(es) GRAB(fs) GRAB(gs) GRAB(cr0) GRAB(cr4) GRAB(efer)
-#undef GRAB
-        }
-        g_array_free(a, 1);
-        if (!R.rax || !R.rcx || !R.rdx || !R.rsp || !R.rip || !R.eflags || !R.cs || !R.ss ||
-            !R.ds || !R.es || !R.fs || !R.gs || !R.cr0 || !R.cr4 || !R.efer) {
-            fprintf(stderr, "p4pmu: this QEMU does not expose the x86 registers the bridge "
-                            "needs (rax..efer)\n");
-            exit(1);
-        }
-    }
-    set_npending(vi, v);
-    counting_vcpu_init(vi);
-    v->ready = 1;
-}
-
-static void on_interrupt(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
-                         void *ud)
-{
-    (void)type;
-    (void)to;
-    (void)ud;
-    V(vi);
-    counting_discon(vi, from, 0, 1); /* C only: QEMU holds the BQL here */
-}
-
-static void on_idle(unsigned int vi, void *ud)
-{
-    (void)ud;
-    counting_halt_change(vi, 1);
-}
-
-static void on_resume(unsigned int vi, void *ud)
-{
-    (void)ud;
-    counting_halt_change(vi, 0); /* running again: its LVT may change */
-}
-
-static void at_exit(void *ud)
-{
-    (void)ud;
-    if (debug && cv) {
-        for (int i = 0; i < n_vcpus_max; i++) {
-            if (cv[i].init)
-                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
-                        "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
-                        "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
-                        "%llu exact-deadline callbacks\n", i,
-                        (unsigned long long)cv[i].folds, (unsigned long long)cv[i].deadlines,
-                        (unsigned long long)cv[i].fast_deadlines,
-                        (unsigned long long)cv[i].resolutions, (unsigned long long)cv[i].silent,
-                        (unsigned long long)cv[i].gates, (unsigned long long)cv[i].silent_bad,
-                        n_blocks - 1, n_kinds, (unsigned long long)cv[i].w2_checks);
-            if (cv[i].init)
-                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
-                        "clock pairs (no EDGE detector)\n", i,
-                        (unsigned long long)cv[i].pairless_folds,
-                        (unsigned long long)cv[i].folds);
-            if (cv[i].init)
-                fprintf(stderr, "p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
-                        "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
-                        lite.active ? "on" : "off", lite.installs, lite.removals,
-                        (unsigned long long)cv[i].memi_cuts);
-            if (i == 0)
-                fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
-                        "counter %d\n", w2_mode ? "on" : "off", w2.flushes,
-                        w2.flushes ? w2.sig.ctr : -1);
-            if (mirrors)
-                fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
-                        "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "
-                        "declined\n", i, (unsigned long long)mirrors[i].n_rdmsr,
-                        (unsigned long long)mirrors[i].n_wrmsr,
-                        (unsigned long long)mirrors[i].n_rdpmc,
-                        (unsigned long long)mirrors[i].n_deadline,
-                        (unsigned long long)mirrors[i].n_walks,
-                        (unsigned long long)mirrors[i].n_declined);
-        }
-    }
-    counting_report();
-    p4pmu_py_exit();
-}
-
-P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *info, int argc,
-                                     char **argv)
-{
-    if (strcmp(info->target_name, "x86_64") && strcmp(info->target_name, "i386")) {
-        fprintf(stderr, "p4pmu: the plugin is for x86 guests, not %s\n", info->target_name);
-        return -1;
-    }
-    if (!info->system_emulation) {
-        fprintf(stderr, "p4pmu: the plugin needs system emulation (qemu-system-*)\n");
-        return -1;
-    }
-    debug = getenv("P4PMU_DEBUG") && strcmp(getenv("P4PMU_DEBUG"), "0");
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "verbose=on")) {
-            verbose = 1;
-        }
-    }
-    /* QEMU opened us with RTLD_LOCAL: make libpython's symbols global before Python starts,
-     * or extension modules (numpy, _cffi_backend) cannot resolve them. */
-    if (!dlopen(P4PMU_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
-        fprintf(stderr, "p4pmu: cannot re-open %s globally: %s\n", P4PMU_LIBPYTHON, dlerror());
-        return -1;
-    }
-    n_vcpus_max = info->system.max_vcpus > 0 ? info->system.max_vcpus : 1;
-    vcpus = calloc((size_t)n_vcpus_max, sizeof(struct vcpu));
-    if (!vcpus) {
-        return -1;
-    }
-    if (p4pmu_py_init(argc, argv, info->system.smp_vcpus, n_vcpus_max) != 1) {
-        fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
-        return -1;
-    }
-    if (counting_setup(id, argc, argv, n_vcpus_max) < 0) {
-        return -1;
-    }
-    mirror_setup(n_vcpus_max);
-    sb_pending = qemu_plugin_scoreboard_new(sizeof(uint64_t));
-    pending_entry.score = sb_pending;
-    pending_entry.offset = 0;
-    register_callbacks();
-    return 0;
-}
-
-/* All our registrations (again after qemu_plugin_reset, which drops them: counting.c) */
-static void register_callbacks(void)
-{
-    qemu_plugin_id_t id = plugin_id;
-    qemu_plugin_register_vcpu_init_cb(id, vcpu_init, NULL);
-    qemu_plugin_register_vcpu_tb_trans_cb(id, translate, NULL);
-    qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_EXCEPTION, on_exception, NULL);
-    if (cnt_instrument) {
-        /* only while counting: QEMU's interrupt discontinuity callback has a cost for
-         * every block once registered (measured: about 10 % of plain QEMU with nothing
-         * enabled) */
-        qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_INTERRUPT, on_interrupt, NULL);
-        qemu_plugin_register_vcpu_idle_cb(id, on_idle, NULL);
-        qemu_plugin_register_vcpu_resume_cb(id, on_resume, NULL);
-    }
-    qemu_plugin_register_atexit_cb(id, at_exit, NULL);
 }
