@@ -12,7 +12,7 @@
 #include "batch.h"
 #include "kinds.h"
 
-static void ph_init(struct phash *h, uint32_t cap)
+static void pair_hash_init(struct pair_hash *h, uint32_t cap)
 {
     h->cap = cap;
     h->n = 0;
@@ -21,15 +21,15 @@ static void ph_init(struct phash *h, uint32_t cap)
     h->used = malloc(cap * sizeof(uint32_t));
 }
 
-static void ph_grow(struct phash *h)
+static void pair_hash_grow(struct pair_hash *h)
 {
-    struct phash o = *h;
-    ph_init(h, o.cap * 2);
+    struct pair_hash o = *h;
+    pair_hash_init(h, o.cap * 2);
     for (uint32_t i = 0; i < o.n; i++) {
         uint32_t s = o.used[i];
         uint64_t k = o.key[s] - 1;
         if (o.val[s]) {
-            ph_add(h, (uint32_t)(k >> 32), (uint32_t)k, o.val[s]);
+            pair_hash_add(h, (uint32_t)(k >> 32), (uint32_t)k, o.val[s]);
         }
     }
     free(o.key);
@@ -37,10 +37,10 @@ static void ph_grow(struct phash *h)
     free(o.used);
 }
 
-void ph_add(struct phash *h, uint32_t a, uint32_t b, int64_t n)
+void pair_hash_add(struct pair_hash *h, uint32_t a, uint32_t b, int64_t n)
 {
     if (!n) return;
-    if (h->n * 2 >= h->cap) ph_grow(h);
+    if (h->n * 2 >= h->cap) pair_hash_grow(h);
     uint64_t k = (((uint64_t)a << 32) | b) + 1;
     uint32_t i = (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 40) & (h->cap - 1);
     while (h->key[i] && h->key[i] != k) {
@@ -53,7 +53,7 @@ void ph_add(struct phash *h, uint32_t a, uint32_t b, int64_t n)
     h->val[i] += n;
 }
 
-void ph_clear(struct phash *h)
+void pair_hash_clear(struct pair_hash *h)
 {
     for (uint32_t i = 0; i < h->n; i++) {
         h->key[h->used[i]] = 0;
@@ -63,18 +63,18 @@ void ph_clear(struct phash *h)
 }
 
 /* Add (sign +1) or remove (-1) a kind sequence of one execution portion. */
-static void acc_seq(struct cvcpu *c, const uint32_t *s, unsigned n, int os, int sign)
+static void acc_seq(struct vcpu_counting *c, const uint32_t *s, unsigned n, int os, int sign)
 {
     for (unsigned i = 0; i < n; i++) {
         acc_add(c, ext(s[i], os), sign);
-        if (i) ph_add(&c->pairs, ext(s[i - 1], os), ext(s[i], os), sign);
+        if (i) pair_hash_add(&c->pairs, ext(s[i - 1], os), ext(s[i], os), sign);
     }
 }
 
 /* A portion [a, e) of an execution of b, as in the batch: clocks, internal pairs, its bubble
  * (a == 0: an execution start) and, if `ends`, its last clock as an execution end. */
-void acc_portion(struct cvcpu *c, const struct blk *b, unsigned a, unsigned e, int ends,
-                        int sign)
+void acc_portion(struct vcpu_counting *c, const struct blk *b, unsigned a, unsigned e, int ends,
+                 int sign)
 {
     uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
@@ -84,7 +84,7 @@ void acc_portion(struct cvcpu *c, const struct blk *b, unsigned a, unsigned e, i
     free(s);
 }
 
-void cvcpu_init(struct cvcpu *c)
+void vcpu_counting_init(struct vcpu_counting *c)
 {
     if (c->init) return;
     c->init = 1;
@@ -93,7 +93,7 @@ void cvcpu_init(struct cvcpu *c)
     c->acc_last = calloc(NEXT, sizeof(int64_t));
     c->touched = malloc(sizeof(uint32_t) * NEXT);
     c->tmark = calloc(NEXT, 1);
-    ph_init(&c->pairs, 1u << 12);
+    pair_hash_init(&c->pairs, 1u << 12);
     c->o_cap = 1024;
     c->o_ext = malloc(sizeof(uint32_t) * c->o_cap);
     c->o_cnt = malloc(sizeof(int64_t) * c->o_cap);

@@ -8,10 +8,10 @@
 
 #include "counting_types.h"
 
-void ph_add(struct phash *h, uint32_t a, uint32_t b, int64_t n);
-void ph_clear(struct phash *h);
-void acc_portion(struct cvcpu *c, const struct blk *b, unsigned a, unsigned e, int ends,
-                        int sign);
-void cvcpu_init(struct cvcpu *c);
+void pair_hash_add(struct pair_hash *h, uint32_t a, uint32_t b, int64_t n);
+void pair_hash_clear(struct pair_hash *h);
+void acc_portion(struct vcpu_counting *c, const struct blk *b, unsigned a, unsigned e, int ends,
+                 int sign);
+void vcpu_counting_init(struct vcpu_counting *c);
 
 #endif

@@ -15,17 +15,7 @@
 #include "predictor.h"
 #include "registers.h"
 
-struct blk *blocks[MAX_BLOCKS];
-
-volatile uint32_t n_blocks = 1; /* id 0 = none */
-
-struct grp *groups[MAX_GROUPS];
-
-static uint32_t n_groups = 1;          /* id 0 = none */
-
-static uint32_t n_gates;
-
-static int blocks_full_warned;
+struct block_table blocks = {.n = 1, .n_groups = 1};
 
 /* most clocks one execution of b can add (W): static clocks, the dynamic final clock and a
  * misprediction penalty; REP: unbounded (its iterations), taken as 2^20 */
@@ -33,79 +23,60 @@ static uint64_t maxclk_calc(const struct blk *b)
 {
     uint64_t m = b->nclocks;
     if (b->end == END_REP) m += 1u << 20;
-    else if (dyn_end(b)) m += 1 + n_penalty;
+    else if (dyn_end(b)) m += 1 + kinds.n_penalty;
     return m;
 }
 
-static int end_of(const struct cinsn *last)
+static int end_of(const struct insn_info *last)
 {
     if (last->flags & CI_REP) return END_REP;
     return last->br;
 }
 
 /* the final (dynamic) clock of a dynamic-end block, as fields */
-static void final_fields(const struct blk *b, struct clk *out)
+static void final_fields(const struct blk *b, struct clock_fields *out)
 {
     unsigned cap = sched_cap(b);
-    struct clk *c = malloc(sizeof(*c) * cap);
+    struct clock_fields *c = malloc(sizeof(*c) * cap);
     unsigned m = schedule(b->ins, 0, b->n, c, cap);
     if (m) *out = c[m - 1];
     else memset(out, 0, sizeof(*out));
     free(c);
 }
 
-/* A conditional-end block joins the group of its predictor entry (created with the static
- * prediction's direction as its silent direction); it becomes silent-capable (a gate word,
- * SB_X = the silent direction's address) unless the group is full, gates ran out, or the
- * branch goes to the next instruction either way.  Called with cnt_lock held, before the
- * block is published. */
-static struct umap gmap; /* predictor key -> group id */
 
 static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
 {
-    const struct cinsn *last = &b->ins[b->n - 1];
+    const struct insn_info *last = &b->ins[b->n - 1];
     uint64_t key = P4P_COND_ENTRIES ? last->addr % (P4P_COND_ENTRIES ? P4P_COND_ENTRIES : 1)
                                     : last->addr;
-    uint64_t *gv = umap_get(&gmap, key, 1);
+    uint64_t *gv = u64_map_get(&blocks.group_of_key, key, 1);
     if (!*gv) {
         /* cannot run out: every group is created by a new block (MAX_GROUPS = MAX_BLOCKS) */
-        struct grp *g = calloc(1, sizeof(*g));
+        struct pred_group *g = calloc(1, sizeof(*g));
         g->key = key;
         g->silent_t = b->back;
-        groups[n_groups] = g;
-        *gv = n_groups++;
+        blocks.groups[blocks.n_groups] = g;
+        *gv = blocks.n_groups++;
     }
     b->gid = (uint32_t)*gv;
-    struct grp *g = groups[b->gid];
+    struct pred_group *g = blocks.groups[b->gid];
     b->silent_t = g->silent_t;
-    if (last->target == nxt || g->nmem >= GMAX || n_gates >= MAX_GATES) return;
-    b->gate = ++n_gates;
+    if (last->target == nxt || g->nmem >= GMAX || blocks.n_gates >= MAX_GATES) return;
+    b->gate = ++blocks.n_gates;
     b->xval = g->silent_t ? last->target : nxt;
     (void)id; /* listed in the group once published (block_new) */
 }
 
-uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os, int mode,
-                          int lite_lvl)
+/* b's static schedule: the full portion of one execution, as a histogram of kinds and of
+ * adjacent pairs (small blocks: quadratic is fine) */
+static void static_schedule(struct blk *b)
 {
-    struct blk *b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
-    memset(b, 0, sizeof(*b));
-    b->vaddr = vaddr;
-    b->n = n;
-    b->ins = ins;
-    b->os = (uint8_t)os;
-    b->mode = (uint8_t)mode;
-    b->end = (uint8_t)end_of(&ins[n - 1]);
-    if (lite_lvl && b->end == BRK_COND) {
-        b->end = BRK_NONE; /* outcome-free level: a static end (variant 0) */
-        b->lite_cond = 1;
-    }
-    /* static schedule: the full portion of one execution */
     uint32_t *s;
-    unsigned m = portion_seq_calc(b, 0, n, &s);
+    unsigned m = portion_seq_calc(b, 0, b->n, &s);
     b->nclocks = m;
     b->first_k = s[0];
     b->last_k = s[m - 1];
-    /* histogram and pairs (small blocks: quadratic is fine) */
     b->hk = malloc(sizeof(uint32_t) * m * 2);
     b->hc = b->hk + m;
     b->pa = malloc(sizeof(uint32_t) * (m ? m : 1) * 3);
@@ -123,41 +94,66 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os, int mo
         }
     }
     free(s);
-    if (dyn_end(b) && b->end != END_REP) {
-        size_t rsz = (size_t)n_vcpus_max * sizeof(struct bres);
-        b->res = aligned_alloc(64, rsz);
-        memset(b->res, 0, rsz);
-        struct clk f;
-        final_fields(b, &f);
-        f.f[KF_BR] = b->end;
-        b->final_k = kind_intern(f.f);
-        for (int t = 0; t < 2; t++) {
-            for (int mp = 0; mp < 2; mp++) {
-                struct clk g = f;
-                g.f[KF_TAKEN] = (uint8_t)t;
-                g.f[KF_MISP] = (uint8_t)mp;
-                b->var[t * 2 + mp] = kind_intern(g.f);
-            }
+}
+
+/* a dynamic end (not REP): the per-vCPU outcome records and the final clock's kind per
+ * outcome variant (taken * 2 + mispredicted) */
+static void dynamic_end_variants(struct blk *b)
+{
+    size_t rsz = (size_t)n_vcpus_max * sizeof(struct block_outcomes);
+    b->res = aligned_alloc(64, rsz);
+    memset(b->res, 0, rsz);
+    struct clock_fields f;
+    final_fields(b, &f);
+    f.f[KF_BR] = b->end;
+    b->final_k = kind_intern(f.f);
+    for (int t = 0; t < 2; t++) {
+        for (int mp = 0; mp < 2; mp++) {
+            struct clock_fields g = f;
+            g.f[KF_TAKEN] = (uint8_t)t;
+            g.f[KF_MISP] = (uint8_t)mp;
+            b->var[t * 2 + mp] = kind_intern(g.f);
         }
+    }
+}
+
+uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, int mode,
+                   int lite_lvl)
+{
+    struct blk *b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
+    memset(b, 0, sizeof(*b));
+    b->vaddr = vaddr;
+    b->n = n;
+    b->ins = ins;
+    b->os = (uint8_t)os;
+    b->mode = (uint8_t)mode;
+    b->end = (uint8_t)end_of(&ins[n - 1]);
+    if (lite_lvl && b->end == BRK_COND) {
+        b->end = BRK_NONE; /* outcome-free level: a static end (variant 0) */
+        b->lite_cond = 1;
+    }
+    static_schedule(b);
+    if (dyn_end(b) && b->end != END_REP) {
+        dynamic_end_variants(b);
     }
     b->maxclk = (uint32_t)maxclk_calc(b);
     /* W per execution: the static clocks and the final clock (a misprediction's penalty is
      * added when it is known, or reserved: silent_reserve); REP: added at its resolution */
-    b->wadd = b->nclocks + (dyn_end(b) && b->end != END_REP ? 1 : 0);
-    const struct cinsn *last = &ins[n - 1];
+    b->clocks_add = b->nclocks + (dyn_end(b) && b->end != END_REP ? 1 : 0);
+    const struct insn_info *last = &ins[n - 1];
     uint64_t nxt = last->addr + last->len;
-    /* SB_X at entry: where the next block starts when no resolution is needed (static ends)
-     * or when the outcome is silent; X_FORCE: the next block entry resolves it */
-    b->xval = b->end == BRK_NONE ? nxt : b->end == BRK_JMP ? last->target : X_FORCE;
-    if (lite_lvl && (b->end == BRK_NONE || b->end == BRK_JMP)) b->xval = X_LITE;
+    /* SB_SILENT_NEXT at entry: where the next block starts when no resolution is needed (static
+     * ends) or when the outcome is silent; X_RESOLVE_AT_ENTRY: the next block entry resolves it */
+    b->xval = b->end == BRK_NONE ? nxt : b->end == BRK_JMP ? last->target : X_RESOLVE_AT_ENTRY;
+    if (lite_lvl && (b->end == BRK_NONE || b->end == BRK_JMP)) b->xval = X_OUTCOME_FREE;
     b->back = last->target < last->addr;
     b->btarget = last->target;
     b->bnext = nxt;
-    pthread_mutex_lock(&cnt_lock);
-    uint32_t id = n_blocks;
+    pthread_mutex_lock(&run.lock);
+    uint32_t id = blocks.n;
     if (id >= MAX_BLOCKS) {
-        pthread_mutex_unlock(&cnt_lock);
-        if (!blocks_full_warned++) {
+        pthread_mutex_unlock(&run.lock);
+        if (!blocks.full_warned++) {
             fprintf(stderr, "p4pmu: more than %u translated blocks: later blocks are not "
                             "counted (see docs/guest-events.md, limits)\n", MAX_BLOCKS);
         }
@@ -165,14 +161,14 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct cinsn *ins, int os, int mo
         return 0;
     }
     if (b->end == BRK_COND) group_join_locked(b, id, nxt);
-    blocks[id] = b;
+    blocks.by_id[id] = b;
     if (b->gate) {
-        struct grp *g = groups[b->gid];
+        struct pred_group *g = blocks.groups[b->gid];
         g->mem[g->nmem] = id;
         __atomic_store_n(&g->nmem, g->nmem + 1, __ATOMIC_RELEASE);
     }
-    __atomic_store_n(&n_blocks, id + 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&cnt_lock);
+    __atomic_store_n(&blocks.n, id + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&run.lock);
     return id;
 }
 

@@ -13,9 +13,11 @@
 #include "blocks.h"
 
 /* Capstone: id -> table row (by name), per SSE-ness */
-static struct p4_row *cs_rows[2];
-
-static unsigned cs_nids;
+/* Capstone instruction id -> the table row (by name), per SSE-ness */
+static struct {
+    struct p4_row *rows[2];
+    unsigned n_ids;
+} capstone;
 
 static __thread csh tl_cs[3]; /* 16, 32, 64 */
 
@@ -42,9 +44,9 @@ int cs_setup(void)
     }
     unsigned n = 1;
     while (n < 100000 && cs_insn_name(h, n)) n++;
-    cs_nids = n;
+    capstone.n_ids = n;
     for (int s = 0; s < 2; s++) {
-        cs_rows[s] = calloc(n, sizeof(struct p4_row));
+        capstone.rows[s] = calloc(n, sizeof(struct p4_row));
     }
     for (unsigned id = 0; id < n; id++) {
         const char *nm = id ? cs_insn_name(h, id) : NULL;
@@ -52,10 +54,10 @@ int cs_setup(void)
                                                     sizeof(p4_named_rows[0]), row_cmp) : NULL;
         for (int s = 0; s < 2; s++) {
             if (r) {
-                cs_rows[s][id] = r->r[s];
+                capstone.rows[s][id] = r->r[s];
             } else {
                 struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, 0, BRK_NONE, 0};
-                cs_rows[s][id] = d;
+                capstone.rows[s][id] = d;
             }
         }
     }
@@ -91,78 +93,50 @@ static int is_sse_group(const cs_detail *d)
     return 0;
 }
 
-/* Classify one decoded instruction into *o (linear address addr). */
-void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct cinsn *o)
+/* what the operands of an instruction say (insn_classes._classify_one) */
+struct operand_scan {
+    unsigned loads, stores;
+    int xmm;       /* an XMM register operand */
+    int ctl;       /* a control or debug register operand */
+    int indirect;  /* a register or memory operand (an indirect branch, for branches) */
+    uint64_t target;
+};
+
+static struct operand_scan scan_operands(const cs_x86 *x, const struct p4_row *row)
 {
-    const cs_detail *d = ci->detail;
-    const cs_x86 *x = &d->x86;
-    int sse = is_sse_group(d);
-    struct p4_row row = (ci->id < cs_nids) ? cs_rows[sse][ci->id]
-                                           : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0};
-    unsigned loads = 0, stores = 0;
-    int xmm = 0, ctl = 0, indirect = 0, have_target = 0;
-    uint64_t target = 0;
+    struct operand_scan r = {0, 0, 0, 0, 0, 0};
+    int have_target = 0;
     for (int i = 0; i < x->op_count; i++) {
         const cs_x86_op *op = &x->operands[i];
         if (op->type == X86_OP_MEM) {
-            if (row.flags & RF_STORE) {
-                stores++;
+            if (row->flags & RF_STORE) {
+                r.stores++;
             } else {
-                if (op->access & CS_AC_READ) loads++;
-                if (op->access & CS_AC_WRITE) stores++;
+                if (op->access & CS_AC_READ) r.loads++;
+                if (op->access & CS_AC_WRITE) r.stores++;
             }
-            indirect = 1;
+            r.indirect = 1;
         } else if (op->type == X86_OP_REG) {
-            unsigned r = op->reg;
-            if (r >= X86_REG_XMM0 && r <= X86_REG_XMM31) xmm = 1;
-            else if ((r >= X86_REG_CR0 && r <= X86_REG_CR15) ||
-                     (r >= X86_REG_DR0 && r <= X86_REG_DR15)) ctl = 1;
-            indirect = 1;
+            unsigned reg = op->reg;
+            if (reg >= X86_REG_XMM0 && reg <= X86_REG_XMM31) r.xmm = 1;
+            else if ((reg >= X86_REG_CR0 && reg <= X86_REG_CR15) ||
+                     (reg >= X86_REG_DR0 && reg <= X86_REG_DR15)) r.ctl = 1;
+            r.indirect = 1;
         } else if (op->type == X86_OP_IMM) {
-            target = (uint64_t)op->imm;
+            r.target = (uint64_t)op->imm;
             have_target = 1;
         }
     }
-    if ((row.br == BRK_COND || row.br == BRK_JMP || row.br == BRK_CALL) && have_target) {
-        indirect = 0;
+    if ((row->br == BRK_COND || row->br == BRK_JMP || row->br == BRK_CALL) && have_target) {
+        r.indirect = 0;
     }
-    int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
-    (void)h;
+    return r;
+}
 
-    /* _build */
-    unsigned flags = row.flags;
-    unsigned cls = row.cls;
-    unsigned op = row.op;
-    if (!strcmp(ci->mnemonic, "movsd") && xmm) {
-        cls = CLS_SIMDMOVE;
-        flags = RF_MOVE;
-    }
-    if (flags & RF_NOMEM) loads = stores = 0;
-    if (flags & RF_ILOAD) loads++;
-    if (flags & RF_ISTORE) stores++;
-    if ((flags & RF_MOVE) && (loads || stores)) op = 0;
-    memset(o, 0, sizeof(*o));
-    o->addr = addr;
-    o->len = (uint8_t)ci->size;
-    o->lat = row.lat;
-    if ((flags & RF_ALIGN) || ctl) o->flags |= CI_ALIGN;
-    if (flags & RF_HLT) o->flags |= CI_HLT;
-    unsigned uops;
-    if (rep && (flags & RF_STRING)) {
-        o->flags |= CI_REP | CI_ALIGN;
-        o->rep_iter = (uint8_t)(1 + loads + 2 * stores);
-        o->addr_size = x->addr_size;
-        uops = 2;
-        loads = stores = 0;
-    } else {
-        uops = op + loads + 2 * stores;
-        if (uops < 1) uops = 1;
-    }
-    if (ctl && uops < 6) uops = 6;
-    o->uops = uops > 255 ? 255 : (uint8_t)uops;
-    o->loads = (uint8_t)loads;
-    o->stores = (uint8_t)stores;
-    unsigned opu = op ? op : 1;
+/* the floating-point / SIMD uop fields of class cls (opu uops of the operation itself) */
+static void set_fp_fields(struct insn_info *o, unsigned cls, unsigned opu, unsigned loads,
+                          unsigned stores, int xmm)
+{
     switch (cls) {
     case CLS_X87:
         o->fp[FPI_X87] = (uint8_t)opu;
@@ -186,7 +160,12 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct cinsn *o)
     default:
         break;
     }
-    switch (row.br) {
+}
+
+/* the branch kind (direct or indirect) and target */
+static void set_branch(struct insn_info *o, unsigned br, int indirect, uint64_t target)
+{
+    switch (br) {
     case BRK_COND:
         o->br = BRK_COND;
         o->target = target;
@@ -210,8 +189,55 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct cinsn *o)
     }
 }
 
+/* Classify one decoded instruction into *o (linear address addr): insn_classes._build. */
+void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
+{
+    const cs_x86 *x = &ci->detail->x86;
+    int sse = is_sse_group(ci->detail);
+    struct p4_row row = (ci->id < capstone.n_ids) ? capstone.rows[sse][ci->id]
+                                                  : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0};
+    struct operand_scan ops = scan_operands(x, &row);
+    unsigned loads = ops.loads, stores = ops.stores;
+    int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
+    (void)h;
+    unsigned flags = row.flags;
+    unsigned cls = row.cls;
+    unsigned op = row.op;
+    if (!strcmp(ci->mnemonic, "movsd") && ops.xmm) {
+        cls = CLS_SIMDMOVE;
+        flags = RF_MOVE;
+    }
+    if (flags & RF_NOMEM) loads = stores = 0;
+    if (flags & RF_ILOAD) loads++;
+    if (flags & RF_ISTORE) stores++;
+    if ((flags & RF_MOVE) && (loads || stores)) op = 0;
+    memset(o, 0, sizeof(*o));
+    o->addr = addr;
+    o->len = (uint8_t)ci->size;
+    o->lat = row.lat;
+    if ((flags & RF_ALIGN) || ops.ctl) o->flags |= CI_ALIGN;
+    if (flags & RF_HLT) o->flags |= CI_HLT;
+    unsigned uops;
+    if (rep && (flags & RF_STRING)) {
+        o->flags |= CI_REP | CI_ALIGN;
+        o->rep_iter = (uint8_t)(1 + loads + 2 * stores);
+        o->addr_size = x->addr_size;
+        uops = 2;
+        loads = stores = 0;
+    } else {
+        uops = op + loads + 2 * stores;
+        if (uops < 1) uops = 1;
+    }
+    if (ops.ctl && uops < 6) uops = 6;
+    o->uops = uops > 255 ? 255 : (uint8_t)uops;
+    o->loads = (uint8_t)loads;
+    o->stores = (uint8_t)stores;
+    set_fp_fields(o, cls, op ? op : 1, loads, stores, ops.xmm);
+    set_branch(o, row.br, ops.indirect, ops.target);
+}
+
 /* Fallback for an instruction Capstone cannot decode in any mode: 1 uop, nothing else. */
-void classify_unknown(uint64_t addr, unsigned len, struct cinsn *o)
+void classify_unknown(uint64_t addr, unsigned len, struct insn_info *o)
 {
     memset(o, 0, sizeof(*o));
     o->addr = addr;

@@ -13,7 +13,7 @@
 
 int cs_setup(void);
 cs_insn *cs_get(int mi, csh *hp);
-void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct cinsn *o);
-void classify_unknown(uint64_t addr, unsigned len, struct cinsn *o);
+void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o);
+void classify_unknown(uint64_t addr, unsigned len, struct insn_info *o);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * p4pmu: the types, sizes and small inline helpers of event counting from guest activity
  * (docs/guest-events.md): the scoreboard layout, instructions and blocks as the clock model
- * sees them, predictor entry groups, the per-vCPU counting state (struct cvcpu), the
+ * sees them, predictor entry groups, the per-vCPU counting state (struct vcpu_counting), the
  * exact-deadline and outcome-free-level state types.
  *
  * Threading: every per-vCPU structure is touched only by its own vCPU thread (callbacks run
@@ -27,11 +27,16 @@
 
 #define SB_HDR 8u
 
-/* scoreboard words: W (deadline clocks), CUR (the block running or run last), W2 (the exact
- * deadline of one watched counter, in its events: "Exact deadlines" below), XPEND (threads=2
- * requests), X (the address the last block's "silent" outcome continues at, see "Silent
- * branch outcomes" below) */
-enum { SB_W = 0, SB_CUR = 1, SB_W2 = 2, SB_XPEND = 3, SB_X = 4 };
+/* Scoreboard words per vCPU (docs/guest-events.md calls the first ones W, CUR, W2, XPEND, X):
+ * SB_DEADLINE_CLOCKS, W: clocks counted towards the next deadline (fires at SB_FIRES_AT);
+ * SB_CURRENT_BLOCK: the block running or run last; SB_EXACT_EVENTS, W2: the exact deadline
+ * of one watched counter, in its events ("Exact deadlines" below); SB_SIBLING_REQUEST:
+ * threads=2 requests from the sibling; SB_SILENT_NEXT, X: the address the last block's
+ * "silent" outcome continues at (resolve.c, "Silent branch outcomes"). */
+enum {
+    SB_DEADLINE_CLOCKS = 0, SB_CURRENT_BLOCK = 1, SB_EXACT_EVENTS = 2, SB_SIBLING_REQUEST = 3,
+    SB_SILENT_NEXT = 4
+};
 
 /* per-block execution counters at SB_HDR + id; the "banked" executions of silent-capable
  * conditional blocks at SB_BANK0 + gate index (see "Silent branch outcomes") */
@@ -42,11 +47,11 @@ enum { SB_W = 0, SB_CUR = 1, SB_W2 = 2, SB_XPEND = 3, SB_X = 4 };
 #define SB_WORDS (SB_BANK0 + MAX_GATES)
 
 /* X values that are no block's address (not canonical): the last block's outcome has been
- * accounted (X_DONE), or it must be resolved at the next block entry whatever that is
- * (X_FORCE: calls, returns, indirect branches, REP, far transfers) */
-#define X_DONE 0x8000000000000001ull
+ * accounted (X_ACCOUNTED), or it must be resolved at the next block entry whatever that is
+ * (X_RESOLVE_AT_ENTRY: calls, returns, indirect branches, REP, far transfers) */
+#define X_ACCOUNTED 0x8000000000000001ull
 
-#define X_FORCE 0x8000000000000002ull
+#define X_RESOLVE_AT_ENTRY 0x8000000000000002ull
 
 #define MAX_GROUPS MAX_BLOCKS
 
@@ -54,9 +59,9 @@ enum { SB_W = 0, SB_CUR = 1, SB_W2 = 2, SB_XPEND = 3, SB_X = 4 };
 
 #define GMAX 32 /* silent-capable blocks per conditional predictor entry */
 
-#define W_THRESH (1ull << 62)
+#define SB_FIRES_AT (1ull << 62)
 
-#define W_PEND (1ull << 62)
+#define SB_FORCE_FIRE (1ull << 62)
 
 
 #define MAX_DIRTY (1u << 16)
@@ -70,7 +75,7 @@ enum { SB_W = 0, SB_CUR = 1, SB_W2 = 2, SB_XPEND = 3, SB_X = 4 };
 
 #define CI_HLT 4
 
-struct cinsn {
+struct insn_info {
     uint64_t addr;
     uint64_t target;
     uint8_t len, uops, loads, stores, lat, br, flags, rep_iter;
@@ -85,8 +90,8 @@ struct xcache {
     uint32_t prev;              /* 0: empty */
     uint8_t t, back, pad[2];    /* the silent direction, the branch goes backward */
     uint64_t btarget, bnext;
-    struct bres *r;
-    struct gst *g;
+    struct block_outcomes *r;
+    struct group_state *g;
 };
 
 struct blk {
@@ -101,7 +106,7 @@ struct blk {
     struct xcache *xcv;         /* vCPUs 1.. (allocated when first needed) */
     /* what an explicit resolution of this block's own outcome reads */
     uint64_t btarget, bnext;    /* the last instruction's branch target and next address */
-    struct bres *res;           /* per vCPU: outcomes since the last fold, predictor slot */
+    struct block_outcomes *res; /* per vCPU: outcomes since the last fold, predictor slot */
     uint32_t var[4];            /* dynamic final clock: [taken*2 + mispredicted] */
     uint32_t gid;               /* the predictor entry's group */
     /* the rest */
@@ -110,7 +115,7 @@ struct blk {
     uint8_t lite_cond;          /* translated at the outcome-free level, ends in a conditional
                                  * branch: accounted as a static end (not taken, predicted) */
     uint8_t pad[2];
-    struct cinsn *ins;
+    struct insn_info *ins;
     /* full static portion [0, n) incl. bubble, excluding the final clock of a dynamic end */
     uint32_t nk, np;
     uint32_t *hk, *hc;          /* histogram: kind ids, counts */
@@ -119,28 +124,28 @@ struct blk {
     uint32_t nclocks;           /* static clocks (W increment) */
     uint32_t maxclk;            /* most clocks one execution can add (maxclk()) */
     uint32_t final_k;           /* the final clock before the outcome (dynamic ends) */
-    uint32_t wadd;              /* W increment per execution (static clocks + final clock) */
-    uint32_t w2add;             /* W2 increment per execution: the most events of the exact-
+    uint32_t clocks_add;              /* W increment per execution (static clocks + final clock) */
+    uint32_t exact_add;             /* W2 increment per execution: the most events of the exact-
                                  * deadline counter one execution can add (0: no W2 ops) */
-    uint64_t xval;              /* SB_X stored at entry: where the silent outcome goes */
+    uint64_t xval;              /* SB_SILENT_NEXT stored at entry: where the silent outcome goes */
 };
 
 /* per block and vCPU: resolved outcomes of the current batch (expanded at the fold) and the
  * block's branch's predictor entry (index + 1 into the vCPU's entry arena, 0 = not looked up);
  * conditional ends: `acc` = executions of the current batch whose outcome is accounted
  * (resolved, replayed as silent, or cut), minus an execution carried over pending */
-struct bres {
+struct block_outcomes {
     uint64_t n[4];
     int64_t acc;
-    struct gst *g;  /* this vCPU's state of the block's group (looked up once) */
+    struct group_state *g;  /* this vCPU's state of the block's group (looked up once) */
     uint32_t pidx;
     uint32_t pad;
 } __attribute__((aligned(64)));
 
 /* A conditional predictor entry (address, or address mod cond_entries) and the blocks that
  * end in a branch using it ("members", the silent-capable ones), global; per vCPU its state
- * (struct gst).  silent_t: the direction whose outcomes run without a callback. */
-struct grp {
+ * (struct group_state).  silent_t: the direction whose outcomes run without a callback. */
+struct pred_group {
     uint64_t key;
     uint8_t silent_t;
     volatile uint32_t nmem;
@@ -151,18 +156,18 @@ struct grp {
  * the group is open (entry saturated in the silent direction: every member runs silently),
  * else the owner (the one member that may run silently), and the reserved penalty clocks
  * (the silent mispredictions the owner may still have, in W) */
-struct gst {
+struct group_state {
     uint64_t e;
     uint32_t owner;
     uint8_t open, resv, oback; /* oback: the owner's branch goes backward */
 };
 
-struct phash { uint64_t *key; int64_t *val; uint32_t cap, n; uint32_t *used; };
+struct pair_hash { uint64_t *key; int64_t *val; uint32_t cap, n; uint32_t *used; };
 
 /* a growable map uint64 -> uint64 (predictor entries; key stored + 1) */
-struct umap { uint64_t *key, *val; uint32_t cap, n; };
+struct u64_map { uint64_t *key, *val; uint32_t cap, n; };
 
-struct cvcpu {
+struct vcpu_counting {
     /* what an explicit resolution touches first: one cache line */
     uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
     uint64_t w_resv;       /* penalties reserved in W for silent outcomes (silent_reserve) */
@@ -175,8 +180,8 @@ struct cvcpu {
     int init;
     /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
      * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
-     * the 2-bit counter; indirect: the target); conditional entries: per group (gch) */
-    struct umap btb;
+     * the 2-bit counter; indirect: the target); conditional entries: per group (group_chunks) */
+    struct u64_map btb;
     uint64_t *pchunk[4096];
     uint32_t pn;
     uint64_t rsb[P4P_RSB_DEPTH];
@@ -194,7 +199,7 @@ struct cvcpu {
     uint8_t *tmark;
     uint32_t ntouched;
     int64_t firsts[2];     /* execution starts (bubbles) per os, from dynamic parts */
-    struct phash pairs;
+    struct pair_hash pairs;
     /* the open block execution split by an access (its rest is credited to the batch) */
     uint32_t open_b, open_a;
     uint64_t open_stamp;
@@ -222,7 +227,7 @@ struct cvcpu {
     volatile int halted;
     /* PMI requests for this vCPU raised by the sibling (threads=2) */
     volatile int pmi_pending;
-    /* deadline scheduling: W was armed at w_base (W >= W_THRESH fires); py_left = clocks
+    /* deadline scheduling: W was armed at w_base (W >= SB_FIRES_AT fires); py_left = clocks
      * until Python must fold (-1: no Python deadline); pmi_level: this LP's interrupt
      * request is asserted (look at the LVT every PMI_RECHECK clocks until it is cleared) */
     uint64_t w_base;
@@ -232,21 +237,21 @@ struct cvcpu {
      * slot, its events left before it may overflow (fresh: computed since W2 was last
      * armed), the verdict's cache key (the increment table it was made for), and the
      * candidate for the next signature with how many steps in a row it was the same */
-    int w2_on, w2_slot, w2_fresh;
-    int64_t w2_left;
-    const int32_t *w2_key_winc;
-    uint32_t w2_key_nk;
-    int w2_key_ctr, w2_key_ok;
-    int w2_cand;
-    const int32_t *w2_cand_winc;
-    uint32_t w2_cand_nk, w2_streak;
-    uint64_t w2_checks;
+    int exact_on, exact_slot, exact_fresh;
+    int64_t exact_left;
+    const int32_t *exact_key_winc;
+    uint32_t exact_key_nk;
+    int exact_key_ctr, exact_key_ok;
+    int exact_cand;
+    const int32_t *exact_cand_winc;
+    uint32_t exact_cand_nk, exact_streak;
+    uint64_t exact_checks;
     uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
     uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
-    /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_XPEND); fold_seq counts
-     * the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT entry and APIC
-     * ID so that the sibling can interrupt it while it is halted (mask_pending: set the LVT
-     * mask bit at the next block entry, the interrupt was sent from the sibling) */
+    /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_SIBLING_REQUEST);
+     * fold_seq counts the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT
+     * entry and APIC ID so that the sibling can interrupt it while it is halted (mask_pending:
+     * set the LVT mask bit at the next block entry, the interrupt was sent from the sibling) */
     volatile int fold_req;
     volatile uint32_t fold_seq;
     volatile int hlt_valid;
@@ -266,7 +271,7 @@ struct cvcpu {
     uint64_t folds, deadlines, fast_deadlines;
     /* silent branch outcomes: per-group state, the block whose outcome was pending at the
      * last fold (carried into this batch) */
-    struct gst *gch[MAX_GROUPS / GCHUNK];
+    struct group_state *group_chunks[MAX_GROUPS / GCHUNK];
     uint32_t carry_b;
     uint64_t gates, silent_bad;
     uint64_t bad_folds;    /* folds whose bookkeeping was inconsistent (o_bad): a bug */
@@ -277,12 +282,12 @@ struct cvcpu {
 
 #define RES_LAZY (-2)
 
-static inline int lp_halted(const struct cvcpu *c)
+static inline int lp_halted(const struct vcpu_counting *c)
 {
     return c->halted || c->hlt_halted;
 }
 
-struct clk { uint8_t f[KF_N]; };
+struct clock_fields { uint8_t f[KF_N]; };
 
 /*
  * The kind sequence of instructions [a, e) of b, with the bubble if a == 0; for a dynamic
@@ -305,7 +310,7 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
  * interrupt after 10,000 instructions of a loop that retires 0.75 per clock was checked about
  * 23 times per interrupt, each check closing a quarter of the distance.  W2 counts the events
  * of one watched counter instead: each block adds the most events of that counter one of its
- * executions can add (w2add, from Python's per-kind increment table), and its conditional
+ * executions can add (exact_add, from Python's per-kind increment table), and its conditional
  * callback fires at the entry of the first block that may take the counter to its limit,
  * where fast_check decides exactly, as it does for W.  The weights are fixed when a block is
  * translated, so the signature (the counter and its increments per kind) is fixed for the
@@ -320,25 +325,25 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
 
 /* The outcome-free level (docs/guest-events.md "The outcome-free level").  When no enabled
  * counter reads anything that depends on a branch's outcome or on the clocks a misprediction
- * adds (Python decides, from clockmodel.OUTCOME_FEATURES: p4c_out.lite), blocks are
- * translated without outcome callbacks: a conditional end is a static end (the final clock
- * not taken, predicted), every block with a static end stores X_LITE in SB_X and every block
- * checks SB_X != X_LITE, so the check fires only after calls, returns, indirect jumps, REP
- * and far transfers.  The predictor is not trained by conditional branches at that level.
- * An execution QEMU abandons at an MMIO access (no X check sees it there) is found by a
- * memory callback of the one-instruction CF_MEMI_ONLY block that re-executes the access
- * (cb_memi).  Installed and removed by a flush; removal at once (a programming that needs
+ * adds (Python decides, from clockmodel.OUTCOME_FEATURES: p4c_out.lite), blocks are translated
+ * without outcome callbacks: a conditional end is a static end (the final clock not taken,
+ * predicted), every block with a static end stores X_OUTCOME_FREE in SB_SILENT_NEXT and every
+ * block checks SB_SILENT_NEXT != X_OUTCOME_FREE, so the check fires only after calls, returns,
+ * indirect jumps, REP and far transfers.  The predictor is not trained by conditional branches
+ * at that level. An execution QEMU abandons at an MMIO access (no X check sees it there) is
+ * found by a memory callback of the one-instruction CF_MEMI_ONLY block that re-executes the
+ * access (cb_memi).  Installed and removed by a flush; removal at once (a programming that needs
  * outcomes is written by a WRMSR, which ends its block: no conditional end runs at the lite
  * level after it), installation after LITE_STREAK steps in a row that want it, at most
  * LITE_MAX_INSTALLS times per run.  One vCPU, threads=1 only. */
-#define X_LITE 0x8000000000000003ull
+#define X_OUTCOME_FREE 0x8000000000000003ull
 
 #define LITE_STREAK 4
 
 #define LITE_MAX_INSTALLS 16
 
 /* the exact-deadline signature: a counter and its increments per ext kind */
-struct w2sig {
+struct exact_signature {
     int ctr;           /* counter 0-17 */
     uint32_t nk;       /* increments known for ext kinds < nk */
     const int32_t *col;/* [ext] increment per clock of that kind (malloc'ed, kept) */
@@ -351,7 +356,7 @@ struct exact_deadline_state {
     volatile int active;   /* blocks translated now carry W2 operations for the signature */
     volatile int req;      /* the pending flush (flush_pending) installs `next` */
     unsigned flushes;
-    struct w2sig sig, next;
+    struct exact_signature sig, next;
 };
 
 /* the outcome-free level of the run (flush.c) */
@@ -360,12 +365,12 @@ struct lite_level_state {
     unsigned installs, removals, streak;
 };
 
-static inline int64_t w2_inc(const struct w2sig *g, uint32_t e, int64_t clocks)
+static inline int64_t exact_increment(const struct exact_signature *g, uint32_t e, int64_t clocks)
 {
     return e < g->nk ? (int64_t)g->col[e] * clocks : g->rate * clocks;
 }
 
-static inline void touch(struct cvcpu *c, uint32_t e)
+static inline void touch(struct vcpu_counting *c, uint32_t e)
 {
     if (!c->tmark[e]) {
         c->tmark[e] = 1;
@@ -373,23 +378,23 @@ static inline void touch(struct cvcpu *c, uint32_t e)
     }
 }
 
-static inline void acc_add(struct cvcpu *c, uint32_t e, int64_t n)
+static inline void acc_add(struct vcpu_counting *c, uint32_t e, int64_t n)
 {
     touch(c, e);
     c->acc[e] += n;
 }
 
-static inline void acc_last_add(struct cvcpu *c, uint32_t e, int64_t n)
+static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
 {
     touch(c, e);
     c->acc_last[e] += n;
 }
 
-#define RP_E(r) ((r) & 7u)
+#define REPLAY_ENTRY(r) ((r) & 7u)
 
-#define RP_M(r) (((r) >> 3) & 3u)
+#define REPLAY_MISPREDICTED(r) (((r) >> 3) & 3u)
 
-#define RP_LP(r) (((r) >> 5) & 1u)
+#define REPLAY_LAST_PREDICTED(r) (((r) >> 5) & 1u)
 
 static inline uint64_t maxclk(const struct blk *b)
 {
@@ -397,16 +402,16 @@ static inline uint64_t maxclk(const struct blk *b)
 }
 
 /* a silent-capable block's bank word */
-static inline uint64_t *bank_w(struct cvcpu *c, const struct blk *b)
+static inline uint64_t *bank_w(struct vcpu_counting *c, const struct blk *b)
 {
     return &c->sbase[SB_BANK0 + b->gate - 1];
 }
 
 /* Is the outcome of the last execution of the current block still to come?  (Callers at a
  * block entry settle the previous block first: entry_settle.) */
-static inline int cur_pending(struct cvcpu *c, uint32_t id)
+static inline int cur_pending(struct vcpu_counting *c, uint32_t id)
 {
-    return id && c->sbase[SB_CUR] == id && c->sbase[SB_X] != X_DONE;
+    return id && c->sbase[SB_CURRENT_BLOCK] == id && c->sbase[SB_SILENT_NEXT] != X_ACCOUNTED;
 }
 
 #define PMI_RECHECK 64 /* clocks between looks at the LVT while a request is asserted */

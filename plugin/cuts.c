@@ -17,7 +17,7 @@
 
 /* start index of the open execution of block id in the current batch, and whether it is
  * represented by the block's counter (else by a credited portion) */
-unsigned open_start(struct cvcpu *c, uint32_t id, uint64_t *sb)
+unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
 {
     (void)sb;
     if (c->open_b == id && c->open_stamp == en_total(c, id)) {
@@ -31,9 +31,9 @@ unsigned open_start(struct cvcpu *c, uint32_t id, uint64_t *sb)
  * Called on the vCPU's thread (exception callback, abandoned blocks). */
 static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
 {
-    struct cvcpu *c = &cv[vi];
-    uint64_t *sb = sbv(vi);
-    const struct blk *b = blocks[id];
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    const struct blk *b = blocks.by_id[id];
     if (e >= b->n) return;
     unsigned a = open_start(c, id, sb);
     if (e < pos_insn(a)) e = pos_insn(a);
@@ -53,15 +53,15 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
     if (pending && b->end == BRK_COND) {
         b->res[vi].acc++; /* this execution has no outcome (not a silent one either) */
     }
-    sb[SB_X] = X_DONE;
-    sb[SB_CUR] = 0;
+    sb[SB_SILENT_NEXT] = X_ACCOUNTED;
+    sb[SB_CURRENT_BLOCK] = 0;
     c->open_b = 0;
     c->batch_entry_b = 0;
 }
 
 static void counting_cut(unsigned vi, uint32_t id, unsigned e)
 {
-    cut_exec(vi, id, e, sbv(vi)[SB_X] != X_DONE);
+    cut_exec(vi, id, e, scoreboard_of(vi)[SB_SILENT_NEXT] != X_ACCOUNTED);
 }
 
 /* The next instruction is at `a`, an instruction of the block `id` that ran last other than
@@ -74,10 +74,10 @@ static void counting_cut(unsigned vi, uint32_t id, unsigned e)
  * not: it runs again as the new block).  Returns 1 if so. */
 int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
 {
-    const struct blk *b = blocks[id];
+    const struct blk *b = blocks.by_id[id];
     if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
     if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
-    const struct cinsn *last = &b->ins[b->n - 1];
+    const struct insn_info *last = &b->ins[b->n - 1];
     switch (b->end) {
     case BRK_COND:
         if (a == b->btarget || a == b->bnext) return 0;
@@ -97,7 +97,8 @@ int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
     }
     int j = find_insn(b, a);
     if (j < 1) return 0;
-    cut_exec(vi, id, (unsigned)j, 1); /* (callers: its outcome was pending, SB_X != X_DONE) */
+    /* (callers: its outcome was pending, SB_SILENT_NEXT != X_ACCOUNTED) */
+    cut_exec(vi, id, (unsigned)j, 1);
     return 1;
 }
 
@@ -108,11 +109,11 @@ int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
  * ran): its execution stops there. */
 void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
 {
-    if (!cnt_instrument || !cv || !cv[vi].init) return;
-    struct cvcpu *c = &cv[vi];
-    uint64_t *sb = sbv(vi);
-    uint32_t id = (uint32_t)sb[SB_CUR];
-    const struct blk *b = id ? blocks[id] : NULL;
+    if (!run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
+    const struct blk *b = id ? blocks.by_id[id] : NULL;
     if (!interrupt) {
         c->exc_from = from;
         c->exc_seen = 1;
@@ -142,9 +143,9 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
     /* not inside the current block: the block that ended before completed; its outcome,
      * if still pending (even a silent one: the next block has not started), goes to
      * `from` -- unless QEMU left it in the middle (abandoned_at) */
-    if (b && sb[SB_X] != X_DONE && interrupt && abandoned_at(vi, id, from)) return;
-    if (b && dyn_end(b) && sb[SB_X] != X_DONE) {
-        sb[SB_X] = X_DONE;
+    if (b && sb[SB_SILENT_NEXT] != X_ACCOUNTED && interrupt && abandoned_at(vi, id, from)) return;
+    if (b && dyn_end(b) && sb[SB_SILENT_NEXT] != X_ACCOUNTED) {
+        sb[SB_SILENT_NEXT] = X_ACCOUNTED;
         resolve(vi, c, id, from, 1);
     }
 }
@@ -153,32 +154,33 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
  * that instruction retired (`retired`) or not, the rest of the block does not run. */
 void counting_abandon(int vi, uint64_t addr, int retired)
 {
-    if (vi < 0 || !cnt_instrument || !cv || !cv[vi].init) return;
-    uint64_t *sb = sbv((unsigned)vi);
-    uint32_t id = (uint32_t)sb[SB_CUR];
+    if (vi < 0 || !run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
+    uint64_t *sb = scoreboard_of((unsigned)vi);
+    uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (!id) return;
-    int j = find_insn(blocks[id], addr);
+    int j = find_insn(blocks.by_id[id], addr);
     if (j < 0) return;
     counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0));
 }
 
 /* A memory access of the one instruction of block `ud` (outcome-free level).  A block's entry
- * operations run before its instruction, so SB_CUR is the block itself -- unless this is the
- * CF_MEMI_ONLY block QEMU runs to re-execute an MMIO access it left another block at (the
+ * operations run before its instruction, so SB_CURRENT_BLOCK is the block itself -- unless this
+ * is the CF_MEMI_ONLY block QEMU runs to re-execute an MMIO access it left another block at (the
  * plugin sees its translation and its memory callbacks, not its entry operations): then the
- * block in SB_CUR stopped at this instruction, which retires here (docs/guest-events.md,
- * "Execution abandoned by QEMU"; at the full level the successor's X check finds it). */
+ * block in SB_CURRENT_BLOCK stopped at this instruction, which retires here
+ * (docs/guest-events.md, "Execution abandoned by QEMU"; at the full level the successor's X
+ * check finds it). */
 void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
 {
     (void)info;
     (void)vaddr;
     uint32_t self = (uint32_t)(uintptr_t)ud;
-    struct cvcpu *c = &cv[vi];
+    struct vcpu_counting *c = &run.per_vcpu[vi];
     uint64_t *sb = c->sbase;
-    uint32_t cur = (uint32_t)sb[SB_CUR];
+    uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (!cur || cur == self) return;
-    int j = find_insn(blocks[cur], blocks[self]->vaddr);
+    int j = find_insn(blocks.by_id[cur], blocks.by_id[self]->vaddr);
     if (j < 0) return;
     c->memi_cuts++;
-    cut_exec(vi, cur, (unsigned)j + 1, sb[SB_X] != X_DONE);
+    cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED);
 }

@@ -9,7 +9,7 @@
 
 #include "counting_types.h"
 
-/* per vCPU: the increments of the n_penalty clocks after a misprediction, summed, per CPL and
+/* per vCPU: the increments of the kinds.n_penalty clocks after a misprediction, summed, per CPL and
  * counter, for the per-kind table they were summed from (fast_check adds a penalty once
  * instead of clock by clock) */
 struct pensum {
@@ -19,12 +19,11 @@ struct pensum {
     int64_t v[2][P4_NCOUNTERS];
 };
 
-extern struct pensum *pensums;
 
-void w2_update(unsigned vi);
+void exact_update(unsigned vi);
 void arm(unsigned vi, int64_t rest);
 int after_python(unsigned vi, int64_t rest_clocks);
 void cb_sched(unsigned int vi, void *ud);
-void cb_w2(unsigned int vi, void *ud);
+void cb_exact_deadline(unsigned int vi, void *ud);
 
 #endif

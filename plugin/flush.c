@@ -15,22 +15,22 @@
 #include "kinds.h"
 #include "registers.h"
 
-int w2_mode = 1;    /* option exact=on|off */
 
-struct exact_deadline_state w2;
+struct exact_deadline_state exact;
 
 /* One translation-cache flush at a time (qemu_plugin_reset drops a second request while one
  * is under way): it installs what is wanted when it runs (a W2 signature, the level). */
-volatile int flush_pending;
 
-int lite_mode = 1;  /* option lite=on|off */
 
 struct lite_level_state lite;
 
 static int lite_wanted(void)
 {
-    if (!lite_mode || cnt_threads != 1 || n_vcpus_max != 1 || br_trace || !outs) return 0;
-    return cv[0].init && outs[0].lite;
+    if (!run.lite_on || run.threads != 1 || n_vcpus_max != 1 || run.branch_trace ||
+        !run.fold_out) {
+        return 0;
+    }
+    return run.per_vcpu[0].init && run.fold_out[0].lite;
 }
 
 /* the translation level for the blocks translated from now on (all vCPUs are stopped) */
@@ -48,37 +48,37 @@ static void reset_done(void *ud)
 {
     (void)ud;
     lite_set(lite_wanted());
-    __atomic_store_n(&cnt_instrument, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&run.instrument, 1, __ATOMIC_SEQ_CST);
     register_callbacks();
     DBG("counting: instrumentation on (translation cache flushed)\n");
 }
 
 /* The flush asked for by flush_request is done (all vCPUs stopped): install what is wanted
  * now.  A new exact-deadline signature: blocks translated from now on carry W2 operations
- * for it; every vCPU takes it up at its next step (w2_update).  The level: lite_wanted(). */
+ * for it; every vCPU takes it up at its next step (exact_update).  The level: lite_wanted(). */
 static void flush_installed(void *ud)
 {
     (void)ud;
     lite_set(lite_wanted());
-    if (!w2.req) {
-        __atomic_store_n(&flush_pending, 0, __ATOMIC_RELEASE);
+    if (!exact.req) {
+        __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
         register_callbacks();
         return;
     }
-    w2.req = 0;
-    w2.sig = w2.next;
-    w2.flushes++;
+    exact.req = 0;
+    exact.sig = exact.next;
+    exact.flushes++;
     for (int i = 0; i < n_vcpus_max; i++) {
-        if (!cv[i].init) continue;
-        cv[i].w2_on = 0;
-        cv[i].w2_key_winc = NULL;
-        sbv((unsigned)i)[SB_W2] = 0;
+        if (!run.per_vcpu[i].init) continue;
+        run.per_vcpu[i].exact_on = 0;
+        run.per_vcpu[i].exact_key_winc = NULL;
+        scoreboard_of((unsigned)i)[SB_EXACT_EVENTS] = 0;
     }
-    __atomic_store_n(&w2.active, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&flush_pending, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&exact.active, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
     register_callbacks();
     DBG("counting: exact deadlines for counter %d (signature %u; translation cache flushed)\n",
-        w2.sig.ctr, w2.flushes);
+        exact.sig.ctr, exact.flushes);
 }
 
 /* Ask for a flush (no-op while one is under way: it installs what is wanted when it runs).
@@ -86,7 +86,7 @@ static void flush_installed(void *ud)
 static int flush_request(void)
 {
     int idle = 0; /* one request at a time, whichever vCPU thread asks first */
-    if (!__atomic_compare_exchange_n(&flush_pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
+    if (!__atomic_compare_exchange_n(&run.flush_pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
         return 0;
     }
@@ -98,18 +98,18 @@ static int flush_request(void)
  * a row that want it. */
 void lite_update(void)
 {
-    if (!cnt_instrument) return; /* not started: reset_done chooses */
+    if (!run.instrument) return; /* not started: reset_done chooses */
     int want = lite_wanted();
     if (want == lite.active) {
         lite.streak = 0;
         return;
     }
     if (want && (lite.installs >= LITE_MAX_INSTALLS || ++lite.streak < LITE_STREAK)) return;
-    if (flush_request()) qemu_plugin_reset(plugin_id, flush_installed, NULL);
+    if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
 }
 
-/* Ask for counter widx[slot] of outs `o` as the exact-deadline signature (a flush). */
-void w2_request(const struct p4c_out *o, int slot)
+/* Ask for counter widx[slot] of fold output `o` as the exact-deadline signature (a flush). */
+void exact_request(const struct p4c_out *o, int slot)
 {
     if (!flush_request()) return;
     int ctr = o->widx[slot];
@@ -121,14 +121,16 @@ void w2_request(const struct p4c_out *o, int slot)
         if (col[e] > rate) rate = col[e];
     }
     if (o->wrate[slot] > rate) rate = o->wrate[slot];
-    struct w2sig g = {ctr, nk, col, rate, {0, 0}};
+    struct exact_signature g = {ctr, nk, col, rate, {0, 0}};
     for (int os = 0; os < 2; os++) {
-        for (unsigned q = 0; q < n_penalty; q++) g.pen[os] += w2_inc(&g, ext(k_penalty[q], os), 1);
+        for (unsigned q = 0; q < kinds.n_penalty; q++) {
+            g.pen[os] += exact_increment(&g, ext(kinds.penalty[q], os), 1);
+        }
     }
-    w2.next = g; /* (the previous signature's column stays allocated: blocks were weighted
+    exact.next = g; /* (the previous signature's column stays allocated: blocks were weighted
                   * with it until the flush) */
-    w2.req = 1;
-    qemu_plugin_reset(plugin_id, flush_installed, NULL);
+    exact.req = 1;
+    qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
 }
 
 /* count=auto: the guest enabled a counter for the first time.  qemu_plugin_reset flushes the
@@ -136,6 +138,6 @@ void w2_request(const struct p4c_out *o, int slot)
  * reset_done registers them again with instrumentation on. */
 void counting_start(void)
 {
-    cnt_start_requested = 1;
-    qemu_plugin_reset(plugin_id, reset_done, NULL);
+    run.start_requested = 1;
+    qemu_plugin_reset(run.plugin_id, reset_done, NULL);
 }

@@ -9,15 +9,12 @@
 
 #include "counting_types.h"
 
-extern struct exact_deadline_state w2;
+extern struct exact_deadline_state exact;
 extern struct lite_level_state lite;
 
-extern int w2_mode;
-extern volatile int flush_pending;
-extern int lite_mode;
 
 void lite_update(void);
-void w2_request(const struct p4c_out *o, int slot);
+void exact_request(const struct p4c_out *o, int slot);
 void counting_start(void);
 
 #endif

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <pthread.h>
 #include <dlfcn.h>
+#include <unistd.h>
+#include <strings.h>
 
 #include "install.h"
 #include "blocks.h"
@@ -26,28 +28,29 @@
 
 P4PMU_EXPORT int qemu_plugin_version = P4PMU_QEMU_PLUGIN_VERSION;
 
-int verbose;
+struct plugin_options options;
 
 int debug; /* P4PMU_DEBUG=1 in the environment: trace the bridge's decisions */
 
 static void vcpu_init(unsigned int vi, void *ud)
 {
     (void)ud;
-    struct vcpu *v = V(vi);
+    struct vcpu *v = bridge_vcpu(vi);
     v->buf = g_byte_array_new();
-    if (!R.rax) {
+    if (!regs.rax) {
         p4_GArray *a = qemu_plugin_get_registers();
         p4_reg_descriptor *d = (p4_reg_descriptor *)a->data;
         for (unsigned i = 0; i < a->len; i++) {
             const char *nm = d[i].name;
-#define GRAB(field) if (!strcmp(nm, #field)) R.field = d[i].handle;
+#define GRAB(field) if (!strcmp(nm, #field)) regs.field = d[i].handle;
             GRAB(rax) GRAB(rcx) GRAB(rdx) GRAB(rsp) GRAB(rip) GRAB(eflags) GRAB(cs) GRAB(ss)
             GRAB(ds) GRAB(es) GRAB(fs) GRAB(gs) GRAB(cr0) GRAB(cr4) GRAB(efer)
 #undef GRAB
         }
         g_array_free(a, 1);
-        if (!R.rax || !R.rcx || !R.rdx || !R.rsp || !R.rip || !R.eflags || !R.cs || !R.ss ||
-            !R.ds || !R.es || !R.fs || !R.gs || !R.cr0 || !R.cr4 || !R.efer) {
+        if (!regs.rax || !regs.rcx || !regs.rdx || !regs.rsp || !regs.rip || !regs.eflags ||
+            !regs.cs || !regs.ss || !regs.ds || !regs.es || !regs.fs || !regs.gs || !regs.cr0 ||
+            !regs.cr4 || !regs.efer) {
             fprintf(stderr, "p4pmu: this QEMU does not expose the x86 registers the bridge "
                             "needs (rax..efer)\n");
             exit(1);
@@ -64,7 +67,7 @@ static void on_interrupt(unsigned int vi, enum p4_discon_type type, uint64_t fro
     (void)type;
     (void)to;
     (void)ud;
-    V(vi);
+    bridge_vcpu(vi);
     counting_discon(vi, from, 0, 1); /* C only: QEMU holds the BQL here */
 }
 
@@ -80,48 +83,105 @@ static void on_resume(unsigned int vi, void *ud)
     counting_halt_change(vi, 0); /* running again: its LVT may change */
 }
 
+/* P4PMU_DEBUG: the counting and mirror statistics of vCPU i at exit */
+static void debug_report(int i)
+{
+    const struct vcpu_counting *c = &run.per_vcpu[i];
+    typedef unsigned long long ull;
+    if (c->init) {
+        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
+                "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
+                "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
+                "%llu exact-deadline callbacks\n", i, (ull)c->folds, (ull)c->deadlines,
+                (ull)c->fast_deadlines, (ull)c->resolutions, (ull)c->silent, (ull)c->gates,
+                (ull)c->silent_bad, blocks.n - 1, kinds.n, (ull)c->exact_checks);
+        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
+                "clock pairs (no EDGE detector)\n", i, (ull)c->pairless_folds, (ull)c->folds);
+        fprintf(stderr, "p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
+                "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
+                lite.active ? "on" : "off", lite.installs, lite.removals, (ull)c->memi_cuts);
+    }
+    if (i == 0)
+        fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
+                "counter %d\n", run.exact_on ? "on" : "off", exact.flushes,
+                exact.flushes ? exact.sig.ctr : -1);
+    if (mirrors) {
+        const struct p4c_mirror *m = &mirrors[i];
+        fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
+                "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "
+                "declined\n", i, (ull)m->n_rdmsr, (ull)m->n_wrmsr, (ull)m->n_rdpmc,
+                (ull)m->n_deadline, (ull)m->n_walks, (ull)m->n_declined);
+    }
+}
+
 static void at_exit(void *ud)
 {
     (void)ud;
-    if (debug && cv) {
-        for (int i = 0; i < n_vcpus_max; i++) {
-            if (cv[i].init)
-                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
-                        "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
-                        "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
-                        "%llu exact-deadline callbacks\n", i,
-                        (unsigned long long)cv[i].folds, (unsigned long long)cv[i].deadlines,
-                        (unsigned long long)cv[i].fast_deadlines,
-                        (unsigned long long)cv[i].resolutions, (unsigned long long)cv[i].silent,
-                        (unsigned long long)cv[i].gates, (unsigned long long)cv[i].silent_bad,
-                        n_blocks - 1, n_kinds, (unsigned long long)cv[i].w2_checks);
-            if (cv[i].init)
-                fprintf(stderr, "p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
-                        "clock pairs (no EDGE detector)\n", i,
-                        (unsigned long long)cv[i].pairless_folds,
-                        (unsigned long long)cv[i].folds);
-            if (cv[i].init)
-                fprintf(stderr, "p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
-                        "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
-                        lite.active ? "on" : "off", lite.installs, lite.removals,
-                        (unsigned long long)cv[i].memi_cuts);
-            if (i == 0)
-                fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
-                        "counter %d\n", w2_mode ? "on" : "off", w2.flushes,
-                        w2.flushes ? w2.sig.ctr : -1);
-            if (mirrors)
-                fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
-                        "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "
-                        "declined\n", i, (unsigned long long)mirrors[i].n_rdmsr,
-                        (unsigned long long)mirrors[i].n_wrmsr,
-                        (unsigned long long)mirrors[i].n_rdpmc,
-                        (unsigned long long)mirrors[i].n_deadline,
-                        (unsigned long long)mirrors[i].n_walks,
-                        (unsigned long long)mirrors[i].n_declined);
-        }
+    for (int i = 0; debug && run.per_vcpu && i < n_vcpus_max; i++) {
+        debug_report(i);
     }
     counting_report();
     p4pmu_py_exit();
+}
+
+/*
+ * One copy of the plugin per QEMU process: two (QEMU's -plugin given twice) would both
+ * intercept every PMU access and count every block, and share one Python interpreter,
+ * silently corrupting the counts.  QEMU merges -plugin options naming the same file into one
+ * plugin; a copy at another path is a second library with its own statics, so the mark is
+ * process-wide: an environment variable holding the process ID (a child process started
+ * with our environment is not taken for a second copy).
+ */
+#define LOADED_MARK "P4PMU_PLUGIN_LOADED_IN_PID"
+
+static int claim_process(void)
+{
+    char pid[32];
+    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+    const char *mark = getenv(LOADED_MARK);
+    if (mark && !strcmp(mark, pid)) {
+        fprintf(stderr, "p4pmu: the plugin is loaded twice in this QEMU (-plugin given twice "
+                        "with libp4pmu_plugin.so or a copy of it): load it once; not loading "
+                        "the second copy\n");
+        return -1;
+    }
+    setenv(LOADED_MARK, pid, 1);
+    return 0;
+}
+
+/* a boolean option's "off" spellings (bridge.py _bool validated the value already) */
+static int opt_off(const char *v)
+{
+    return !strcasecmp(v, "off") || !strcasecmp(v, "no") || !strcasecmp(v, "false") ||
+           !strcmp(v, "0");
+}
+
+/* Every option the C side reads, from the plugin's arguments (QEMU's -plugin FILE,k=v,...),
+ * into *opt; the others are the Python side's (bridge.py). */
+void options_parse(int argc, char **argv, struct plugin_options *opt)
+{
+    *opt = (struct plugin_options){.verbose = 0, .count_mode = 1, .pmi_on = 1,
+                                   .bp_penalty = P4P_BP_PENALTY, .exact_on = 1, .lite_on = 1,
+                                   .threads = 1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "verbose=on")) {
+            opt->verbose = 1;
+        } else if (!strncmp(a, "count=", 6)) {
+            opt->count_mode = !strcmp(a + 6, "off") ? 0 : !strcmp(a + 6, "on") ? 2 : 1;
+        } else if (!strncmp(a, "pmi=", 4)) {
+            opt->pmi_on = !opt_off(a + 4);
+        } else if (!strncmp(a, "bp_penalty=", 11)) {
+            opt->bp_penalty = (unsigned)strtoul(a + 11, NULL, 0);
+            if (opt->bp_penalty > 60) opt->bp_penalty = 60;
+        } else if (!strncmp(a, "exact=", 6)) {
+            opt->exact_on = !opt_off(a + 6);
+        } else if (!strncmp(a, "lite=", 5)) {
+            opt->lite_on = !opt_off(a + 5);
+        } else if (!strncmp(a, "threads=", 8)) {
+            opt->threads = atoi(a + 8) == 2 ? 2 : 1;
+        }
+    }
 }
 
 P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *info, int argc,
@@ -135,12 +195,11 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         fprintf(stderr, "p4pmu: the plugin needs system emulation (qemu-system-*)\n");
         return -1;
     }
-    debug = getenv("P4PMU_DEBUG") && strcmp(getenv("P4PMU_DEBUG"), "0");
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "verbose=on")) {
-            verbose = 1;
-        }
+    if (claim_process() < 0) {
+        return -1;
     }
+    debug = getenv("P4PMU_DEBUG") && strcmp(getenv("P4PMU_DEBUG"), "0");
+    options_parse(argc, argv, &options);
     /* QEMU opened us with RTLD_LOCAL: make libpython's symbols global before Python starts,
      * or extension modules (numpy, _cffi_backend) cannot resolve them. */
     if (!dlopen(P4PMU_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
@@ -156,7 +215,7 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
         return -1;
     }
-    if (counting_setup(id, argc, argv, n_vcpus_max) < 0) {
+    if (counting_setup(id, &options, n_vcpus_max) < 0) {
         return -1;
     }
     mirror_setup(n_vcpus_max);
@@ -170,11 +229,11 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
 /* All our registrations (again after qemu_plugin_reset, which drops them: flush.c) */
 void register_callbacks(void)
 {
-    qemu_plugin_id_t id = plugin_id;
+    qemu_plugin_id_t id = run.plugin_id;
     qemu_plugin_register_vcpu_init_cb(id, vcpu_init, NULL);
     qemu_plugin_register_vcpu_tb_trans_cb(id, translate, NULL);
     qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_EXCEPTION, on_exception, NULL);
-    if (cnt_instrument) {
+    if (run.instrument) {
         /* only while counting: QEMU's interrupt discontinuity callback has a cost for
          * every block once registered (measured: about 10 % of plain QEMU with nothing
          * enabled) */

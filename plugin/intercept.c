@@ -90,21 +90,22 @@ static struct site unpack_site(void *ud)
 
 #define HOOK_SLOTS 8192
 
-static uint64_t hook_key[HOOK_SLOTS]; /* stored as address + 1; 0 = empty */
-
-static int hook_count;
-
-static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+/* block addresses that get the entry hook */
+static struct {
+    uint64_t key[HOOK_SLOTS]; /* stored as address + 1; 0 = empty */
+    int count;
+    pthread_mutex_t lock;
+} hooks = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int hook_has_locked(uint64_t a)
 {
     uint64_t k = a + 1;
     for (unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51), n = 0; n < HOOK_SLOTS;
          i = (i + 1) & (HOOK_SLOTS - 1), n++) {
-        if (hook_key[i] == k) {
+        if (hooks.key[i] == k) {
             return 1;
         }
-        if (!hook_key[i]) {
+        if (!hooks.key[i]) {
             return 0;
         }
     }
@@ -113,9 +114,9 @@ static int hook_has_locked(uint64_t a)
 
 static int hook_has(uint64_t a)
 {
-    pthread_mutex_lock(&hook_lock);
-    int r = hook_count ? hook_has_locked(a) : 0;
-    pthread_mutex_unlock(&hook_lock);
+    pthread_mutex_lock(&hooks.lock);
+    int r = hooks.count ? hook_has_locked(a) : 0;
+    pthread_mutex_unlock(&hooks.lock);
     return r;
 }
 
@@ -124,17 +125,17 @@ static int hook_add(uint64_t a)
 {
     int added = 0;
     uint64_t k = a + 1;
-    pthread_mutex_lock(&hook_lock);
-    if (!hook_has_locked(a) && hook_count < HOOK_SLOTS * 3 / 4) {
+    pthread_mutex_lock(&hooks.lock);
+    if (!hook_has_locked(a) && hooks.count < HOOK_SLOTS * 3 / 4) {
         unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51);
-        while (hook_key[i]) {
+        while (hooks.key[i]) {
             i = (i + 1) & (HOOK_SLOTS - 1);
         }
-        hook_key[i] = k;
-        hook_count++;
+        hooks.key[i] = k;
+        hooks.count++;
         added = 1;
     }
-    pthread_mutex_unlock(&hook_lock);
+    pthread_mutex_unlock(&hooks.lock);
     return added;
 }
 
@@ -147,8 +148,8 @@ static void ensure_hook(struct vcpu *v, uint64_t a)
 {
     if (hook_add(a)) {
         uint8_t b;
-        if (rdmem(v, a, &b, 1)) {
-            wrmem(v, a, &b, 1);
+        if (mem_read(v, a, &b, 1)) {
+            mem_write(v, a, &b, 1);
         }
     }
 }
@@ -180,7 +181,7 @@ static void fault_by_redirect(struct vcpu *v, const struct site *s, uint64_t rcx
     v->redirect = RD_RCX;
     v->redirect_linear = s->linear;
     v->orig_rcx = rcx;
-    wr(v, R.rcx, MSR_GP_REDIRECT);
+    reg_write(v, regs.rcx, MSR_GP_REDIRECT);
 }
 
 /*
@@ -196,7 +197,7 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
 {
     uint64_t op = s->linear + s->len - 2;
     uint8_t newb[2] = {0x0F, 0x30};
-    if (!rdmem(v, op, v->orig_bytes, 2)) {
+    if (!mem_read(v, op, v->orig_bytes, 2)) {
         return; /* cannot happen: the instruction was just fetched */
     }
     v->redirect = RD_PATCH;
@@ -204,16 +205,16 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
     v->orig_rcx = rcx;
     v->patch_op = op;
     __atomic_store_n(&patch_linear, s->linear, __ATOMIC_SEQ_CST);
-    wrmem(v, op, newb, 2);
-    wr(v, R.rcx, MSR_GP_REDIRECT);
+    mem_write(v, op, newb, 2);
+    reg_write(v, regs.rcx, MSR_GP_REDIRECT);
     counting_abandon(tl_vcpu, s->linear, 0);
     qemu_plugin_set_pc(rip);
 }
 
 static void cb_wrmsr(unsigned int vi, void *ud)
 {
-    struct vcpu *v = V(vi);
-    uint64_t rcx = rd(v, R.rcx);
+    struct vcpu *v = bridge_vcpu(vi);
+    uint64_t rcx = reg_read(v, regs.rcx);
     uint32_t msr = (uint32_t)rcx;
     if (msr < PMU_MSR_FIRST || msr > PMU_MSR_LAST) {
         return;
@@ -222,14 +223,14 @@ static void cb_wrmsr(unsigned int vi, void *ud)
         return; /* QEMU raises #GP */
     }
     struct site s = unpack_site(ud);
-    uint64_t value = (rd(v, R.rdx) << 32) | (rd(v, R.rax) & 0xFFFFFFFFull);
+    uint64_t value = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
     watch_counter_write(vi, v, msr, value);
-    int was = cnt_instrument || cnt_start_requested;
+    int was = run.instrument || run.start_requested;
     sibling_sync(vi, s.linear);
-    int64_t rest = cnt_instrument ? fold_at_access(vi, s.linear) : 0;
+    int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
     int r = pmu_wrmsr(vi, msr, value);
     after_python(vi, rest);
-    if (!was && cnt_start_requested) {
+    if (!was && run.start_requested) {
         counting_credit_wrmsr(vi, s.linear, current_cpl(v) == 0);
     }
     if (r == P4_PY_FAULT) {
@@ -240,8 +241,8 @@ static void cb_wrmsr(unsigned int vi, void *ud)
 
 static void cb_rdmsr(unsigned int vi, void *ud)
 {
-    struct vcpu *v = V(vi);
-    uint64_t rcx = rd(v, R.rcx);
+    struct vcpu *v = bridge_vcpu(vi);
+    uint64_t rcx = reg_read(v, regs.rcx);
     uint32_t msr = (uint32_t)rcx;
     int post = 0;
     uint64_t value = 0;
@@ -258,7 +259,7 @@ static void cb_rdmsr(unsigned int vi, void *ud)
             return;
         }
         sibling_sync(vi, unpack_site(ud).linear);
-        int64_t rest = cnt_instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
+        int64_t rest = run.instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
         int r = pmu_rdmsr(vi, msr, &value);
         after_python(vi, rest);
         if (r == P4_PY_FAULT) {
@@ -285,7 +286,7 @@ static void cb_rdmsr(unsigned int vi, void *ud)
     memset(&r, 0, sizeof(r));
     r.kind = post == 2 ? REC_RDMSR_MISC : REC_RDMSR;
     r.linear = s.linear + s.len;
-    r.rsp = rd(v, R.rsp);
+    r.rsp = reg_read(v, regs.rsp);
     r.value = value;
     ensure_hook(v, r.linear);
     push_rec(vi, v, &r);
@@ -293,14 +294,14 @@ static void cb_rdmsr(unsigned int vi, void *ud)
 
 static void cb_rdmsr_post(unsigned int vi, void *ud)
 {
-    struct vcpu *v = V(vi);
+    struct vcpu *v = bridge_vcpu(vi);
     (void)ud;
     if (!v->post) {
         return;
     }
     uint64_t value = v->post_value;
     if (v->post == 2) {
-        uint64_t q = (rd(v, R.rdx) << 32) | (rd(v, R.rax) & 0xFFFFFFFFull);
+        uint64_t q = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
         v->post = 0;
         if (py_misc_enable(vi, q, &value) != P4_PY_OK) {
             return;
@@ -313,12 +314,12 @@ static void cb_rdmsr_post(unsigned int vi, void *ud)
 static int rdpmc_allowed(struct vcpu *v, int *cpl)
 {
     *cpl = current_cpl(v);
-    return *cpl == 0 || (rd(v, R.cr4) & CR4_PCE);
+    return *cpl == 0 || (reg_read(v, regs.cr4) & CR4_PCE);
 }
 
 static void cb_rdpmc(unsigned int vi, void *ud)
 {
-    struct vcpu *v = V(vi);
+    struct vcpu *v = bridge_vcpu(vi);
     struct site s = unpack_site(ud);
     int cpl;
     uint64_t value = 0;
@@ -327,13 +328,13 @@ static void cb_rdpmc(unsigned int vi, void *ud)
         return; /* QEMU raises #GP */
     }
     v->last_counter_write = 0;
-    uint64_t rcx = rd(v, R.rcx);
+    uint64_t rcx = reg_read(v, regs.rcx);
     int r;
     if (v->refault_linear && v->refault_linear == s.linear && s.first) {
         r = P4_PY_FAULT; /* asked already, before the #UD round trip (cb_entry) */
     } else {
         sibling_sync(vi, s.linear);
-        int64_t rest = cnt_instrument ? fold_at_access(vi, s.linear) : 0;
+        int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
         r = pmu_rdpmc(vi, (uint32_t)rcx, &value);
         after_python(vi, rest);
     }
@@ -343,12 +344,12 @@ static void cb_rdpmc(unsigned int vi, void *ud)
             /* QEMU's own check then raises #GP with the exact state */
             v->redirect = RD_CR4;
             v->redirect_linear = s.linear;
-            v->orig_cr4 = rd(v, R.cr4);
-            wr(v, R.cr4, v->orig_cr4 & ~CR4_PCE);
+            v->orig_cr4 = reg_read(v, regs.cr4);
+            reg_write(v, regs.cr4, v->orig_cr4 & ~CR4_PCE);
             return;
         }
         if (s.first) {
-            fault_by_patch(v, &s, rd(v, R.rip), rcx);
+            fault_by_patch(v, &s, reg_read(v, regs.rip), rcx);
             return;
         }
         /* CPL 0, not at a block start: go through #UD and the entry hook first */
@@ -363,7 +364,7 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     }
     if (s.first) {
         /* block start: QEMU's flags are in env, skipping is exact; rip is exact here */
-        uint64_t rip = rd(v, R.rip);
+        uint64_t rip = reg_read(v, regs.rip);
         write_edx_eax(v, value);
         counting_abandon(vi, s.linear, 1);
         qemu_plugin_set_pc(rip + s.len);
@@ -375,61 +376,104 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     v->ud_len = s.len;
 }
 
+/* entry hook: the RDMSR whose result this block's entry delivers (record i) */
+static void deliver_rdmsr(unsigned vi, struct vcpu *v, int i)
+{
+    uint64_t value = v->rec[i].value;
+    int kind = v->rec[i].kind;
+    drop_rec(vi, v, i);
+    if (kind == REC_RDMSR_MISC) {
+        uint64_t q = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
+        if (py_misc_enable(vi, q, &value) != P4_PY_OK) {
+            return;
+        }
+    }
+    write_edx_eax(v, value);
+}
+
+/* Is the #UD frame of record r's RDPMC on top of the stack (rsp)? */
+static int ud_frame_on_stack(struct vcpu *v, const struct rec *r, uint64_t rsp, uint64_t tbv)
+{
+    uint64_t slot[2] = {0, 0};
+    if (r->frame64) {
+        if (!mem_read(v, rsp, slot, 16)) {
+            return 0;
+        }
+    } else if (r->frame16) {
+        uint16_t s16[2];
+        if (!mem_read(v, rsp, s16, 4)) {
+            return 0;
+        }
+        slot[0] = s16[0];
+        slot[1] = s16[1];
+    } else {
+        uint32_t s32[2];
+        if (!mem_read(v, rsp, s32, 8)) {
+            return 0;
+        }
+        slot[0] = s32[0];
+        slot[1] = s32[1];
+    }
+    DBG("entry hook %#llx: frame %#llx:%#llx, want %#llx:%#llx\n", (unsigned long long)tbv,
+        (unsigned long long)slot[1], (unsigned long long)slot[0], (unsigned long long)r->cs,
+        (unsigned long long)r->eip);
+    return slot[0] == r->eip && (slot[1] & 0xFFFF) == (r->cs & 0xFFFF);
+}
+
+/* Undo QEMU's delivery of the #UD of record c's RDPMC: segments (CPL follows SS), stack,
+ * EFLAGS (IOPL/AC/IF/TF...); then resume after the RDPMC, or at it (c->fault).  Does not
+ * return (qemu_plugin_set_pc). */
+static void undo_ud_delivery(struct vcpu *v, const struct rec *c, uint64_t rsp)
+{
+    if (reg_read(v, regs.ss) != c->ss) {
+        reg_write(v, regs.ss, c->ss);
+    }
+    if (reg_read(v, regs.cs) != c->cs) {
+        reg_write(v, regs.cs, c->cs);
+    }
+    if (c->seg_saved) {
+        struct qemu_plugin_register *sr[4] = {regs.ds, regs.es, regs.fs, regs.gs};
+        for (int k = 0; k < 4; k++) {
+            reg_write(v, sr[k], c->seg[k]);
+        }
+    }
+    if (c->stack_ok && rsp >= c->rsp - sizeof(c->stack) && rsp < c->rsp) {
+        mem_write(v, c->rsp - sizeof(c->stack), c->stack, sizeof(c->stack));
+    }
+    reg_write(v, regs.rsp, c->rsp);
+    /* raw write: only non-lazy bits; the arithmetic flags are still in QEMU's CC state */
+    reg_write(v, regs.eflags, c->eflags & ~EFL_LAZY);
+    if (c->fault) {
+        /* RDPMC #GP at CPL 0: back to the RDPMC, now at a block start -> patch path */
+        v->refault_linear = c->linear;
+        qemu_plugin_set_pc(c->eip);
+    }
+    qemu_plugin_set_pc(c->eip + c->len);
+}
+
 /*
  * Entry hook of a block (conditional: runs only while this vCPU has records).  The guest
  * state is exact here: nothing of the block has run yet.
  */
 static void cb_entry(unsigned int vi, void *ud)
 {
-    struct vcpu *v = V(vi);
+    struct vcpu *v = bridge_vcpu(vi);
     uint64_t tbv = (uint64_t)(uintptr_t)ud;
     if (!v->nrec) {
         return;
     }
-    uint64_t rsp = rd(v, R.rsp);
+    uint64_t rsp = reg_read(v, regs.rsp);
     for (int i = v->nrec - 1; i >= 0; i--) {
         struct rec *r = &v->rec[i];
         if (r->kind == REC_RDMSR || r->kind == REC_RDMSR_MISC) {
             if (r->linear != tbv || r->rsp != rsp) {
                 continue;
             }
-            uint64_t value = r->value;
-            int kind = r->kind;
-            drop_rec(vi, v, i);
-            if (kind == REC_RDMSR_MISC) {
-                uint64_t q = (rd(v, R.rdx) << 32) | (rd(v, R.rax) & 0xFFFFFFFFull);
-                if (py_misc_enable(vi, q, &value) != P4_PY_OK) {
-                    return;
-                }
-            }
-            write_edx_eax(v, value);
+            deliver_rdmsr(vi, v, i);
             return;
         }
         /* REC_RDPMC_UD: is the #UD frame of that RDPMC on top of the stack? */
-        uint64_t slot[2] = {0, 0};
-        if (r->frame64) {
-            if (!rdmem(v, rsp, slot, 16)) {
-                continue;
-            }
-        } else if (r->frame16) {
-            uint16_t s16[2];
-            if (!rdmem(v, rsp, s16, 4)) {
-                continue;
-            }
-            slot[0] = s16[0];
-            slot[1] = s16[1];
-        } else {
-            uint32_t s32[2];
-            if (!rdmem(v, rsp, s32, 8)) {
-                continue;
-            }
-            slot[0] = s32[0];
-            slot[1] = s32[1];
-        }
-        DBG("entry hook %#llx: frame %#llx:%#llx, want %#llx:%#llx\n", (unsigned long long)tbv,
-            (unsigned long long)slot[1], (unsigned long long)slot[0], (unsigned long long)r->cs,
-            (unsigned long long)r->eip);
-        if (slot[0] != r->eip || (slot[1] & 0xFFFF) != (r->cs & 0xFFFF)) {
+        if (!ud_frame_on_stack(v, r, rsp, tbv)) {
             continue;
         }
         struct rec c = *r;
@@ -438,32 +482,98 @@ static void cb_entry(unsigned int vi, void *ud)
             tl_ud_pending--;
         }
         hook_add(tbv); /* the #UD handler: hook its blocks whatever their TB flags */
-        /* undo the delivery: segments (CPL follows SS), stack, EFLAGS (IOPL/AC/IF/TF...) */
-        if (rd(v, R.ss) != c.ss) {
-            wr(v, R.ss, c.ss);
-        }
-        if (rd(v, R.cs) != c.cs) {
-            wr(v, R.cs, c.cs);
-        }
-        if (c.seg_saved) {
-            struct qemu_plugin_register *sr[4] = {R.ds, R.es, R.fs, R.gs};
-            for (int k = 0; k < 4; k++) {
-                wr(v, sr[k], c.seg[k]);
-            }
-        }
-        if (c.stack_ok && rsp >= c.rsp - sizeof(c.stack) && rsp < c.rsp) {
-            wrmem(v, c.rsp - sizeof(c.stack), c.stack, sizeof(c.stack));
-        }
-        wr(v, R.rsp, c.rsp);
-        /* raw write: only non-lazy bits; the arithmetic flags are still in QEMU's CC state */
-        wr(v, R.eflags, c.eflags & ~EFL_LAZY);
-        if (c.fault) {
-            /* RDPMC #GP at CPL 0: back to the RDPMC, now at a block start -> patch path */
-            v->refault_linear = c.linear;
-            qemu_plugin_set_pc(c.eip);
-        }
-        qemu_plugin_set_pc(c.eip + c.len);
+        undo_ud_delivery(v, &c, rsp);
     }
+}
+
+/* our #GP (fault_by_redirect, RD_CR4, fault_by_patch) is being raised: put back what was
+ * changed to make QEMU raise it */
+static void undo_redirect(struct vcpu *v, uint64_t from)
+{
+    int k = v->redirect;
+    v->redirect = RD_NONE;
+    if (from != v->redirect_linear && options.verbose) {
+        fprintf(stderr, "p4pmu: note: #GP reported at %#llx, expected %#llx\n",
+                (unsigned long long)from, (unsigned long long)v->redirect_linear);
+    }
+    if (k == RD_RCX || k == RD_PATCH) {
+        reg_write(v, regs.rcx, v->orig_rcx);
+    }
+    if (k == RD_CR4) {
+        reg_write(v, regs.cr4, v->orig_cr4);
+    }
+    if (k == RD_PATCH) {
+        mem_write(v, v->patch_op, v->orig_bytes, 2); /* also drops the WRMSR's block */
+        __atomic_store_n(&patch_linear, 0, __ATOMIC_SEQ_CST);
+    }
+}
+
+/*
+ * Delivering the #UD itself faulted (no usable gate 6, stack fault...): the exception is
+ * raised at the RDPMC again.  Put back what the previous call changed and let it go: the
+ * guest sees that fault at the RDPMC with its own registers and flags.  Returns 1 if so.
+ */
+static int ud_delivery_faulted(unsigned vi, struct vcpu *v, uint64_t from)
+{
+    if (!(tl_ud_pending && v->nrec && v->rec[v->nrec - 1].kind == REC_RDPMC_UD &&
+          v->rec[v->nrec - 1].linear == from && !v->ud_armed)) {
+        return 0;
+    }
+    struct rec c = v->rec[v->nrec - 1];
+    drop_rec(vi, v, v->nrec - 1);
+    tl_ud_pending--;
+    reg_write(v, regs.eflags, c.eflags & ~EFL_LAZY);
+    reg_write(v, regs.rax, c.rax);
+    reg_write(v, regs.rdx, c.rdx);
+    py_note(vi, "bridge: delivering QEMU's #UD for an RDPMC faulted; the guest gets "
+                "that fault at the RDPMC (RDPMC not at a block start needs a working "
+                "#UD gate)");
+    return 1;
+}
+
+/* QEMU's #UD for an RDPMC we served: the state is exact now (see cb_rdpmc); record what the
+ * entry hook of the #UD handler's first block undoes, write EDX:EAX */
+static void record_rdpmc_ud(unsigned vi, struct vcpu *v, uint64_t from)
+{
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    v->ud_armed = 0;
+    r.kind = REC_RDPMC_UD;
+    r.linear = from;
+    r.rsp = reg_read(v, regs.rsp);
+    r.eip = reg_read(v, regs.rip);
+    r.len = v->ud_len;
+    r.eflags = reg_read(v, regs.eflags);
+    r.cs = reg_read(v, regs.cs);
+    r.ss = reg_read(v, regs.ss);
+    uint64_t cr0 = reg_read(v, regs.cr0);
+    if (!(cr0 & CR0_PE)) {
+        r.frame16 = 1;
+    } else if (reg_read(v, regs.efer) & EFER_LMA) {
+        r.frame64 = 1;
+    }
+    if (r.eflags & EFL_VM) {
+        struct qemu_plugin_register *sr[4] = {regs.ds, regs.es, regs.fs, regs.gs};
+        for (int k = 0; k < 4; k++) {
+            r.seg[k] = reg_read(v, sr[k]);
+        }
+        r.seg_saved = 1;
+    }
+    r.stack_ok = mem_read(v, r.rsp - sizeof(r.stack), r.stack, sizeof(r.stack));
+    r.rax = reg_read(v, regs.rax);
+    r.rdx = reg_read(v, regs.rdx);
+    if (v->ud_fault) {
+        r.fault = 1;
+    } else {
+        r.value = v->ud_value;
+        write_edx_eax(v, v->ud_value);
+    }
+    push_rec(vi, v, &r);
+    /* a TB key QEMU has not cached for the handler: IOPL and AC have no effect at CPL 0 */
+    reg_write(v, regs.eflags, (r.eflags & ~EFL_LAZY) ^ (EFL_IOPL | EFL_AC));
+    tl_ud_pending++;
+    DBG("#UD of RDPMC at %#llx: eflags %#llx rsp %#llx frame64 %d\n", (unsigned long long)from,
+        (unsigned long long)r.eflags, (unsigned long long)r.rsp, r.frame64);
 }
 
 /*
@@ -473,9 +583,9 @@ static void cb_entry(unsigned int vi, void *ud)
  * written here are what the exception frame and the handler see.
  */
 void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
-                         void *ud)
+                  void *ud)
 {
-    struct vcpu *v = V(vi);
+    struct vcpu *v = bridge_vcpu(vi);
     (void)type;
     (void)to;
     (void)ud;
@@ -490,85 +600,14 @@ void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint
      * is checked only to report surprises.
      */
     if (v->redirect) {
-        int k = v->redirect;
-        v->redirect = RD_NONE;
-        if (from != v->redirect_linear && verbose) {
-            fprintf(stderr, "p4pmu: note: #GP reported at %#llx, expected %#llx\n",
-                    (unsigned long long)from, (unsigned long long)v->redirect_linear);
-        }
-        if (k == RD_RCX || k == RD_PATCH) {
-            wr(v, R.rcx, v->orig_rcx);
-        }
-        if (k == RD_CR4) {
-            wr(v, R.cr4, v->orig_cr4);
-        }
-        if (k == RD_PATCH) {
-            wrmem(v, v->patch_op, v->orig_bytes, 2); /* also drops the WRMSR's block */
-            __atomic_store_n(&patch_linear, 0, __ATOMIC_SEQ_CST);
-        }
+        undo_redirect(v, from);
         return;
     }
-
-    /*
-     * Delivering the #UD itself faulted (no usable gate 6, stack fault...): the exception is
-     * raised at the RDPMC again.  Put back what the previous call changed and let it go: the
-     * guest sees that fault at the RDPMC with its own registers and flags.
-     */
-    if (tl_ud_pending && v->nrec && v->rec[v->nrec - 1].kind == REC_RDPMC_UD &&
-        v->rec[v->nrec - 1].linear == from && !v->ud_armed) {
-        struct rec c = v->rec[v->nrec - 1];
-        drop_rec(vi, v, v->nrec - 1);
-        tl_ud_pending--;
-        wr(v, R.eflags, c.eflags & ~EFL_LAZY);
-        wr(v, R.rax, c.rax);
-        wr(v, R.rdx, c.rdx);
-        py_note(vi, "bridge: delivering QEMU's #UD for an RDPMC faulted; the guest gets "
-                          "that fault at the RDPMC (RDPMC not at a block start needs a working "
-                          "#UD gate)");
+    if (ud_delivery_faulted(vi, v, from)) {
         return;
     }
-
     if (v->ud_armed) {
-        /* QEMU's #UD for an RDPMC we served: the state is exact now (see cb_rdpmc) */
-        struct rec r;
-        memset(&r, 0, sizeof(r));
-        v->ud_armed = 0;
-        r.kind = REC_RDPMC_UD;
-        r.linear = from;
-        r.rsp = rd(v, R.rsp);
-        r.eip = rd(v, R.rip);
-        r.len = v->ud_len;
-        r.eflags = rd(v, R.eflags);
-        r.cs = rd(v, R.cs);
-        r.ss = rd(v, R.ss);
-        uint64_t cr0 = rd(v, R.cr0);
-        if (!(cr0 & CR0_PE)) {
-            r.frame16 = 1;
-        } else if (rd(v, R.efer) & EFER_LMA) {
-            r.frame64 = 1;
-        }
-        if (r.eflags & EFL_VM) {
-            struct qemu_plugin_register *sr[4] = {R.ds, R.es, R.fs, R.gs};
-            for (int k = 0; k < 4; k++) {
-                r.seg[k] = rd(v, sr[k]);
-            }
-            r.seg_saved = 1;
-        }
-        r.stack_ok = rdmem(v, r.rsp - sizeof(r.stack), r.stack, sizeof(r.stack));
-        r.rax = rd(v, R.rax);
-        r.rdx = rd(v, R.rdx);
-        if (v->ud_fault) {
-            r.fault = 1;
-        } else {
-            r.value = v->ud_value;
-            write_edx_eax(v, v->ud_value);
-        }
-        push_rec(vi, v, &r);
-        /* a TB key QEMU has not cached for the handler: IOPL and AC have no effect at CPL 0 */
-        wr(v, R.eflags, (r.eflags & ~EFL_LAZY) ^ (EFL_IOPL | EFL_AC));
-        tl_ud_pending++;
-        DBG("#UD of RDPMC at %#llx: eflags %#llx rsp %#llx frame64 %d\n", (unsigned long long)from,
-            (unsigned long long)r.eflags, (unsigned long long)r.rsp, r.frame64);
+        record_rdpmc_ud(vi, v, from);
     }
 }
 
@@ -625,7 +664,7 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
                                                   (void *)(uintptr_t)tbv);
     }
 
-    if (cnt_instrument) {
+    if (run.instrument) {
         if (!tl_tv.buf) tl_tv.buf = g_byte_array_new();
         counting_translate(tb, &tl_tv);
     }
@@ -660,7 +699,7 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
             qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_rdpmc, P4_CB_RW_REGS_PC, site);
             break;
         }
-        if (verbose) {
+        if (options.verbose) {
             char msg[128];
             snprintf(msg, sizeof(msg), "p4pmu: %s at %#llx (insn %zu of %zu)\n",
                      k == K_WRMSR ? "WRMSR" : k == K_RDMSR ? "RDMSR" : "RDPMC",

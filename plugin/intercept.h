@@ -14,7 +14,7 @@ extern p4_plugin_u64 pending_entry;
 
 void set_npending(unsigned int vi, struct vcpu *v);
 void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
-                         void *ud);
+                  void *ud);
 void translate(struct qemu_plugin_tb *tb, void *ud);
 
 #endif

@@ -12,20 +12,7 @@
 #include "kinds.h"
 #include "counting.h"
 
-uint8_t kinds[MAX_KINDS][KF_N];
-
-volatile uint32_t n_kinds;
-
-static uint32_t khash[2 * MAX_KINDS]; /* kind id + 1, 0 empty */
-
-uint32_t k_bubble, k_empty;    /* bubble clock kind, empty stall clock kind */
-
-uint32_t k_penalty[64];        /* penalty clocks (bogus retirement then empty) */
-
-
-unsigned n_penalty;
-
-uint32_t k_rep_full;           /* REP: a clock retiring 3 uops and nothing else */
+struct kind_table kinds;
 
 static uint32_t khash_of(const uint8_t *f)
 {
@@ -37,47 +24,48 @@ static uint32_t khash_of(const uint8_t *f)
 }
 
 /* Intern a clock's fields; returns the kind id.  Lock-free lookup of published kinds is not
- * attempted: callers hold cnt_lock (translation) or call at init. */
+ * attempted: callers hold run.lock (translation) or call at init. */
 static uint32_t kind_intern_locked(const uint8_t *f)
 {
     uint32_t i = khash_of(f) & (2 * MAX_KINDS - 1);
     for (;;) {
-        uint32_t e = khash[i];
+        uint32_t e = kinds.hash[i];
         if (!e) {
             break;
         }
-        if (!memcmp(kinds[e - 1], f, KF_N)) {
+        if (!memcmp(kinds.fields[e - 1], f, KF_N)) {
             return e - 1;
         }
         i = (i + 1) & (2 * MAX_KINDS - 1);
     }
-    if (n_kinds >= MAX_KINDS) {
+    if (kinds.n >= MAX_KINDS) {
         static int warned;
         if (!warned++) {
             fprintf(stderr, "p4pmu: more than %u distinct clock kinds; further ones are "
                             "counted as empty clocks\n", MAX_KINDS);
         }
-        return k_empty;
+        return kinds.empty;
     }
-    uint32_t id = n_kinds;
-    memcpy(kinds[id], f, KF_N);
-    __atomic_store_n(&n_kinds, id + 1, __ATOMIC_RELEASE);
-    khash[i] = id + 1;
+    uint32_t id = kinds.n;
+    memcpy(kinds.fields[id], f, KF_N);
+    __atomic_store_n(&kinds.n, id + 1, __ATOMIC_RELEASE);
+    kinds.hash[i] = id + 1;
     return id;
 }
 
 uint32_t kind_intern(const uint8_t *f)
 {
-    pthread_mutex_lock(&cnt_lock);
+    pthread_mutex_lock(&run.lock);
     uint32_t k = kind_intern_locked(f);
-    pthread_mutex_unlock(&cnt_lock);
+    pthread_mutex_unlock(&run.lock);
     return k;
 }
 
-static void attrs(struct clk *c, const struct cinsn *in)
+static void attrs(struct clock_fields *c, const struct insn_info *in)
 {
     int ld = in->loads > 0, st = in->stores > 0;
-#define ADDF(k, v) do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
+#define ADDF(k, v) \
+    do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
     ADDF(KF_INSTR, 1);
     ADDF(KF_INSTR_LD, ld);
     ADDF(KF_INSTR_ST, st);
@@ -91,14 +79,14 @@ static void attrs(struct clk *c, const struct cinsn *in)
 
 /* Schedule instructions [a, e) of b into clocks (no bubble, no outcome).  Returns the number
  * of clocks written to out (at most cap; the caller sizes it generously). */
-unsigned schedule(const struct cinsn *ins, unsigned a, unsigned e, struct clk *out,
-                         unsigned cap)
+unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
+                  unsigned cap)
 {
     unsigned n = 0;
     int open = 0;
-    struct clk cur;
+    struct clock_fields cur;
     for (unsigned j = a; j < e; j++) {
-        const struct cinsn *in = &ins[j];
+        const struct insn_info *in = &ins[j];
         if (((in->flags & CI_ALIGN) || in->lat) && open) {
             if (n < cap) out[n++] = cur;
             open = 0;
@@ -175,12 +163,12 @@ unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, uint32_t **seq
 unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t **seq)
 {
     unsigned cap = sched_cap(b);
-    struct clk *c = malloc(sizeof(*c) * cap);
+    struct clock_fields *c = malloc(sizeof(*c) * cap);
     uint32_t *s = malloc(sizeof(*s) * (cap + P4P_BUBBLE));
     unsigned n = 0;
     if (a == 0) {
         for (int i = 0; i < P4P_BUBBLE; i++) {
-            s[n++] = k_bubble;
+            s[n++] = kinds.bubble;
         }
     }
     unsigned a0 = pos_insn(a);
@@ -196,11 +184,11 @@ unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t 
     if (e == b->n && dyn_end(b) && b->end != END_REP && m) {
         m--; /* the final clock is dynamic */
     }
-    pthread_mutex_lock(&cnt_lock);
+    pthread_mutex_lock(&run.lock);
     for (unsigned i = 0; i < m; i++) {
         s[n++] = kind_intern_locked(c[i].f);
     }
-    pthread_mutex_unlock(&cnt_lock);
+    pthread_mutex_unlock(&run.lock);
     free(c);
     *seq = s;
     return n;

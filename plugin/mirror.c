@@ -59,19 +59,19 @@ static inline struct p4c_mirror *mirror_of(unsigned vi)
  * were interned since (Feeder._table_key), so an older one means "ask Python". */
 static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
 {
-    const struct p4c_out *o = &outs[vi];
+    const struct p4c_out *o = &run.fold_out[vi];
     return o->winc && o->nkext == m->nkext &&
-           o->nkext == 2 * __atomic_load_n(&n_kinds, __ATOMIC_ACQUIRE);
+           o->nkext == 2 * __atomic_load_n(&kinds.n, __ATOMIC_ACQUIRE);
 }
 
 /*
- * Consume the pending fold (outs[vi], left by fold_at_access / fold_at_entry) into the
+ * Consume the pending fold (run.fold_out[vi], left by fold_at_access / fold_at_entry) into the
  * counters, as Feeder.consume + PMU.advance would.  Returns 0 (nothing changed) when Python
  * must do it.
  */
 static int mirror_consume(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &outs[vi];
+    struct p4c_out *o = &run.fold_out[vi];
     if (!o->n) return 1;
     if (!o->clocks || !m->any_run) {
         o->n = 0; /* no clock, or nothing counts (no EDGE detector to keep in simple mode) */
@@ -147,7 +147,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
  * ENABLE, the table is exact, and nothing has FORCE_OVF. */
 static void mirror_after(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &outs[vi];
+    struct p4c_out *o = &run.fold_out[vi];
     int level = 0;
     for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (m->ovf[n] && m->armed[n] && m->pmi[n]) level = 1;

@@ -38,7 +38,7 @@ uint64_t n_pmi_delivered, n_pmi_masked;
  * 0 masked (nothing sent), -1 the APIC could not be read. */
 int pmi_deliver_here(unsigned vi)
 {
-    struct vcpu *v = V(vi);
+    struct vcpu *v = bridge_vcpu(vi);
     uint32_t lvt, id;
     if (!apic_rd(v, APIC_LVT_PERF, &lvt)) return -1;
     if (lvt & LVT_MASKED) {

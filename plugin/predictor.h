@@ -8,6 +8,10 @@
 
 #include "counting_types.h"
 
+/* Conditional entries (clockmodel.Predictor.cond, docs/guest-events.md I5), as tables over
+ * e = 0 (invalid) or counter + 1: the next entry after an outcome, and whether the entry
+ * predicts taken (invalid: the static prediction, backward taken).  Together with what the
+ * resolution path reads besides, in two cache lines (cond_tab). */
 struct cond_table_set {
     /* k identical outcomes `taken` from entry x, for k = 0, 1, 2, >= 3 (three saturate the
      * counter from any state; later ones are predicted and change nothing): the entry after
@@ -18,8 +22,8 @@ struct cond_table_set {
     uint8_t pt[2][5];           /* [back][e]: predicts taken */
     uint8_t mmax[2][2][5];      /* the most mispredictions a run of identical outcomes
                                  * `taken` can still have from x: [taken][back][x] */
-    uint8_t pen;                /* n_penalty */
-    uint8_t trace;              /* br_trace != NULL */
+    uint8_t pen;                /* kinds.n_penalty */
+    uint8_t trace;              /* run.branch_trace != NULL */
     /* the usual explicit outcome in one look-up: min(k, 3) silent outcomes of the owner
      * then one outcome `taken`, from entry x: the entry after (bits 0-2), the silent
      * mispredictions (3-4), the last one predicted (5), the penalties to reserve for the
@@ -28,23 +32,23 @@ struct cond_table_set {
     uint16_t fast[2][2][5][4][2];
 } __attribute__((aligned(64)));
 
-extern struct cond_table_set ct;
+extern struct cond_table_set cond_tab;
 
-uint64_t *umap_get(struct umap *m, uint64_t k, int create);
-uint64_t *pent(struct cvcpu *c, uint32_t idx1);
-uint32_t pent_of(struct cvcpu *c, struct umap *m, uint64_t key);
-void cond_tables(void);
-void pred_call(struct cvcpu *c, uint64_t ret);
-int pred_ret(struct cvcpu *c, uint64_t target);
+uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create);
+uint64_t *pred_entry(struct vcpu_counting *c, uint32_t idx1);
+uint32_t pred_entry_of(struct vcpu_counting *c, struct u64_map *m, uint64_t key);
+void cond_tables_fill(void);
+void pred_call(struct vcpu_counting *c, uint64_t ret);
+int pred_ret(struct vcpu_counting *c, uint64_t target);
 int pred_ind_e(uint64_t *e, uint64_t target);
-int pred_ind(struct cvcpu *c, uint64_t addr, uint64_t target);
+int pred_ind(struct vcpu_counting *c, uint64_t addr, uint64_t target);
 
 /* one outcome: returns 1 if it was predicted */
 static inline int cond_step(uint64_t *e, int back, int taken)
 {
     unsigned x = (unsigned)*e; /* always < 5: only these tables write entries */
-    int pred = ct.pt[back][x] == taken;
-    *e = ct.next[taken][x];
+    int pred = cond_tab.pt[back][x] == taken;
+    *e = cond_tab.next[taken][x];
     return pred;
 }
 

@@ -14,12 +14,12 @@ struct vcpu *vcpus;
 
 int n_vcpus_max;
 
-struct x86_registers R;
+struct x86_registers regs;
 
 /* the vCPU whose thread this is (set in every callback; used at translation time) */
 __thread int tl_vcpu = -1;
 
-struct vcpu *V(unsigned int vi)
+struct vcpu *bridge_vcpu(unsigned int vi)
 {
     if ((int)vi >= n_vcpus_max) {
         fprintf(stderr, "p4pmu: vCPU %u beyond max_vcpus %d\n", vi, n_vcpus_max);
@@ -29,7 +29,7 @@ struct vcpu *V(unsigned int vi)
     return &vcpus[vi];
 }
 
-uint64_t rd(struct vcpu *v, struct qemu_plugin_register *r)
+uint64_t reg_read(struct vcpu *v, struct qemu_plugin_register *r)
 {
     uint64_t x = 0;
     g_byte_array_set_size(v->buf, 0);
@@ -41,7 +41,7 @@ uint64_t rd(struct vcpu *v, struct qemu_plugin_register *r)
     return x;
 }
 
-void wr(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x)
+void reg_write(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x)
 {
     g_byte_array_set_size(v->buf, 0);
     g_byte_array_append(v->buf, (const uint8_t *)&x, 8);
@@ -51,7 +51,7 @@ void wr(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x)
     }
 }
 
-int rdmem(struct vcpu *v, uint64_t addr, void *dst, size_t n)
+int mem_read(struct vcpu *v, uint64_t addr, void *dst, size_t n)
 {
     g_byte_array_set_size(v->buf, 0);
     if (!qemu_plugin_read_memory_vaddr(addr, v->buf, n) || v->buf->len < n) {
@@ -61,7 +61,7 @@ int rdmem(struct vcpu *v, uint64_t addr, void *dst, size_t n)
     return 1;
 }
 
-int wrmem(struct vcpu *v, uint64_t addr, const void *src, size_t n)
+int mem_write(struct vcpu *v, uint64_t addr, const void *src, size_t n)
 {
     g_byte_array_set_size(v->buf, 0);
     g_byte_array_append(v->buf, src, (unsigned)n);
@@ -71,23 +71,23 @@ int wrmem(struct vcpu *v, uint64_t addr, const void *src, size_t n)
 /* EDX:EAX <- value; 8-byte writes also clear the upper halves of RAX/RDX (long mode). */
 void write_edx_eax(struct vcpu *v, uint64_t value)
 {
-    wr(v, R.rax, value & 0xFFFFFFFFull);
-    wr(v, R.rdx, value >> 32);
+    reg_write(v, regs.rax, value & 0xFFFFFFFFull);
+    reg_write(v, regs.rdx, value >> 32);
 }
 
 /* CPL as the hardware defines it: real mode 0, virtual-8086 mode 3, else CS.RPL. */
 int current_cpl(struct vcpu *v)
 {
-    if (!(rd(v, R.cr0) & CR0_PE)) {
+    if (!(reg_read(v, regs.cr0) & CR0_PE)) {
         return 0;
     }
-    if (rd(v, R.eflags) & EFL_VM) {
+    if (reg_read(v, regs.eflags) & EFL_VM) {
         return 3;
     }
-    return (int)(rd(v, R.cs) & 3);
+    return (int)(reg_read(v, regs.cs) & 3);
 }
 
 uint64_t rd_rcx(struct vcpu *v)
 {
-    return rd(v, R.rcx);
+    return reg_read(v, regs.rcx);
 }

@@ -14,17 +14,17 @@ struct x86_registers {
         *gs, *cr0, *cr4, *efer;
 };
 
-extern struct x86_registers R;
+extern struct x86_registers regs;
 
 extern struct vcpu *vcpus;
 extern int n_vcpus_max;
 extern __thread int tl_vcpu;
 
-struct vcpu *V(unsigned int vi);
-uint64_t rd(struct vcpu *v, struct qemu_plugin_register *r);
-void wr(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x);
-int rdmem(struct vcpu *v, uint64_t addr, void *dst, size_t n);
-int wrmem(struct vcpu *v, uint64_t addr, const void *src, size_t n);
+struct vcpu *bridge_vcpu(unsigned int vi);
+uint64_t reg_read(struct vcpu *v, struct qemu_plugin_register *r);
+void reg_write(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x);
+int mem_read(struct vcpu *v, uint64_t addr, void *dst, size_t n);
+int mem_write(struct vcpu *v, uint64_t addr, const void *src, size_t n);
 void write_edx_eax(struct vcpu *v, uint64_t value);
 int current_cpl(struct vcpu *v);
 uint64_t rd_rcx(struct vcpu *v);

@@ -9,10 +9,10 @@
 
 #include "counting_types.h"
 
-void res_fill(struct cvcpu *c);
-void expand_outcomes(struct cvcpu *c, const struct blk *b, unsigned v, int64_t n);
-void resolve(unsigned vi, struct cvcpu *c, uint32_t pid, uint64_t a_new, int regs_ok);
-void entry_settle(unsigned vi, struct cvcpu *c);
+void res_fill(struct vcpu_counting *c);
+void expand_outcomes(struct vcpu_counting *c, const struct blk *b, unsigned v, int64_t n);
+void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new, int regs_ok);
+void entry_settle(unsigned vi, struct vcpu_counting *c);
 void silent_catch_up_all(unsigned vi);
 void silent_before_fold(unsigned vi);
 void cb_first(unsigned int vi, void *ud);
