@@ -14,27 +14,16 @@
 #include "p4c_api.h"
 
 #define PMU_MSR_FIRST 0x300u
-
 #define PMU_MSR_LAST 0x3FFu
-
 #define PMU_COUNTER_FIRST 0x300u /* MSR_BPU_COUNTER0 .. MSR_IQ_COUNTER5 (SDM Vol. 3B 18.15.2) */
-
 #define PMU_COUNTER_LAST 0x311u
-
 #define MSR_MISC_ENABLE 0x1A0u
-
 #define MSR_GP_REDIRECT 0x800u /* x2APIC range: #GP in QEMU while x2APIC is off */
-
 #define CR0_PE (1ull << 0)
-
 #define CR4_PCE (1ull << 8)
-
 #define EFER_LMA (1ull << 10)
-
 #define EFL_IOPL (3ull << 12)
-
 #define EFL_VM (1ull << 17)
-
 #define EFL_AC (1ull << 18)
 
 /* flags QEMU keeps lazily (CC_*) or in env->df during execution; never written raw */

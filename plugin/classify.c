@@ -19,8 +19,9 @@ static struct {
     unsigned n_ids;
 } capstone;
 
-static __thread csh tl_cs[3]; /* 16, 32, 64 */
-
+/* per host thread (a Capstone handle is used by one thread at a time): the handle and the
+ * instruction buffer of each mode (16, 32, 64 bit) */
+static __thread csh tl_cs[3];
 static __thread cs_insn *tl_ci[3];
 
 static int row_cmp(const void *key, const void *elem)

@@ -1,8 +1,8 @@
 /*
  * classify.h: what classify.c offers to the other units. classify.c: classification of
  * decoded x86 instructions with Capstone 5 into the clock model's per-instruction fields
- * (insn_classes._classify_one and _build; table generated into p4_tables.h) (docs/guest-
- * events.md).
+ * (insn_classes._classify_one and _build; table generated into p4_tables.h)
+ * (docs/guest-events.md).
  */
 #ifndef P4PMU_CLASSIFY_H
 #define P4PMU_CLASSIFY_H

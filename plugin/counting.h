@@ -1,8 +1,8 @@
 /*
  * counting.h: what counting.c offers to the other units. counting.c: the run state of event
  * counting and its set-up: options in effect, the scoreboard, per-vCPU counting state and
- * fold outputs; what Python calls to read the fold output and the clock kinds (docs/guest-
- * events.md).
+ * fold outputs; what Python calls to read the fold output and the clock kinds
+ * (docs/guest-events.md).
  */
 #ifndef P4PMU_COUNTING_H
 #define P4PMU_COUNTING_H

@@ -20,11 +20,8 @@
 #include "p4_tables.h"
 
 #define MAX_BLOCKS (1u << 20)
-
 #define MAX_KINDS (1u << 16)
-
 #define NEXT (2u * MAX_KINDS) /* ext kind = kind * 2 + os */
-
 #define SB_HDR 8u
 
 /* Scoreboard words per vCPU (docs/guest-events.md calls the first ones W, CUR, W2, XPEND, X):
@@ -41,38 +38,25 @@ enum {
 /* per-block execution counters at SB_HDR + id; the "banked" executions of silent-capable
  * conditional blocks at SB_BANK0 + gate index (see "Silent branch outcomes") */
 #define MAX_GATES (1u << 18)
-
 #define SB_BANK0 (SB_HDR + MAX_BLOCKS)
-
 #define SB_WORDS (SB_BANK0 + MAX_GATES)
 
 /* X values that are no block's address (not canonical): the last block's outcome has been
  * accounted (X_ACCOUNTED), or it must be resolved at the next block entry whatever that is
  * (X_RESOLVE_AT_ENTRY: calls, returns, indirect branches, REP, far transfers) */
 #define X_ACCOUNTED 0x8000000000000001ull
-
 #define X_RESOLVE_AT_ENTRY 0x8000000000000002ull
-
 #define MAX_GROUPS MAX_BLOCKS
-
 #define GCHUNK 4096u
-
 #define GMAX 32 /* silent-capable blocks per conditional predictor entry */
-
 #define SB_FIRES_AT (1ull << 62)
-
 #define SB_FORCE_FIRE (1ull << 62)
-
-
 #define MAX_DIRTY (1u << 16)
-
 #define END_REP 8 /* block end kind: REP string instruction (not a BRK_* value) */
 
 /* per-instruction information kept for schedules of partial blocks */
 #define CI_ALIGN 1
-
 #define CI_REP 2
-
 #define CI_HLT 4
 
 struct insn_info {
@@ -318,9 +302,7 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
  * W2_STREAK steps in a row, and installed by a flush (qemu_plugin_reset).  A vCPU whose
  * programming does not match the signature keeps W2 idle (0) and its deadlines in clocks. */
 #define W2_STREAK 4        /* steps in a row with the same candidate before the first flush */
-
 #define W2_RESTREAK 256    /* ... before a flush that replaces a signature */
-
 #define W2_MAX_FLUSHES 16  /* signatures installed per run at most */
 
 /* The outcome-free level (docs/guest-events.md "The outcome-free level").  When no enabled
@@ -337,9 +319,7 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
  * level after it), installation after LITE_STREAK steps in a row that want it, at most
  * LITE_MAX_INSTALLS times per run.  One vCPU, threads=1 only. */
 #define X_OUTCOME_FREE 0x8000000000000003ull
-
 #define LITE_STREAK 4
-
 #define LITE_MAX_INSTALLS 16
 
 /* the exact-deadline signature: a counter and its increments per ext kind */
@@ -391,9 +371,7 @@ static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
 }
 
 #define REPLAY_ENTRY(r) ((r) & 7u)
-
 #define REPLAY_MISPREDICTED(r) (((r) >> 3) & 3u)
-
 #define REPLAY_LAST_PREDICTED(r) (((r) >> 5) & 1u)
 
 static inline uint64_t maxclk(const struct blk *b)

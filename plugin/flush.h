@@ -1,8 +1,8 @@
 /*
  * flush.h: what flush.c offers to the other units. flush.c: translation-cache flushes
  * (qemu_plugin_reset): starting to count (count=auto), installing an exact-deadline
- * signature, switching the outcome-free ("lite") level (docs/guest-events.md, "The outcome-
- * free level").
+ * signature, switching the outcome-free ("lite") level (docs/guest-events.md, "The
+ * outcome-free level").
  */
 #ifndef P4PMU_FLUSH_H
 #define P4PMU_FLUSH_H

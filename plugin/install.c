@@ -219,9 +219,7 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         return -1;
     }
     mirror_setup(n_vcpus_max);
-    sb_pending = qemu_plugin_scoreboard_new(sizeof(uint64_t));
-    pending_entry.score = sb_pending;
-    pending_entry.offset = 0;
+    intercept_setup();
     register_callbacks();
     return 0;
 }

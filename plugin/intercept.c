@@ -1,6 +1,32 @@
 /*
- * p4pmu: interception of RDMSR, WRMSR and RDPMC: translation-time decoding, the execution
- * callbacks, EDX:EAX write-back, #GP delivery and the exception callback (docs/bridge.md).
+ * p4pmu: interception of the guest's accesses to the NetBurst PMU (RDMSR/WRMSR of 300h-3FFh,
+ * RDMSR of IA32_MISC_ENABLE, RDPMC) in a QEMU 11.1 TCG plugin (API v7); the accesses go to
+ * the register mirror (mirror.c) or to the Python emulator inside QEMU (plugin/bridge.py).
+ *
+ * How it works (details and the reasons in docs/bridge.md):
+ *
+ * - Translation time: every instruction of a new block is decoded from its bytes; only
+ *   0F 30 (WRMSR), 0F 32 (RDMSR) and 0F 33 (RDPMC) with legal prefixes get execution
+ *   callbacks.  Blocks without them get nothing, so they run at full speed.
+ * - RDMSR: a callback before the instruction (ECX in 300h-3FFh, CPL 0) asks Python; QEMU then
+ *   executes the RDMSR itself (it reads 0 for these MSRs) and a callback on the next
+ *   instruction, or an "entry hook" on the next block when the RDMSR ends its block, writes
+ *   EDX:EAX.  QEMU's own flag state is never disturbed.  ECX = 1A0h: QEMU's value is patched
+ *   with pmu.misc_enable().
+ * - WRMSR: Python validates and applies the write before the instruction; QEMU then executes
+ *   it (and drops it).
+ * - #GP from the model: ECX is pointed at an x2APIC MSR (800h), which QEMU rejects with #GP
+ *   after restoring the exact guest state; the exception (discontinuity) callback, which QEMU
+ *   calls before it delivers the exception, puts the guest's ECX back.
+ * - RDPMC (QEMU always raises #UD): first instruction of its block -> EDX:EAX written and the
+ *   instruction skipped with qemu_plugin_set_pc() (EFLAGS are in sync at a block start).
+ *   Anywhere else -> QEMU raises #UD, which synchronises the lazy flags; the exception
+ *   callback writes EDX:EAX and changes IOPL/AC so that the #UD handler's first block is
+ *   translated afresh; that block gets an entry hook which undoes the exception frame
+ *   (stack pointer, segments, EFLAGS, stack bytes) and resumes after the RDPMC.
+ * - RDPMC #GP (bad index): CPL > 0 -> CR4.PCE is cleared for the instruction so that QEMU
+ *   raises #GP itself; CPL 0 -> the instruction bytes are briefly replaced by WRMSR with ECX =
+ *   800h (see fault_by_patch()).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -23,9 +49,11 @@
 #include "siblings.h"
 #include "translate.h"
 
-struct qemu_plugin_scoreboard *sb_pending; /* per vCPU: uint64_t number of records */
-
-p4_plugin_u64 pending_entry;
+/* per vCPU: how many records (struct rec) are pending; the entry hook's condition */
+static struct {
+    struct qemu_plugin_scoreboard *scoreboard; /* one uint64_t per vCPU */
+    p4_plugin_u64 entry;
+} pending;
 
 /* RDPMC #UD round trips under way on this thread's vCPU: while there are any, every block
  * translated gets the entry hook (the #UD handler, and whatever an interrupt runs first) */
@@ -53,9 +81,17 @@ static void watch_counter_write(unsigned vi, struct vcpu *v, uint32_t msr, uint6
     v->last_counter_value = value;
 }
 
+/* the scoreboard of pending records (at installation) */
+void intercept_setup(void)
+{
+    pending.scoreboard = qemu_plugin_scoreboard_new(sizeof(uint64_t));
+    pending.entry.score = pending.scoreboard;
+    pending.entry.offset = 0;
+}
+
 void set_npending(unsigned int vi, struct vcpu *v)
 {
-    uint64_t *p = qemu_plugin_scoreboard_find(sb_pending, vi);
+    uint64_t *p = qemu_plugin_scoreboard_find(pending.scoreboard, vi);
     *p = (uint64_t)v->nrec;
 }
 
@@ -642,7 +678,7 @@ static int decode(const uint8_t *b, size_t n)
 }
 
 /* register reads at translation time (the vCPU index is not known there) */
-static __thread struct vcpu tl_tv;
+static __thread struct vcpu tl_tv; /* per host thread */
 
 void translate(struct qemu_plugin_tb *tb, void *ud)
 {
@@ -660,7 +696,7 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
         DBG("entry hook on block %#llx (%s)\n", (unsigned long long)tbv,
             tl_ud_pending ? "RDPMC #UD pending" : "address");
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_entry, P4_CB_RW_REGS_PC, P4_COND_NE,
-                                                  pending_entry, 0,
+                                                  pending.entry, 0,
                                                   (void *)(uintptr_t)tbv);
     }
 

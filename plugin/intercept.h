@@ -9,9 +9,8 @@
 #include "bridge_types.h"
 #include "registers.h"
 
-extern struct qemu_plugin_scoreboard *sb_pending;
-extern p4_plugin_u64 pending_entry;
 
+void intercept_setup(void);
 void set_npending(unsigned int vi, struct vcpu *v);
 void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
                   void *ud);

@@ -11,7 +11,7 @@
  *  - the folds of PMU accesses and deadlines are consumed here instead of by Feeder.consume:
  *    a batch's totals from the table (fold_close's tot[]); a batch of one block execution
  *    whose totals take a counter over 2^40 is walked clock by clock (overflow clock, OVF,
- *    arming of the PMI on the next counted event: SDM 18.15.5.8, behaviour.md 3/5) -- the
+ *    arming of the PMI on the next counted event: SDM 18.15.5.8; docs/emulator.md) -- the
  *    same result as the engine's one-clock sub-batches (Feeder.consume, "seq");
  *  - RDMSR of a counter or CCCR, RDPMC of counter 0-17, WRMSR of a counter value and WRMSR of
  *    a CCCR that changes nothing but OVF are served here;
@@ -88,8 +88,9 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
         if (add[n] && !m->ovf[n] && m->ctr[n] + (uint64_t)add[n] >= lim) cross = 1;
     }
     if (!cross) {
-        /* no OVF 0 -> 1: the engine's plain step (counters wrap mod 2^40 with OVF already
-         * set; a counted event with OVF set and OVF_PMI arms the request: behaviour.md 5) */
+        /* no OVF 0 -> 1: the engine's plain step (counters wrap mod 2^40 with OVF already set; a
+         * counted event with OVF set and OVF_PMI arms the request: docs/emulator.md,
+         * pmu.pmi_request) */
         for (int n = 0; n < P4_NCOUNTERS; n++) {
             if (!add[n]) continue;
             m->ctr[n] = (m->ctr[n] + (uint64_t)add[n]) % lim;
@@ -242,8 +243,9 @@ static int mirror_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
 }
 
 /* WRMSR of a counter value (all 40 bits, OVF unchanged: SDM 18.15.5.4) or of a CCCR with its
- * configuration unchanged (only OVF may change; clearing OVF ends the request: behaviour.md
- * 5).  Returns P4_PY_OK or 0: ask Python (configuration change, reserved bits: #GP). */
+ * configuration unchanged (only OVF may change; clearing OVF ends the request: docs/emulator.md,
+ * pmu.pmi_request).  Returns P4_PY_OK or 0: ask Python (configuration change, reserved bits:
+ * #GP). */
 static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
 {
     struct p4c_mirror *m = mirror_for_access(vi);

@@ -32,8 +32,6 @@ int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val)
     return (int)qemu_plugin_write_memory_hwaddr(addr, v->buf) == 0;
 }
 
-uint64_t n_pmi_delivered, n_pmi_masked;
-
 /* Deliver this vCPU's PMI per its LVT performance-counter entry.  Returns 1 delivered,
  * 0 masked (nothing sent), -1 the APIC could not be read. */
 int pmi_deliver_here(unsigned vi)
@@ -44,7 +42,6 @@ int pmi_deliver_here(unsigned vi)
     if (lvt & LVT_MASKED) {
         /* (the usual case of the look every PMI_RECHECK clocks while a request is
          * asserted: one APIC read) */
-        n_pmi_masked++;
         return 0;
     }
     if (!apic_rd(v, APIC_ID_REG, &id)) return -1;
@@ -53,7 +50,6 @@ int pmi_deliver_here(unsigned vi)
     apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
     /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
-    n_pmi_delivered++;
     DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u\n", vi, lvt, vec, mode);
     return 1;
 }

@@ -9,7 +9,6 @@
 #include "bridge_types.h"
 #include "registers.h"
 
-extern uint64_t n_pmi_delivered, n_pmi_masked;
 
 #define APIC_BASE 0xFEE00000ull
 #define APIC_ID_REG 0x020

@@ -21,7 +21,6 @@ int py_deadline(unsigned vi)
  * does not know (a vCPU thread), that creates and destroys a thread state each time, which
  * costs more than the PMU model itself.  Before the first call on a thread we take a thread
  * state once and keep it (releasing only the GIL), so later calls just switch the GIL.
- * Python.h is included by the cffi-generated file this source is compiled into.
  */
 static __thread int tl_py_ready;
 

@@ -87,7 +87,7 @@ int current_cpl(struct vcpu *v)
     return (int)(reg_read(v, regs.cs) & 3);
 }
 
-uint64_t rd_rcx(struct vcpu *v)
+uint64_t reg_read_rcx(struct vcpu *v)
 {
     return reg_read(v, regs.rcx);
 }

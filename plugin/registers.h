@@ -27,6 +27,6 @@ int mem_read(struct vcpu *v, uint64_t addr, void *dst, size_t n);
 int mem_write(struct vcpu *v, uint64_t addr, const void *src, size_t n);
 void write_edx_eax(struct vcpu *v, uint64_t value);
 int current_cpl(struct vcpu *v);
-uint64_t rd_rcx(struct vcpu *v);
+uint64_t reg_read_rcx(struct vcpu *v);
 
 #endif

@@ -25,7 +25,7 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, const struct blk *
     const struct insn_info *r = &pb->ins[pb->n - 1];
     int os = pb->os;
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
-    uint64_t after = regs_ok ? (rd_rcx(&vcpus[vi]) & mask) : 0;
+    uint64_t after = regs_ok ? (reg_read_rcx(&vcpus[vi]) & mask) : 0;
     uint64_t iters = (c->rep_rcx - after) & mask;
     int done = a_new != r->addr;
     uint64_t uops = 2 + (uint64_t)r->rep_iter * iters;
@@ -634,5 +634,5 @@ void cb_rep(unsigned int vi, void *ud)
     const struct blk *b = blocks.by_id[(uint32_t)(uintptr_t)ud];
     const struct insn_info *r = &b->ins[b->n - 1];
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
-    run.per_vcpu[vi].rep_rcx = rd_rcx(bridge_vcpu(vi)) & mask;
+    run.per_vcpu[vi].rep_rcx = reg_read_rcx(bridge_vcpu(vi)) & mask;
 }

@@ -80,7 +80,6 @@ void sibling_pmi(unsigned vi, unsigned sib)
             __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
             uint64_t msi = APIC_BASE | ((uint64_t)(s->hlt_apic >> 24) << 12);
             apic_wr(bridge_vcpu(vi), msi, vec | (mode << 8));
-            n_pmi_delivered++;
             DBG("PMI for halted vCPU %u sent from vCPU %u: LVT %#x\n", sib, vi, lvt);
             return;
         }

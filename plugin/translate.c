@@ -1,7 +1,7 @@
 /*
  * p4pmu: block instrumentation at translation time: classification of a block's
- * instructions and registration of its counting operations and callbacks (docs/guest-
- * events.md).
+ * instructions and registration of its counting operations and callbacks
+ * (docs/guest-events.md).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +22,7 @@
 #include "resolve.h"
 #include "siblings.h"
 
+/* per host thread: the Capstone mode that decoded the previous block (tried first) */
 static __thread int tl_mode_pref = -1;
 
 /* the most events of the exact-deadline counter one execution of b can add (fast_check's
@@ -203,7 +204,7 @@ uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v)
 
 /* count=auto: counting starts with the WRMSR that first enables a counter, which ran in a
  * block translated without instrumentation: credit that WRMSR's own clocks (it retires after
- * the access, Interfaces I3) to the first batch. */
+ * the access, docs/guest-events.md I3) to the first batch. */
 void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
 {
     static const uint8_t code[2] = {0x0F, 0x30};
