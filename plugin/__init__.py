@@ -1,6 +1,6 @@
 """p4pmu.plugin"""
 
-# The start of the line plugin/counting.c prints on stderr when a fold's bookkeeping was
+# The start of the line plugin/fold.c prints on stderr when a fold's bookkeeping was
 # inconsistent (at the first such fold and, with the count, at exit).  The feeder repairs such
 # a batch (totals kept; its adjacent clock pairs, which EDGE counting uses, are not) and the
 # register mirror declines it.  It means a plugin bug: the tools pass it on to the user

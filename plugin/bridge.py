@@ -1,6 +1,6 @@
 """The Python entry point inside QEMU: serves the plugin's PMU accesses from the emulator.
 
-The C plugin (p4pmu_plugin.c) calls the cffi-embedded functions defined in build.INIT_CODE,
+The C plugin (intercept.c) calls the cffi-embedded functions defined in build.INIT_CODE,
 which delegate to one `Bridge`.  Python runs only when the guest touches the PMU (RDMSR/WRMSR
 of 300h-3FFh, RDMSR of IA32_MISC_ENABLE, RDPMC), never per block or instruction.
 
@@ -239,7 +239,7 @@ class Bridge:
         print(f"p4pmu: warning: {line}", file=sys.stderr, flush=True)
 
     def counter_rewritten(self, vcpu: int, msr: int, first: int, second: int) -> None:
-        """C side: a counter's two back-to-back writes differ (p4pmu_plugin.c)."""
+        """C side: a counter's two back-to-back writes differ (intercept.c)."""
         from p4pmu.emulator import notices
         self._say(vcpu, notices.counter_rewritten(msr, first, second))
 

@@ -35,43 +35,28 @@ from pathlib import Path
 PLUGIN_DIR = Path(__file__).resolve().parent
 LIB_NAME = "libp4pmu_plugin.so"
 MODULE_NAME = "_p4pmu_bridge"
-C_SOURCES = ("p4pmu_plugin.c", "p4pmu_plugin.h", "qemu_plugin_api.h", "counting.c", "pmi.c",
-             "mirror.c", "options.c", "options.h")
+# Every C file of the plugin (one list: what is compiled and what the build stamp covers).
+# Each .c is its own translation unit; docs/plugin.md says what each one does.
+C_SOURCES = (
+    # headers
+    "qemu_plugin_api.h", "p4pmu_plugin.h", "p4c_api.h", "bridge_types.h", "counting_types.h",
+    "registers.h", "python_calls.h", "intercept.h", "install.h", "mirror.h", "pmi.h",
+    "counting.h", "kinds.h", "batch.h", "classify.h", "predictor.h", "blocks.h", "resolve.h",
+    "cuts.h", "fold.h", "deadline.h", "siblings.h", "translate.h", "flush.h", "options.h",
+    # units
+    "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c", "pmi.c",
+    "counting.c", "kinds.c", "batch.c", "classify.c", "predictor.c", "blocks.c", "resolve.c",
+    "cuts.c", "fold.c", "deadline.c", "siblings.c", "translate.c", "flush.c", "options.c",
+)
+C_UNITS = tuple(name for name in C_SOURCES if name.endswith(".c"))
 GENERATED_HEADER = "p4_tables.h"
 OPTIONS_HEADER = "p4_options_gen.h"  # plugin/options.py's table for plugin/options.c
-
-# C functions of counting.c that the Python half calls (bridge.py Feeder); the struct must
-# match counting.c's layout (cffi checks it when it compiles).
-PYTHON_CALLS_C = """
-struct p4c_out {
-    uint32_t *ext; int64_t *cnt; uint32_t n;
-    uint32_t *pa, *pb; int64_t *pn; uint32_t np;
-    uint32_t first, last; int64_t clocks; int bad;
-    int other_active, other_os; int64_t shared;
-    int64_t budget; int pmi[2]; int start;
-    uint32_t *seq; uint32_t nseq;
-    int nwatch; uint32_t nkext; int64_t whead[18]; int32_t wrate[18]; int32_t *winc;
-    int32_t widx[18]; int tot_ok; int64_t tot[18];
-    uint32_t tmask; int nopairs; int lite;
-};
-struct p4c_out *p4c_out(unsigned vi);
-const uint8_t *p4c_kinds(uint32_t *n);
-int p4c_instrumenting(void);
-int p4c_mode(void);
-void p4c_stats(unsigned vi, uint64_t *out4);
-struct p4c_mrec { uint32_t op; uint32_t reg; uint64_t value; };
-struct p4c_mirror {
-    uint64_t ctr_limit; uint64_t ovf_mask; uint32_t ctr_msr[18], cccr_msr[18];
-    int active; int any_run; int log_on; uint32_t nkext;
-    uint64_t ctr[18]; uint64_t cccr[18]; uint64_t ctr_fault[18], cccr_fault[18];
-    uint8_t ovf[18], armed[18], run[18], pmi[18];
-    int32_t rate_b[18]; int32_t tmax[18];
-    uint64_t state_changes;
-    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
-    uint32_t nrec; struct p4c_mrec rec[...];
-};
-struct p4c_mirror *p4c_mirror(unsigned vi);
-"""
+# The header whose marked block declares, once for C and for cffi's cdef, the structs and
+# functions Python reaches (p4c_out, p4c_mirror, P4_NCOUNTERS ...).
+PYTHON_API_HEADER = "p4c_api.h"
+# Compiler warnings: all of -Wall -Wextra; -Wno-unused-parameter because the file cffi
+# generates (compiled with the same flags) has unused parameters (our units have none).
+WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter"]
 STAMP_SUFFIX = ".stamp"
 
 
@@ -313,6 +298,15 @@ def _embedding_api() -> str:
     return m.group(1)
 
 
+def _python_api() -> str:
+    """The block of p4c_api.h that cffi's cdef reads (the C units include the same header)."""
+    text = (PLUGIN_DIR / PYTHON_API_HEADER).read_text()
+    m = re.search(r"/\* BEGIN PYTHON API \*/(.*?)/\* END PYTHON API \*/", text, re.S)
+    if not m:
+        raise BuildError(f"{PYTHON_API_HEADER} lacks the PYTHON API block")
+    return m.group(1)
+
+
 def _init_code(info: dict) -> str:
     return INIT_CODE.replace("@DEFAULT_PYPATH@", repr(info["purelib"]))
 
@@ -359,7 +353,6 @@ def _stamp(info: dict) -> str:
         h.update((PLUGIN_DIR / name).read_bytes())
     h.update(generated_header().encode())
     h.update(options_header().encode())
-    h.update(PYTHON_CALLS_C.encode())
     h.update(capstone_info()["version"].encode())
     h.update(_init_code(info).encode())
     for part in (os.path.realpath(sys.executable), sys.prefix, sys.version, info["libpython"],
@@ -390,20 +383,21 @@ def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
     (gen / OPTIONS_HEADER).write_text(options_header())
     ffi = cffi.FFI()
     ffi.embedding_api(_embedding_api())
-    ffi.cdef(PYTHON_CALLS_C)
+    ffi.cdef(_python_api())
     # libcapstone.so.5: QEMU 11.1 has normally loaded its own already (same major version,
     # the plugin then shares it); for a QEMU without Capstone the RUNPATH finds the wheel's
     # copy through a libcapstone.so.5 link next to the plugin.
     ffi.set_source(
         MODULE_NAME,
-        '#include "p4pmu_plugin.c"\n',
-        sources=[str(PLUGIN_DIR / "options.c")],  # the option parser: a unit of its own
+        f'#include "{PYTHON_API_HEADER}"\n',
+        sources=[str(PLUGIN_DIR / name) for name in C_UNITS],
         include_dirs=[str(PLUGIN_DIR), str(gen), cs["include"]],
         define_macros=[("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
-        extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
-        extra_link_args=[f"-Wl,-rpath,{info['libdir']}", f"-Wl,-rpath,{outdir}",
-                         "-Wl,--enable-new-dtags", f"-L{cs['lib']}", "-lcapstone",
-                         "-ldl", "-lpthread"],
+        extra_compile_args=["-O2", "-flto=auto", "-fvisibility=hidden"] + WARNINGS,
+        # -flto at both steps: the hot callbacks inline helpers of other units, as in one unit
+        extra_link_args=["-O2", "-flto=auto", f"-Wl,-rpath,{info['libdir']}",
+                         f"-Wl,-rpath,{outdir}", "-Wl,--enable-new-dtags", f"-L{cs['lib']}",
+                         "-lcapstone", "-ldl", "-lpthread"],
     )
     ffi.embedding_init_code(_init_code(info))
     out = ffi.compile(tmpdir=str(workdir), target=LIB_NAME[:-3] + ".*", verbose=progress)

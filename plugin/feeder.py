@@ -1,8 +1,8 @@
 """The guest-activity feeder inside QEMU (docs/guest-events.md).
 
-The C side (plugin/counting.c) counts block executions with inline operations and, at a PMU
-access or a deadline, closes the batch of activity since the last fold into a joint histogram
-over (clock kind, CPL) with adjacent-pair counts (`struct p4c_out`).  `Feeder.consume` turns
+The C side (plugin/translate.c, fold.c) counts block executions with inline operations and, at
+a PMU access or a deadline, closes the batch of activity since the last fold into a joint
+histogram over (clock kind, CPL) with adjacent-pair counts (`struct p4c_out`).  `Feeder.consume` turns
 that into an `activity.Activity` (zero-copy views of the C arrays) and steps the vCPU's PMU;
 `Feeder.after` tells the C side when the next deadline is (clocks until an armed counter
 could overflow), whether to deliver a PMI, and (count=auto) when to start instrumenting.
@@ -68,11 +68,11 @@ class _MirrorView:
     changes_seen: int = 0  # m.state_changes when the fast path was enabled
 
 
-_BIT = np.left_shift(np.int64(1), np.arange(18, dtype=np.int64))
+_BIT = np.left_shift(np.int64(1), np.arange(T.NUM_COUNTERS, dtype=np.int64))
 
 
 def _bits(mask) -> int:
-    """A boolean array over the 18 counters as a bit mask (bit n: counter n)."""
+    """A boolean array over the counters as a bit mask (bit n: counter n)."""
     return int(_BIT[np.asarray(mask, dtype=bool)].sum())
 
 
@@ -277,7 +277,7 @@ class Feeder:
             return False
         if _bits(run) & ~int(o.tmask):
             return False  # a running counter's total was not computed
-        tot = np.frombuffer(self.ffi.buffer(o.tot, 8 * 18), dtype=np.int64)
+        tot = np.frombuffer(self.ffi.buffer(o.tot), dtype=np.int64)
         add = np.where(run, tot, 0)
         eng = pmu.engine
         if shared:
@@ -376,7 +376,7 @@ class Feeder:
         head1 = arm[idx] | pmu.force_ovf[idx]
         st = {"any_run": bool(run.any()), "idx": idx, "arm_w": head1, "rate_b": rate,
               "levels": tuple(1 if pmu.pmi_request(t) else 0 for t in range(self.threads)),
-              "watch_ok": 0 < idx.size <= 18 and not pmu.force_ovf[idx].any(),
+              "watch_ok": 0 < idx.size <= self.lib.P4_NCOUNTERS and not pmu.force_ovf[idx].any(),
               "exact": not bool(eng.edge_eff.any()),
               "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
               "tmask": _bits(run),
@@ -391,7 +391,7 @@ class Feeder:
         another MSR write is looked at: enabled ones (running or not) and those a CASCADE or
         extended-cascade bit starts when another overflows (SDM 18.15.5.5-6).  One logical
         processor per core only.  The plugin then may translate at its outcome-free level
-        (counting.c)."""
+        (plugin/flush.c)."""
         if self.ht:
             return False
         en = pmu.enable | pmu.cascade | pmu.ext_cascade
@@ -435,7 +435,7 @@ class Feeder:
             self._wrate[vcpu][:idx.size] = rate
             self._widx[vcpu][:idx.size] = idx
 
-    # -- the C-side deadline check (counting.c fast_check) -------------------------------------
+    # -- the C-side deadline check (deadline.c fast_check) -------------------------------------
 
     def _table_key(self, vcpu: int, pmu, o, nk: int | None = None):
         """What the per-kind increment table depends on: the programming (CCCR writes that
@@ -518,7 +518,7 @@ class Feeder:
             def view(field, dtype):
                 return np.frombuffer(ffi.buffer(getattr(m, field)), dtype=dtype)
 
-            assert T.NUM_COUNTERS == 18 == view("ctr", np.uint64).size
+            assert T.NUM_COUNTERS == self.lib.P4_NCOUNTERS == view("ctr", np.uint64).size
             m.ctr_limit = 1 << T.COUNTER_BITS
             m.ovf_mask = T.CCCR_FIELD["OVF"].mask
             view("ctr_msr", np.uint32)[:] = [c.counter_msr for c in T.COUNTERS]

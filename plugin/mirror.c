@@ -1,19 +1,18 @@
 /*
  * p4pmu: the C-side register mirror (docs/bridge.md, "The register mirror").
  *
- * Included by p4pmu_plugin.c after counting.c (one translation unit for cffi).
- *
  * While the PMU of a vCPU is programmed "simply" (rule decided and checked in Python:
  * plugin/feeder.py Feeder.mirror_rule -- one LP per core, no CASCADE / extended cascade, no
  * FORCE_OVF, no EDGE), every counter's per-clock increment is a function of the clock kind
- * alone, given exactly by the per-kind table Python already hands C (p4c_out.winc).  Python
- * then hands the counters, CCCRs, OVF flags and PMI arming to this mirror after each of its
- * calls (Feeder.handover), and until Python is called again the mirror is the authority:
+ * alone, given exactly by the per-kind table Python already hands C (p4c_out.winc).  The
+ * counters, CCCRs, OVF flags and PMI arming live here for every vCPU (the Python model's
+ * arrays are views of them: Feeder.storage).  After each of its calls Python enables this
+ * fast path (Feeder.enable_fast_path), and until Python is called again C serves:
  *
  *  - the folds of PMU accesses and deadlines are consumed here instead of by Feeder.consume:
  *    a batch's totals from the table (fold_close's tot[]); a batch of one block execution
  *    whose totals take a counter over 2^40 is walked clock by clock (overflow clock, OVF,
- *    arming of the PMI on the next counted event: SDM 18.15.5.8, behaviour.md 3/5) -- the
+ *    arming of the PMI on the next counted event: SDM 18.15.5.8; docs/emulator.md) -- the
  *    same result as the engine's one-clock sub-batches (Feeder.consume, "seq");
  *  - RDMSR of a counter or CCCR, RDPMC of counter 0-17, WRMSR of a counter value and WRMSR of
  *    a CCCR that changes nothing but OVF are served here;
@@ -25,56 +24,27 @@
  * changes a configuration or faults, an RDPMC index that faults), a batch with an OVF 0 -> 1
  * transition that is not one block execution, a batch with bookkeeping repairs, a per-kind
  * table older than the kinds now known (Python would rebuild it) -- is declined: the C side
- * calls Python as before, and Python first takes the values back (Feeder.pull), so the Python
- * engine stays the authority for the semantics.  Declining is all-or-nothing: nothing of the
+ * calls Python, which first disables the fast path (Feeder.disable_fast_path) and then works
+ * on the same state, so the Python engine stays the authority for the semantics.  Declining is all-or-nothing: nothing of the
  * mirror changes before it is known that the whole access or deadline can be served.
  *
- * Threading: threads=1 only (Python never hands over with threads=2), so a vCPU's mirror is
+ * Threading: threads=1 only (Python never enables the fast path with threads=2), so a vCPU's mirror is
  * touched only by its own vCPU thread and by Python called from that thread.
  */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
 
-#define MREC_CAP 4096 /* access records kept for the log between two Python calls */
+#include "mirror.h"
+#include "counting.h"
+#include "kinds.h"
+#include "python_calls.h"
 
-/* one access served here, for the log (Python writes the line at its next call) */
-struct p4c_mrec {
-    uint32_t op;    /* 1 RDMSR, 2 WRMSR, 3 RDPMC */
-    uint32_t reg;   /* MSR, or ECX for RDPMC */
-    uint64_t value; /* value read or written */
-};
+struct p4c_mirror *mirrors;
 
-/* Layout shared with Python (plugin/build.py PYTHON_CALLS_C declares the same struct).
- * ctr, cccr, ovf and armed ARE the PMU's counter state: the Python model's arrays
- * (PMU.counter, cccr_raw, ovf, pmi_armed) are numpy views of them (Feeder.storage), so
- * there is one copy; `active` says which side may change them now. */
-struct p4c_mirror {
-    /* written by Python once (constants from p4pmu.emulator.tables) */
-    uint64_t ctr_limit;        /* 2^40: counters are 40 bits (SDM 18.15.5.4) */
-    uint64_t ovf_mask;         /* the CCCR's OVF bit (bit 31) */
-    uint32_t ctr_msr[18], cccr_msr[18];
-    /* written by Python at each hand-over */
-    int active;                /* 1: the values below are the authority; Python pulls them */
-    int any_run;               /* some counter runs */
-    int log_on;                /* record served accesses for the log */
-    uint32_t nkext;            /* rows of the per-kind table handed over (p4c_out.nkext) */
-    uint64_t ctr[18];          /* 40-bit values */
-    uint64_t cccr[18];         /* as written (OVF is in ovf[]) */
-    uint64_t ctr_fault[18], cccr_fault[18]; /* bits whose setting faults (reserved policy) */
-    uint8_t ovf[18], armed[18], run[18], pmi[18]; /* pmi: OVF_PMI for this LP */
-    int32_t rate_b[18];        /* Feeder.after's budget rate of a counter that is not arming */
-    int32_t tmax[18];          /* max(1, the table's largest per-clock increment) */
-    /* written by C: bumped whenever it changes ovf[] or armed[] (the engine's derived
-     * vectors key on OVF and arming: Python compares it at its next call) */
-    uint64_t state_changes;
-    /* statistics (C) */
-    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
-    /* accesses served here since Python last looked (log) */
-    uint32_t nrec;
-    struct p4c_mrec rec[MREC_CAP];
-};
-
-static struct p4c_mirror *mirrors;
-
-static int mirror_setup(int max_vcpus)
+int mirror_setup(int max_vcpus)
 {
     mirrors = calloc((size_t)max_vcpus, sizeof(*mirrors));
     if (!mirrors) {
@@ -95,19 +65,19 @@ static inline struct p4c_mirror *mirror_of(unsigned vi)
  * were interned since (Feeder._table_key), so an older one means "ask Python". */
 static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
 {
-    const struct p4c_out *o = &outs[vi];
+    const struct p4c_out *o = &run.fold_out[vi];
     return o->winc && o->nkext == m->nkext &&
-           o->nkext == 2 * __atomic_load_n(&n_kinds, __ATOMIC_ACQUIRE);
+           o->nkext == 2 * __atomic_load_n(&kinds.n, __ATOMIC_ACQUIRE);
 }
 
 /*
- * Consume the pending fold (outs[vi], left by fold_at_access / fold_at_entry) into the
+ * Consume the pending fold (run.fold_out[vi], left by fold_at_access / fold_at_entry) into the
  * counters, as Feeder.consume + PMU.advance would.  Returns 0 (nothing changed) when Python
  * must do it.
  */
 static int mirror_consume(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &outs[vi];
+    struct p4c_out *o = &run.fold_out[vi];
     if (!o->n) return 1;
     if (!o->clocks || !m->any_run) {
         o->n = 0; /* no clock, or nothing counts (no EDGE detector to keep in simple mode) */
@@ -115,18 +85,19 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     }
     if (o->bad || o->tot_ok != 1 || !mirror_table_ok(vi, m)) return 0;
     const uint64_t lim = m->ctr_limit;
-    int64_t add[18];
+    int64_t add[P4_NCOUNTERS];
     int cross = 0;
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (m->run[n] && !(o->tmask & (1u << n))) return 0; /* its total was not computed */
         add[n] = m->run[n] ? o->tot[n] : 0;
         if (add[n] < 0) return 0;
         if (add[n] && !m->ovf[n] && m->ctr[n] + (uint64_t)add[n] >= lim) cross = 1;
     }
     if (!cross) {
-        /* no OVF 0 -> 1: the engine's plain step (counters wrap mod 2^40 with OVF already
-         * set; a counted event with OVF set and OVF_PMI arms the request: behaviour.md 5) */
-        for (int n = 0; n < 18; n++) {
+        /* no OVF 0 -> 1: the engine's plain step (counters wrap mod 2^40 with OVF already set; a
+         * counted event with OVF set and OVF_PMI arms the request: docs/emulator.md,
+         * pmu.pmi_request) */
+        for (int n = 0; n < P4_NCOUNTERS; n++) {
             if (!add[n]) continue;
             m->ctr[n] = (m->ctr[n] + (uint64_t)add[n]) % lim;
             if (m->ovf[n] && m->pmi[n] && !m->armed[n]) {
@@ -144,16 +115,16 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     for (uint32_t i = 0; i < o->nseq; i++) {
         if (o->seq[i] >= o->nkext) return 0;
     }
-    uint64_t v[18];
-    uint8_t ovf[18], armed[18];
-    for (int n = 0; n < 18; n++) {
+    uint64_t v[P4_NCOUNTERS];
+    uint8_t ovf[P4_NCOUNTERS], armed[P4_NCOUNTERS];
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         v[n] = m->ctr[n];
         ovf[n] = m->ovf[n];
         armed[n] = m->armed[n];
     }
     for (uint32_t i = 0; i < o->nseq; i++) {
-        const int32_t *row = inc + (size_t)o->seq[i] * 18;
-        for (int n = 0; n < 18; n++) {
+        const int32_t *row = inc + (size_t)o->seq[i] * P4_NCOUNTERS;
+        for (int n = 0; n < P4_NCOUNTERS; n++) {
             int32_t x = row[n];
             if (x <= 0 || !m->run[n]) {
                 if (x < 0 && m->run[n]) return 0;
@@ -171,9 +142,9 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
             }
         }
     }
-    for (int n = 0; n < 18; n++) {
-        if (m->ovf[n] != ovf[n] || m->armed[n] != armed[n]) m->state_changes++;
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         m->ctr[n] = v[n];
+        if (m->ovf[n] != ovf[n] || m->armed[n] != armed[n]) m->state_changes++;
         m->ovf[n] = ovf[n];
         m->armed[n] = armed[n];
     }
@@ -187,9 +158,9 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
  * ENABLE, the table is exact, and nothing has FORCE_OVF. */
 static void mirror_after(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &outs[vi];
+    struct p4c_out *o = &run.fold_out[vi];
     int level = 0;
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (m->ovf[n] && m->armed[n] && m->pmi[n]) level = 1;
     }
     o->pmi[0] = level;
@@ -201,7 +172,7 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     }
     int nw = 0;
     int64_t best = INT64_MAX;
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (!m->run[n]) continue;
         int arming = m->ovf[n] && m->pmi[n] && !m->armed[n];
         if (m->ovf[n] && !arming) continue; /* neither an overflow nor an arming ahead */
@@ -216,7 +187,7 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     }
     int64_t b = nw ? (best > 1 ? best : 1) : 0;
     uint32_t tm = 0;
-    for (int n = 0; n < 18; n++) tm |= m->run[n] ? 1u << n : 0u;
+    for (int n = 0; n < P4_NCOUNTERS; n++) tm |= m->run[n] ? 1u << n : 0u;
     o->tmask = tm; /* the next batch's totals: of the running counters */
     o->budget = b;
     o->tot_ok = 0;
@@ -238,7 +209,7 @@ static inline struct p4c_mirror *mirror_for_access(unsigned vi)
 {
     struct p4c_mirror *m = mirror_of(vi);
     if (!m) return NULL;
-    if ((m->log_on && m->nrec >= MREC_CAP) || /* Python writes the log first */
+    if ((m->log_on && m->nrec >= P4_MIRROR_RECS) || /* Python writes the log first */
         (m->any_run && !mirror_table_ok(vi, m))) {
         m->n_declined++;
         return NULL;
@@ -248,7 +219,7 @@ static inline struct p4c_mirror *mirror_for_access(unsigned vi)
 
 static int mirror_counter_index(const uint32_t *msrs, uint32_t msr)
 {
-    for (int n = 0; n < 18; n++) {
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (msrs[n] == msr) return n;
     }
     return -1;
@@ -282,8 +253,9 @@ static int mirror_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
 }
 
 /* WRMSR of a counter value (all 40 bits, OVF unchanged: SDM 18.15.5.4) or of a CCCR with its
- * configuration unchanged (only OVF may change; clearing OVF ends the request: behaviour.md
- * 5).  Returns P4_PY_OK or 0: ask Python (configuration change, reserved bits: #GP). */
+ * configuration unchanged (only OVF may change; clearing OVF ends the request: docs/emulator.md,
+ * pmu.pmi_request).  Returns P4_PY_OK or 0: ask Python (configuration change, reserved bits:
+ * #GP). */
 static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
 {
     struct p4c_mirror *m = mirror_for_access(vi);
@@ -303,10 +275,10 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
     if (c >= 0) {
         m->ctr[c] = value;
     } else {
+        m->cccr[k] = value;
         uint8_t ovf = (value & m->ovf_mask) != 0;
         uint8_t armed = ovf ? m->armed[k] : 0;
         if (ovf != m->ovf[k] || armed != m->armed[k]) m->state_changes++;
-        m->cccr[k] = value;
         m->ovf[k] = ovf;
         m->armed[k] = armed;
     }
@@ -323,7 +295,7 @@ static int mirror_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
     struct p4c_mirror *m = mirror_for_access(vi);
     if (!m) return 0;
     uint32_t index = ecx & 0x7FFFFFFFu;
-    if (index >= 18 || !mirror_consume(vi, m)) {
+    if (index >= P4_NCOUNTERS || !mirror_consume(vi, m)) {
         mirror_declined(vi);
         return 0;
     }
@@ -337,7 +309,7 @@ static int mirror_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
 
 /* A counting deadline (cb_sched, after fold_at_entry): Bridge.deadline's work.  Returns 1
  * when done here, 0: ask Python. */
-static int mirror_deadline(unsigned vi)
+int mirror_deadline(unsigned vi)
 {
     struct p4c_mirror *m = mirror_of(vi);
     if (!m) return 0;
@@ -351,19 +323,19 @@ static int mirror_deadline(unsigned vi)
 }
 
 /* the bridge's PMU calls: the mirror first, Python when it declines */
-static int pmu_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
+int pmu_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
 {
     int r = mirror_rdmsr(vi, msr, out);
     return r ? r : py_rdmsr(vi, msr, out);
 }
 
-static int pmu_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
+int pmu_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
 {
     int r = mirror_wrmsr(vi, msr, value);
     return r ? r : py_wrmsr(vi, msr, value);
 }
 
-static int pmu_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
+int pmu_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
 {
     int r = mirror_rdpmc(vi, ecx, out);
     return r ? r : py_rdpmc(vi, ecx, out);

@@ -1,18 +1,21 @@
 /*
  * p4pmu: delivering a performance-monitoring interrupt through the guest's local APIC
- * (docs/guest-events.md, "PMI delivery").  Included by counting.c.
+ * (docs/guest-events.md, "PMI delivery").
  *
  * Only ever called on the vCPU's own thread, from plugin callbacks, with no Python lock held:
  * the APIC is reached through physical memory (qemu_plugin_read/write_memory_hwaddr), which
  * takes QEMU's BQL for the MMIO access.
  */
-#define APIC_BASE 0xFEE00000ull
-#define APIC_ID_REG 0x020
-#define APIC_LVT_PERF 0x340
-#define LVT_MASKED (1u << 16)
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
 
+#include "pmi.h"
+#include "registers.h"
 
-static int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
+int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
 {
     g_byte_array_set_size(v->buf, 0);
     if ((int)qemu_plugin_read_memory_hwaddr(APIC_BASE + off, v->buf, 4) != 0 || v->buf->len < 4) {
@@ -22,26 +25,23 @@ static int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
     return 1;
 }
 
-static int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val)
+int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val)
 {
     g_byte_array_set_size(v->buf, 0);
     g_byte_array_append(v->buf, (const uint8_t *)&val, 4);
     return (int)qemu_plugin_write_memory_hwaddr(addr, v->buf) == 0;
 }
 
-static uint64_t n_pmi_delivered, n_pmi_masked;
-
 /* Deliver this vCPU's PMI per its LVT performance-counter entry.  Returns 1 delivered,
  * 0 masked (nothing sent), -1 the APIC could not be read. */
-static int pmi_deliver_here(unsigned vi)
+int pmi_deliver_here(unsigned vi)
 {
-    struct vcpu *v = V(vi);
+    struct vcpu *v = bridge_vcpu(vi);
     uint32_t lvt, id;
     if (!apic_rd(v, APIC_LVT_PERF, &lvt)) return -1;
     if (lvt & LVT_MASKED) {
         /* (the usual case of the look every PMI_RECHECK clocks while a request is
          * asserted: one APIC read) */
-        n_pmi_masked++;
         return 0;
     }
     if (!apic_rd(v, APIC_ID_REG, &id)) return -1;
@@ -50,7 +50,6 @@ static int pmi_deliver_here(unsigned vi)
     apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
     /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
-    n_pmi_delivered++;
     DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u\n", vi, lvt, vec, mode);
     return 1;
 }

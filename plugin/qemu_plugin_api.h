@@ -2,7 +2,7 @@
  * p4pmu: our own declarations of the subset of QEMU's TCG plugin API (version 7, QEMU 11.1)
  * that the bridge uses.  No QEMU header is shipped by Debian's binary packages, so the plugin
  * carries these; every signature here was checked against QEMU 11.1.3's behaviour (see
- * docs/bridge.md, "API facts").  Only what p4pmu_plugin.c calls is declared.
+ * docs/bridge.md, "API facts").  Only what the plugin calls is declared.
  *
  * The functions are resolved at load time against the qemu-system-x86_64 executable, which
  * exports them.  glib types are declared opaquely/minimally: we only use GArray's and

@@ -411,6 +411,33 @@ def test_exit_status_passthrough_with_plugin(bios, exitval, tmp_path):
     assert (tmp_path / "pmu.log").exists()
 
 
+@pytest.mark.parametrize("second", ["same path", "a copy"])
+def test_plugin_loaded_twice(qemu, bios, tmp_path, second):
+    """QEMU's -plugin given twice with the plugin.  A copy at another path (which does not
+    share the first one's statics) is refused at installation: QEMU stops with an error
+    instead of running with every PMU access and block counted twice.  The same path given
+    twice is one plugin to QEMU (it merges -plugin options naming the same file): installed
+    once, the guest runs."""
+    plugin = cli.plugin_file(build=True, progress=False)
+    other = plugin
+    if second == "a copy":
+        other = tmp_path / "copy-of-libp4pmu_plugin.so"
+        shutil.copyfile(plugin, other)
+    cmd = cli.compose_qemu_command(qemu, get_model("0F_04"), guest_args(bios(0x21)),
+                                   cli.parse_plugin_opts([]), plugin)
+    i = cmd.index("-plugin")
+    cmd[i + 2:i + 2] = ["-plugin", cmd[i + 1].replace(str(plugin), str(other), 1)]
+    assert cmd.count("-plugin") == 2
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    if second == "a copy":
+        assert r.returncode not in (0, (0x21 << 1) | 1), r.stderr
+        assert "p4pmu: the plugin is loaded twice" in r.stderr, r.stderr
+    else:
+        assert r.returncode == (0x21 << 1) | 1, r.stderr
+        assert "loaded twice" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("key", ["0F_02", "0F_04"])
 def test_plugin_serves_the_model(bios, key):
     """The -plugin option reaches the bridge: IA32_MISC_ENABLE is what the emulator says

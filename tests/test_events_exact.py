@@ -1,4 +1,4 @@
-"""Exact deadlines (plugin/counting.c W2; docs/guest-events.md "Exact deadlines") must never
+"""Exact deadlines (plugin/deadline.c W2; docs/guest-events.md "Exact deadlines") must never
 change results, only how often C looks.
 
 Each guest script runs with `exact=on` (the default) and `exact=off` (every deadline in

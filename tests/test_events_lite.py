@@ -1,4 +1,4 @@
-"""The outcome-free level (plugin/counting.c; docs/guest-events.md "The outcome-free level")
+"""The outcome-free level (plugin/flush.c; docs/guest-events.md "The outcome-free level")
 must never change results, only what the plugin instruments.
 
 While no enabled counter reads anything that depends on a branch's outcome or on the clocks a

@@ -1,0 +1,247 @@
+/*
+ * p4pmu: classification of decoded x86 instructions with Capstone 5 into the clock model's
+ * per-instruction fields (insn_classes._classify_one and _build; table generated into
+ * p4_tables.h) (docs/guest-events.md).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "classify.h"
+#include "blocks.h"
+
+/* Capstone: id -> table row (by name), per SSE-ness */
+/* Capstone instruction id -> the table row (by name), per SSE-ness */
+static struct {
+    struct p4_row *rows[2];
+    unsigned n_ids;
+} capstone;
+
+/* per host thread (a Capstone handle is used by one thread at a time): the handle and the
+ * instruction buffer of each mode (16, 32, 64 bit) */
+static __thread csh tl_cs[3];
+static __thread cs_insn *tl_ci[3];
+
+static int row_cmp(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, ((const struct p4_named_row *)elem)->name);
+}
+
+int cs_setup(void)
+{
+    int major = 0, minor = 0;
+    cs_version(&major, &minor);
+    if (major != CS_API_MAJOR) {
+        fprintf(stderr, "p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major,
+                minor, CS_API_MAJOR);
+        return -1;
+    }
+    csh h;
+    if (cs_open(CS_ARCH_X86, CS_MODE_32, &h) != CS_ERR_OK) {
+        fprintf(stderr, "p4pmu: cs_open failed\n");
+        return -1;
+    }
+    unsigned n = 1;
+    while (n < 100000 && cs_insn_name(h, n)) n++;
+    capstone.n_ids = n;
+    for (int s = 0; s < 2; s++) {
+        capstone.rows[s] = calloc(n, sizeof(struct p4_row));
+    }
+    for (unsigned id = 0; id < n; id++) {
+        const char *nm = id ? cs_insn_name(h, id) : NULL;
+        const struct p4_named_row *r = nm ? bsearch(nm, p4_named_rows, P4_NAMED_ROWS,
+                                                    sizeof(p4_named_rows[0]), row_cmp) : NULL;
+        for (int s = 0; s < 2; s++) {
+            if (r) {
+                capstone.rows[s][id] = r->r[s];
+            } else {
+                struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, 0, BRK_NONE, 0};
+                capstone.rows[s][id] = d;
+            }
+        }
+    }
+    cs_close(&h);
+    return 0;
+}
+
+cs_insn *cs_get(int mi, csh *hp)
+{
+    if (!tl_cs[mi]) {
+        static const cs_mode modes[3] = {CS_MODE_16, CS_MODE_32, CS_MODE_64};
+        if (cs_open(CS_ARCH_X86, modes[mi], &tl_cs[mi]) != CS_ERR_OK) {
+            return NULL;
+        }
+        cs_option(tl_cs[mi], CS_OPT_DETAIL, CS_OPT_ON);
+        tl_ci[mi] = cs_malloc(tl_cs[mi]);
+    }
+    *hp = tl_cs[mi];
+    return tl_ci[mi];
+}
+
+static int is_sse_group(const cs_detail *d)
+{
+    for (int i = 0; i < d->groups_count; i++) {
+        switch (d->groups[i]) {
+        case X86_GRP_MMX: case X86_GRP_SSE1: case X86_GRP_SSE2: case X86_GRP_SSE3:
+        case X86_GRP_SSSE3: case X86_GRP_SSE41: case X86_GRP_SSE42: case X86_GRP_3DNOW:
+            return 1;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+/* what the operands of an instruction say (insn_classes._classify_one) */
+struct operand_scan {
+    unsigned loads, stores;
+    int xmm;       /* an XMM register operand */
+    int ctl;       /* a control or debug register operand */
+    int indirect;  /* a register or memory operand (an indirect branch, for branches) */
+    uint64_t target;
+};
+
+static struct operand_scan scan_operands(const cs_x86 *x, const struct p4_row *row)
+{
+    struct operand_scan r = {0, 0, 0, 0, 0, 0};
+    int have_target = 0;
+    for (int i = 0; i < x->op_count; i++) {
+        const cs_x86_op *op = &x->operands[i];
+        if (op->type == X86_OP_MEM) {
+            if (row->flags & RF_STORE) {
+                r.stores++;
+            } else {
+                if (op->access & CS_AC_READ) r.loads++;
+                if (op->access & CS_AC_WRITE) r.stores++;
+            }
+            r.indirect = 1;
+        } else if (op->type == X86_OP_REG) {
+            unsigned reg = op->reg;
+            if (reg >= X86_REG_XMM0 && reg <= X86_REG_XMM31) r.xmm = 1;
+            else if ((reg >= X86_REG_CR0 && reg <= X86_REG_CR15) ||
+                     (reg >= X86_REG_DR0 && reg <= X86_REG_DR15)) r.ctl = 1;
+            r.indirect = 1;
+        } else if (op->type == X86_OP_IMM) {
+            r.target = (uint64_t)op->imm;
+            have_target = 1;
+        }
+    }
+    if ((row->br == BRK_COND || row->br == BRK_JMP || row->br == BRK_CALL) && have_target) {
+        r.indirect = 0;
+    }
+    return r;
+}
+
+/* the floating-point / SIMD uop fields of class cls (opu uops of the operation itself) */
+static void set_fp_fields(struct insn_info *o, unsigned cls, unsigned opu, unsigned loads,
+                          unsigned stores, int xmm)
+{
+    switch (cls) {
+    case CLS_X87:
+        o->fp[FPI_X87] = (uint8_t)opu;
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        break;
+    case CLS_X87MOVE:
+    case CLS_SIMDMOVE:
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
+        if (!loads && !stores) o->fp[FPI_MOVST] = (uint8_t)opu;
+        break;
+    case CLS_PSP: case CLS_PDP: case CLS_SSP: case CLS_SDP:
+        o->fp[FPI_PSP + (cls - CLS_PSP)] = (uint8_t)opu;
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
+        break;
+    case CLS_SIMDINT:
+        o->fp[xmm ? FPI_MMX128 : FPI_MMX64] = (uint8_t)opu;
+        if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
+        break;
+    default:
+        break;
+    }
+}
+
+/* the branch kind (direct or indirect) and target */
+static void set_branch(struct insn_info *o, unsigned br, int indirect, uint64_t target)
+{
+    switch (br) {
+    case BRK_COND:
+        o->br = BRK_COND;
+        o->target = target;
+        break;
+    case BRK_JMP:
+        o->br = indirect ? BRK_JMP_IND : BRK_JMP;
+        o->target = indirect ? 0 : target;
+        break;
+    case BRK_CALL:
+        o->br = indirect ? BRK_CALL_IND : BRK_CALL;
+        o->target = indirect ? 0 : target;
+        break;
+    case BRK_RET:
+        o->br = BRK_RET;
+        break;
+    case BRK_FAR:
+        o->br = BRK_FAR;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Classify one decoded instruction into *o (linear address addr): insn_classes._build. */
+void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
+{
+    const cs_x86 *x = &ci->detail->x86;
+    int sse = is_sse_group(ci->detail);
+    struct p4_row row = (ci->id < capstone.n_ids) ? capstone.rows[sse][ci->id]
+                                                  : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0};
+    struct operand_scan ops = scan_operands(x, &row);
+    unsigned loads = ops.loads, stores = ops.stores;
+    int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
+    (void)h;
+    unsigned flags = row.flags;
+    unsigned cls = row.cls;
+    unsigned op = row.op;
+    if (!strcmp(ci->mnemonic, "movsd") && ops.xmm) {
+        cls = CLS_SIMDMOVE;
+        flags = RF_MOVE;
+    }
+    if (flags & RF_NOMEM) loads = stores = 0;
+    if (flags & RF_ILOAD) loads++;
+    if (flags & RF_ISTORE) stores++;
+    if ((flags & RF_MOVE) && (loads || stores)) op = 0;
+    memset(o, 0, sizeof(*o));
+    o->addr = addr;
+    o->len = (uint8_t)ci->size;
+    o->lat = row.lat;
+    if ((flags & RF_ALIGN) || ops.ctl) o->flags |= CI_ALIGN;
+    if (flags & RF_HLT) o->flags |= CI_HLT;
+    unsigned uops;
+    if (rep && (flags & RF_STRING)) {
+        o->flags |= CI_REP | CI_ALIGN;
+        o->rep_iter = (uint8_t)(1 + loads + 2 * stores);
+        o->addr_size = x->addr_size;
+        uops = 2;
+        loads = stores = 0;
+    } else {
+        uops = op + loads + 2 * stores;
+        if (uops < 1) uops = 1;
+    }
+    if (ops.ctl && uops < 6) uops = 6;
+    o->uops = uops > 255 ? 255 : (uint8_t)uops;
+    o->loads = (uint8_t)loads;
+    o->stores = (uint8_t)stores;
+    set_fp_fields(o, cls, op ? op : 1, loads, stores, ops.xmm);
+    set_branch(o, row.br, ops.indirect, ops.target);
+}
+
+/* Fallback for an instruction Capstone cannot decode in any mode: 1 uop, nothing else. */
+void classify_unknown(uint64_t addr, unsigned len, struct insn_info *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->addr = addr;
+    o->len = (uint8_t)len;
+    o->uops = 1;
+}

@@ -1,0 +1,50 @@
+/*
+ * counting.h: what counting.c offers to the other units. counting.c: the run state of event
+ * counting and its set-up: options in effect, the scoreboard, per-vCPU counting state and
+ * fold outputs; what Python calls to read the fold output and the clock kinds
+ * (docs/guest-events.md).
+ */
+#ifndef P4PMU_COUNTING_H
+#define P4PMU_COUNTING_H
+
+#include "counting_types.h"
+#include "install.h"
+
+/* The counting state of the run, shared by the counting units: the options in effect, the
+ * scoreboard and the per-vCPU state.  One per QEMU process (install.c refuses a second copy
+ * of the plugin). */
+struct counting_run {
+    int count_mode;           /* option count=: 0 off, 1 auto, 2 on (off also when per-vCPU
+                               * counting cannot work: counting_vcpu_init) */
+    int instrument;           /* translate() instruments blocks */
+    int start_requested;      /* a reset (flush) to start instrumenting is under way */
+    int pmi_on;               /* option pmi= */
+    int threads;              /* option threads=: logical processors per core, 1 or 2 */
+    int exact_on;             /* option exact=: exact deadlines may be installed (flush.c) */
+    int lite_on;              /* option lite=: the outcome-free level may be installed */
+    qemu_plugin_id_t plugin_id;
+    struct qemu_plugin_scoreboard *scoreboard; /* per vCPU: SB_WORDS words (counting_types.h) */
+    pthread_mutex_t lock;     /* appends to the kind and block tables */
+    struct vcpu_counting *per_vcpu;  /* [max_vcpus] */
+    uint64_t *core_clock;     /* threads=2: per core, the latest clock of its timeline (the
+                               * larger LP local clock) */
+    FILE *branch_trace;       /* P4PMU_BRANCH_TRACE=PATH: every resolved branch (debugging) */
+    struct p4c_out *fold_out; /* [max_vcpus]: what Python reads (p4c_api.h) */
+    struct pensum *penalty_sums; /* [max_vcpus] (deadline.c) */
+    /* one translation-cache flush at a time (qemu_plugin_reset drops a second request while
+     * one is under way): it installs what is wanted when it runs (flush.c) */
+    volatile int flush_pending;
+};
+
+extern struct counting_run run;
+
+int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vcpus);
+void counting_vcpu_init(unsigned vi);
+void counting_report(void);
+
+static inline uint64_t *scoreboard_of(unsigned vi)
+{
+    return (uint64_t *)qemu_plugin_scoreboard_find(run.scoreboard, vi);
+}
+
+#endif

@@ -1,0 +1,397 @@
+/*
+ * p4pmu: the types, sizes and small inline helpers of event counting from guest activity
+ * (docs/guest-events.md): the scoreboard layout, instructions and blocks as the clock model
+ * sees them, predictor entry groups, the per-vCPU counting state (struct vcpu_counting), the
+ * exact-deadline and outcome-free-level state types.
+ *
+ * Threading: every per-vCPU structure is touched only by its own vCPU thread (callbacks run
+ * there), except the XPEND scoreboard word (atomic requests from the sibling vCPU) and
+ * read-only looks at another vCPU's halted/CPL flags.  Global tables (kinds, blocks) are
+ * appended under a mutex at translation time and read lock-free afterwards (an entry is
+ * published before its id is).
+ */
+#ifndef P4PMU_COUNTING_TYPES_H
+#define P4PMU_COUNTING_TYPES_H
+
+#include <stdint.h>
+#include <pthread.h>
+
+#include "bridge_types.h"
+#include "p4_tables.h"
+
+#define MAX_BLOCKS (1u << 20)
+#define MAX_KINDS (1u << 16)
+#define NEXT (2u * MAX_KINDS) /* ext kind = kind * 2 + os */
+#define SB_HDR 8u
+
+/* Scoreboard words per vCPU (docs/guest-events.md calls the first ones W, CUR, W2, XPEND, X):
+ * SB_DEADLINE_CLOCKS, W: clocks counted towards the next deadline (fires at SB_FIRES_AT);
+ * SB_CURRENT_BLOCK: the block running or run last; SB_EXACT_EVENTS, W2: the exact deadline
+ * of one watched counter, in its events ("Exact deadlines" below); SB_SIBLING_REQUEST:
+ * threads=2 requests from the sibling; SB_SILENT_NEXT, X: the address the last block's
+ * "silent" outcome continues at (resolve.c, "Silent branch outcomes"). */
+enum {
+    SB_DEADLINE_CLOCKS = 0, SB_CURRENT_BLOCK = 1, SB_EXACT_EVENTS = 2, SB_SIBLING_REQUEST = 3,
+    SB_SILENT_NEXT = 4
+};
+
+/* per-block execution counters at SB_HDR + id; the "banked" executions of silent-capable
+ * conditional blocks at SB_BANK0 + gate index (see "Silent branch outcomes") */
+#define MAX_GATES (1u << 18)
+#define SB_BANK0 (SB_HDR + MAX_BLOCKS)
+#define SB_WORDS (SB_BANK0 + MAX_GATES)
+
+/* X values that are no block's address (not canonical): the last block's outcome has been
+ * accounted (X_ACCOUNTED), or it must be resolved at the next block entry whatever that is
+ * (X_RESOLVE_AT_ENTRY: calls, returns, indirect branches, REP, far transfers) */
+#define X_ACCOUNTED 0x8000000000000001ull
+#define X_RESOLVE_AT_ENTRY 0x8000000000000002ull
+#define MAX_GROUPS MAX_BLOCKS
+#define GCHUNK 4096u
+#define GMAX 32 /* silent-capable blocks per conditional predictor entry */
+#define SB_FIRES_AT (1ull << 62)
+#define SB_FORCE_FIRE (1ull << 62)
+#define MAX_DIRTY (1u << 16)
+#define END_REP 8 /* block end kind: REP string instruction (not a BRK_* value) */
+
+/* per-instruction information kept for schedules of partial blocks */
+#define CI_ALIGN 1
+#define CI_REP 2
+#define CI_HLT 4
+
+struct insn_info {
+    uint64_t addr;
+    uint64_t target;
+    uint8_t len, uops, loads, stores, lat, br, flags, rep_iter;
+    uint8_t addr_size; /* REP: 2, 4 or 8 bytes of RCX */
+    uint8_t fp[FPI_N];
+};
+
+/* cb_xcheck's one-entry cache, per block (as a successor) and vCPU: the silent-capable
+ * block it resolved last and what resolving it again needs, so that the usual explicit
+ * outcome (the same branch going the same non-silent way again) reads no block structure */
+struct xcache {
+    uint32_t prev;              /* 0: empty */
+    uint8_t t, back, pad[2];    /* the silent direction, the branch goes backward */
+    uint64_t btarget, bnext;
+    struct block_outcomes *r;
+    struct group_state *g;
+};
+
+struct blk {
+    /* first cache line: what cb_xcheck reads of this block (its user data) */
+    uint64_t vaddr;
+    uint8_t os, end, back, silent_t;
+    /* silent branch outcomes (conditional ends): the gate/bank index + 1 (0: not
+     * silent-capable); back: the branch goes backward (static prediction); silent_t: the
+     * group's silent direction */
+    uint32_t gate;
+    struct xcache xc0;          /* vCPU 0 */
+    struct xcache *xcv;         /* vCPUs 1.. (allocated when first needed) */
+    /* what an explicit resolution of this block's own outcome reads */
+    uint64_t btarget, bnext;    /* the last instruction's branch target and next address */
+    struct block_outcomes *res; /* per vCPU: outcomes since the last fold, predictor slot */
+    uint32_t var[4];            /* dynamic final clock: [taken*2 + mispredicted] */
+    uint32_t gid;               /* the predictor entry's group */
+    /* the rest */
+    uint32_t n;
+    uint8_t mode;
+    uint8_t lite_cond;          /* translated at the outcome-free level, ends in a conditional
+                                 * branch: accounted as a static end (not taken, predicted) */
+    uint8_t pad[2];
+    struct insn_info *ins;
+    /* full static portion [0, n) incl. bubble, excluding the final clock of a dynamic end */
+    uint32_t nk, np;
+    uint32_t *hk, *hc;          /* histogram: kind ids, counts */
+    uint32_t *pa, *pb, *pc;     /* internal adjacent pairs */
+    uint32_t first_k, last_k;   /* bubble kind; last static clock kind */
+    uint32_t nclocks;           /* static clocks (W increment) */
+    uint32_t maxclk;            /* most clocks one execution can add (maxclk()) */
+    uint32_t final_k;           /* the final clock before the outcome (dynamic ends) */
+    uint32_t clocks_add;              /* W increment per execution (static clocks + final clock) */
+    uint32_t exact_add;             /* W2 increment per execution: the most events of the exact-
+                                 * deadline counter one execution can add (0: no W2 ops) */
+    uint64_t xval;              /* SB_SILENT_NEXT stored at entry: where the silent outcome goes */
+};
+
+/* per block and vCPU: resolved outcomes of the current batch (expanded at the fold) and the
+ * block's branch's predictor entry (index + 1 into the vCPU's entry arena, 0 = not looked up);
+ * conditional ends: `acc` = executions of the current batch whose outcome is accounted
+ * (resolved, replayed as silent, or cut), minus an execution carried over pending */
+struct block_outcomes {
+    uint64_t n[4];
+    int64_t acc;
+    struct group_state *g;  /* this vCPU's state of the block's group (looked up once) */
+    uint32_t pidx;
+    uint32_t pad;
+} __attribute__((aligned(64)));
+
+/* A conditional predictor entry (address, or address mod cond_entries) and the blocks that
+ * end in a branch using it ("members", the silent-capable ones), global; per vCPU its state
+ * (struct group_state).  silent_t: the direction whose outcomes run without a callback. */
+struct pred_group {
+    uint64_t key;
+    uint8_t silent_t;
+    volatile uint32_t nmem;
+    uint32_t mem[GMAX];
+};
+
+/* per vCPU and group: the predictor entry (0 invalid, else the 2-bit counter + 1), whether
+ * the group is open (entry saturated in the silent direction: every member runs silently),
+ * else the owner (the one member that may run silently), and the reserved penalty clocks
+ * (the silent mispredictions the owner may still have, in W) */
+struct group_state {
+    uint64_t e;
+    uint32_t owner;
+    uint8_t open, resv, oback; /* oback: the owner's branch goes backward */
+};
+
+struct pair_hash { uint64_t *key; int64_t *val; uint32_t cap, n; uint32_t *used; };
+
+/* a growable map uint64 -> uint64 (predictor entries; key stored + 1) */
+struct u64_map { uint64_t *key, *val; uint32_t cap, n; };
+
+struct vcpu_counting {
+    /* what an explicit resolution touches first: one cache line */
+    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
+    uint64_t w_resv;       /* penalties reserved in W for silent outcomes (silent_reserve) */
+    uint64_t resolutions, silent;
+    uint32_t res_b;        /* the block resolved last ... */
+    uint32_t res_last;     /* ... ext kind +1 of the last clock of that execution */
+    int res_n;             /* res_seq's length, -1: too many to list (long REP), RES_LAZY */
+    int res_v;             /* res_n == RES_LAZY: the variant of res_b's last outcome */
+    volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
+    int init;
+    /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
+     * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
+     * the 2-bit counter; indirect: the target); conditional entries: per group (group_chunks) */
+    struct u64_map btb;
+    uint64_t *pchunk[4096];
+    uint32_t pn;
+    uint64_t rsb[P4P_RSB_DEPTH];
+    int rsb_n;
+    /* REP in flight: RCX before */
+    uint64_t rep_rcx;
+    /* dirty blocks since the last fold */
+    uint32_t *dirty;
+    uint32_t ndirty;
+    int force_fold;
+    /* signed accumulators of the current batch (dynamic parts and corrections) */
+    int64_t *acc;          /* [NEXT] clocks per ext kind */
+    int64_t *acc_last;     /* [NEXT] execution ends per ext kind */
+    uint32_t *touched;     /* ext kinds with acc or acc_last possibly non-zero */
+    uint8_t *tmark;
+    uint32_t ntouched;
+    int64_t firsts[2];     /* execution starts (bubbles) per os, from dynamic parts */
+    struct pair_hash pairs;
+    /* the open block execution split by an access (its rest is credited to the batch) */
+    uint32_t open_b, open_a;
+    uint64_t open_stamp;
+    /* batch boundaries */
+    uint32_t next_first;   /* ext kind of the first clock of the current batch (+1; 0 none) */
+    int next_first_bubble;
+    uint32_t cut_last;     /* ext kind +1 of the last clock of an execution that is no whole
+                            * block execution: cut (exception, abandoned block), or the
+                            * enabling WRMSR's credited clocks (counting_credit_wrmsr) */
+    uint32_t res_seq[64];  /* the clocks the last resolution added (ext kinds), in order */
+    uint32_t batch_entry_b;/* the current batch started at the entry of this block (0: no) */
+    uint32_t *seq;         /* output: a one-execution batch in clock order */
+    uint32_t seq_cap;
+    /* output of a fold, read by Python (bridge.py Feeder) */
+    uint32_t *o_ext;
+    int64_t *o_cnt;
+    uint32_t o_n, o_cap;
+    uint32_t *o_pa, *o_pb;
+    int64_t *o_pn;
+    uint32_t o_np, o_pcap;
+    uint32_t o_first, o_last; /* ext kinds */
+    int64_t o_clocks;
+    int o_bad;             /* bookkeeping repaired (should not happen) */
+    /* state seen by the sibling */
+    volatile int halted;
+    /* PMI requests for this vCPU raised by the sibling (threads=2) */
+    volatile int pmi_pending;
+    /* deadline scheduling: W was armed at w_base (W >= SB_FIRES_AT fires); py_left = clocks
+     * until Python must fold (-1: no Python deadline); pmi_level: this LP's interrupt
+     * request is asserted (look at the LVT every PMI_RECHECK clocks until it is cleared) */
+    uint64_t w_base;
+    int64_t py_left;
+    int pmi_level;
+    /* the exact deadline (W2, "Exact deadlines"): on for this vCPU, the counter's watch
+     * slot, its events left before it may overflow (fresh: computed since W2 was last
+     * armed), the verdict's cache key (the increment table it was made for), and the
+     * candidate for the next signature with how many steps in a row it was the same */
+    int exact_on, exact_slot, exact_fresh;
+    int64_t exact_left;
+    const int32_t *exact_key_winc;
+    uint32_t exact_key_nk;
+    int exact_key_ctr, exact_key_ok;
+    int exact_cand;
+    const int32_t *exact_cand_winc;
+    uint32_t exact_cand_nk, exact_streak;
+    uint64_t exact_checks;
+    uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
+    uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
+    /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_SIBLING_REQUEST);
+     * fold_seq counts the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT
+     * entry and APIC ID so that the sibling can interrupt it while it is halted (mask_pending:
+     * set the LVT mask bit at the next block entry, the interrupt was sent from the sibling) */
+    volatile int fold_req;
+    volatile uint32_t fold_seq;
+    volatile int hlt_valid;
+    volatile uint32_t hlt_lvt, hlt_apic;
+    volatile int mask_pending;
+    /* the sibling's state when the current batch started (its clocks are labelled with it;
+     * a change of the sibling's halted state asks this vCPU to fold) */
+    int oth_active, oth_os;
+    /* threads=2, the core's clock timeline (lp_timeline): this LP's local clock, valid once
+     * lclk_on is set */
+    uint64_t lclk;
+    int lclk_on;
+    /* halted by its own HLT (set just before the HLT, cleared at its next block entry):
+     * covers single-threaded TCG, where no idle callback runs while another vCPU runs */
+    volatile int hlt_halted;
+    pthread_t thread;      /* the host thread running this vCPU */
+    uint64_t folds, deadlines, fast_deadlines;
+    /* silent branch outcomes: per-group state, the block whose outcome was pending at the
+     * last fold (carried into this batch) */
+    struct group_state *group_chunks[MAX_GROUPS / GCHUNK];
+    uint32_t carry_b;
+    uint64_t gates, silent_bad;
+    uint64_t bad_folds;    /* folds whose bookkeeping was inconsistent (o_bad): a bug */
+    /* the exception seen last, until its delivery (counting_discon) */
+    uint64_t exc_from;
+    int exc_seen;
+} __attribute__((aligned(64)));
+
+#define RES_LAZY (-2)
+
+static inline int lp_halted(const struct vcpu_counting *c)
+{
+    return c->halted || c->hlt_halted;
+}
+
+struct clock_fields { uint8_t f[KF_N]; };
+
+/*
+ * The kind sequence of instructions [a, e) of b, with the bubble if a == 0; for a dynamic
+ * end (e == n) without the final clock (it is added at resolution).  Interns kinds (takes the
+ * lock).  Returns the count; *seq is malloc'ed.
+ */
+static inline int dyn_end(const struct blk *b)
+{
+    return b->end != BRK_NONE && b->end != BRK_JMP && b->end != BRK_FAR;
+}
+
+/* A position in a block execution: 0 = its start (the bubble, then instruction 0); p >= 1 =
+ * just before instruction p - 1 (after the bubble). */
+static inline unsigned pos_insn(unsigned p) { return p ? p - 1 : 0; }
+
+static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
+
+/* Exact deadlines (docs/guest-events.md "Exact deadlines").  W counts clocks, and a deadline
+ * in clocks must assume the most events per clock (3 instructions, say): a counter armed to
+ * interrupt after 10,000 instructions of a loop that retires 0.75 per clock was checked about
+ * 23 times per interrupt, each check closing a quarter of the distance.  W2 counts the events
+ * of one watched counter instead: each block adds the most events of that counter one of its
+ * executions can add (exact_add, from Python's per-kind increment table), and its conditional
+ * callback fires at the entry of the first block that may take the counter to its limit,
+ * where fast_check decides exactly, as it does for W.  The weights are fixed when a block is
+ * translated, so the signature (the counter and its increments per kind) is fixed for the
+ * translation cache: it is chosen after the same counter has driven the deadline at
+ * W2_STREAK steps in a row, and installed by a flush (qemu_plugin_reset).  A vCPU whose
+ * programming does not match the signature keeps W2 idle (0) and its deadlines in clocks. */
+#define W2_STREAK 4        /* steps in a row with the same candidate before the first flush */
+#define W2_RESTREAK 256    /* ... before a flush that replaces a signature */
+#define W2_MAX_FLUSHES 16  /* signatures installed per run at most */
+
+/* The outcome-free level (docs/guest-events.md "The outcome-free level").  When no enabled
+ * counter reads anything that depends on a branch's outcome or on the clocks a misprediction
+ * adds (Python decides, from clockmodel.OUTCOME_FEATURES: p4c_out.lite), blocks are translated
+ * without outcome callbacks: a conditional end is a static end (the final clock not taken,
+ * predicted), every block with a static end stores X_OUTCOME_FREE in SB_SILENT_NEXT and every
+ * block checks SB_SILENT_NEXT != X_OUTCOME_FREE, so the check fires only after calls, returns,
+ * indirect jumps, REP and far transfers.  The predictor is not trained by conditional branches
+ * at that level. An execution QEMU abandons at an MMIO access (no X check sees it there) is
+ * found by a memory callback of the one-instruction CF_MEMI_ONLY block that re-executes the
+ * access (cb_memi).  Installed and removed by a flush; removal at once (a programming that needs
+ * outcomes is written by a WRMSR, which ends its block: no conditional end runs at the lite
+ * level after it), installation after LITE_STREAK steps in a row that want it, at most
+ * LITE_MAX_INSTALLS times per run.  One vCPU, threads=1 only. */
+#define X_OUTCOME_FREE 0x8000000000000003ull
+#define LITE_STREAK 4
+#define LITE_MAX_INSTALLS 16
+
+/* the exact-deadline signature: a counter and its increments per ext kind */
+struct exact_signature {
+    int ctr;           /* counter 0-17 */
+    uint32_t nk;       /* increments known for ext kinds < nk */
+    const int32_t *col;/* [ext] increment per clock of that kind (malloc'ed, kept) */
+    int64_t rate;      /* the most per clock (ext kinds >= nk) */
+    int64_t pen[2];    /* the penalty clocks after a misprediction, summed, per CPL */
+};
+
+/* the exact deadlines of the run (flush.c) */
+struct exact_deadline_state {
+    volatile int active;   /* blocks translated now carry W2 operations for the signature */
+    volatile int req;      /* the pending flush (flush_pending) installs `next` */
+    unsigned flushes;
+    struct exact_signature sig, next;
+};
+
+/* the outcome-free level of the run (flush.c) */
+struct lite_level_state {
+    volatile int active;   /* blocks translated now are at the outcome-free level */
+    unsigned installs, removals, streak;
+};
+
+static inline int64_t exact_increment(const struct exact_signature *g, uint32_t e, int64_t clocks)
+{
+    return e < g->nk ? (int64_t)g->col[e] * clocks : g->rate * clocks;
+}
+
+static inline void touch(struct vcpu_counting *c, uint32_t e)
+{
+    if (!c->tmark[e]) {
+        c->tmark[e] = 1;
+        c->touched[c->ntouched++] = e;
+    }
+}
+
+static inline void acc_add(struct vcpu_counting *c, uint32_t e, int64_t n)
+{
+    touch(c, e);
+    c->acc[e] += n;
+}
+
+static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
+{
+    touch(c, e);
+    c->acc_last[e] += n;
+}
+
+#define REPLAY_ENTRY(r) ((r) & 7u)
+#define REPLAY_MISPREDICTED(r) (((r) >> 3) & 3u)
+#define REPLAY_LAST_PREDICTED(r) (((r) >> 5) & 1u)
+
+static inline uint64_t maxclk(const struct blk *b)
+{
+    return b->maxclk;
+}
+
+/* a silent-capable block's bank word */
+static inline uint64_t *bank_w(struct vcpu_counting *c, const struct blk *b)
+{
+    return &c->sbase[SB_BANK0 + b->gate - 1];
+}
+
+/* Is the outcome of the last execution of the current block still to come?  (Callers at a
+ * block entry settle the previous block first: entry_settle.) */
+static inline int cur_pending(struct vcpu_counting *c, uint32_t id)
+{
+    return id && c->sbase[SB_CURRENT_BLOCK] == id && c->sbase[SB_SILENT_NEXT] != X_ACCOUNTED;
+}
+
+#define PMI_RECHECK 64 /* clocks between looks at the LVT while a request is asserted */
+
+#endif

@@ -1,0 +1,186 @@
+/*
+ * p4pmu: block executions that stop early: exceptions, interrupts, executions QEMU abandons
+ * at MMIO accesses, the bridge's qemu_plugin_set_pc (docs/guest-events.md).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "cuts.h"
+#include "batch.h"
+#include "blocks.h"
+#include "counting.h"
+#include "kinds.h"
+#include "resolve.h"
+
+/* start index of the open execution of block id in the current batch, and whether it is
+ * represented by the block's counter (else by a credited portion) */
+unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
+{
+    (void)sb;
+    if (c->open_b == id && c->open_stamp == en_total(c, id)) {
+        return c->open_a;
+    }
+    return 0;
+}
+
+/* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
+ * it); `pending`: its outcome was still to come (so it has none now, not even a silent one).
+ * Called on the vCPU's thread (exception callback, abandoned blocks). */
+static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    const struct blk *b = blocks.by_id[id];
+    if (e >= b->n) return;
+    unsigned a = open_start(c, id, sb);
+    if (e < pos_insn(a)) e = pos_insn(a);
+    acc_portion(c, b, a, b->n, !dyn_end(b), -1);
+    acc_portion(c, b, a, e, 1, +1);
+    uint32_t *s;
+    unsigned n = portion_seq(b, a, e, &s);
+    c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    if (a) {
+        /* the rest of an execution split by an access began this batch: it now begins with
+         * what retired of it, or (nothing did: the access instruction faulted) with the
+         * next block execution, found at the fold */
+        c->next_first = n ? ext(s[0], b->os) + 1 : 0;
+        c->next_first_bubble = 0;
+    }
+    free(s);
+    if (pending && b->end == BRK_COND) {
+        b->res[vi].acc++; /* this execution has no outcome (not a silent one either) */
+    }
+    sb[SB_SILENT_NEXT] = X_ACCOUNTED;
+    sb[SB_CURRENT_BLOCK] = 0;
+    c->open_b = 0;
+    c->batch_entry_b = 0;
+}
+
+static void counting_cut(unsigned vi, uint32_t id, unsigned e)
+{
+    cut_exec(vi, id, e, scoreboard_of(vi)[SB_SILENT_NEXT] != X_ACCOUNTED);
+}
+
+/* The next instruction is at `a`, an instruction of the block `id` that ran last other than
+ * its first, and not where that block's last instruction goes: QEMU left the block there
+ * without a discontinuity callback and went on at that instruction in a new block.  That
+ * happens when an instruction in the middle of a block accesses MMIO (e.g. the local APIC):
+ * QEMU stops, runs the instructions up to the access in a block built for that alone
+ * (CF_MEMI_ONLY, which plugins see no block callbacks of) and continues after it.  The
+ * block's execution is then cut there (the instructions before `a` retired, the rest did
+ * not: it runs again as the new block).  Returns 1 if so. */
+int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+{
+    const struct blk *b = blocks.by_id[id];
+    if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
+    if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
+    const struct insn_info *last = &b->ins[b->n - 1];
+    switch (b->end) {
+    case BRK_COND:
+        if (a == b->btarget || a == b->bnext) return 0;
+        break;
+    case BRK_JMP:
+    case BRK_CALL:
+        if (a == last->target) return 0;
+        break;
+    case BRK_JMP_IND:
+    case BRK_CALL_IND:
+        return 0; /* may go anywhere, also into its own block: taken as its outcome */
+    case END_REP:
+        if (a == last->addr) return 0; /* the REP itself again (left for an interrupt) */
+        break;
+    default:
+        break;
+    }
+    int j = find_insn(b, a);
+    if (j < 1) return 0;
+    /* (callers: its outcome was pending, SB_SILENT_NEXT != X_ACCOUNTED) */
+    cut_exec(vi, id, (unsigned)j, 1);
+    return 1;
+}
+
+/* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
+ * `retires`: the instruction there completes (INT n, our emulated RDPMC).  A hardware
+ * interrupt is taken between blocks: the block that ran last completed, and its pending end
+ * goes to `from`.  An exception is raised inside the current block (whose entry operations
+ * ran): its execution stops there. */
+void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
+{
+    if (!run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
+    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    if (!interrupt) {
+        c->exc_from = from;
+        c->exc_seen = 1;
+    } else if (c->exc_seen) {
+        /* QEMU 11.1 calls the exception callback when an exception is raised and then the
+         * interrupt callback when it delivers it, with the same address: that exception was
+         * accounted when it was raised (its block cut, or complete when its last instruction
+         * traps: INT n, a served RDPMC); this is no interrupt between blocks.  (Taken as one,
+         * a trapping last instruction was cut as if QEMU had left its block there.) */
+        c->exc_seen = 0;
+        if (from == c->exc_from) return;
+    }
+    /* an exception at an instruction of the current block: it is inside it (the block's
+     * entry operations ran); a hardware interrupt is taken between blocks.  A block whose
+     * outcome is still to come has not finished, so the exception is inside it even when it
+     * runs at another virtual address than the one it was translated at (QEMU shares x86
+     * blocks across mappings of the same code, CF_PCREL): find_insn_in */
+    int j = b && !interrupt ? find_insn(b, from) : -1;
+    if (j < 0 && b && !interrupt && dyn_end(b) && cur_pending(c, id)) j = find_insn_in(b, from);
+    if (j >= 0) {
+        if (!retires && b->ins[j].br == BRK_FAR) {
+            retires = 1; /* INT n, INT3, INTO, SYSCALL: trap-like, they complete */
+        }
+        counting_cut(vi, id, (unsigned)j + (retires ? 1 : 0));
+        return;
+    }
+    /* not inside the current block: the block that ended before completed; its outcome,
+     * if still pending (even a silent one: the next block has not started), goes to
+     * `from` -- unless QEMU left it in the middle (abandoned_at) */
+    if (b && sb[SB_SILENT_NEXT] != X_ACCOUNTED && interrupt && abandoned_at(vi, id, from)) return;
+    if (b && dyn_end(b) && sb[SB_SILENT_NEXT] != X_ACCOUNTED) {
+        sb[SB_SILENT_NEXT] = X_ACCOUNTED;
+        resolve(vi, c, id, from, 1);
+    }
+}
+
+/* The bridge leaves the current block at instruction address `addr` (qemu_plugin_set_pc):
+ * that instruction retired (`retired`) or not, the rest of the block does not run. */
+void counting_abandon(int vi, uint64_t addr, int retired)
+{
+    if (vi < 0 || !run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
+    uint64_t *sb = scoreboard_of((unsigned)vi);
+    uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
+    if (!id) return;
+    int j = find_insn(blocks.by_id[id], addr);
+    if (j < 0) return;
+    counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0));
+}
+
+/* A memory access of the one instruction of block `ud` (outcome-free level).  A block's entry
+ * operations run before its instruction, so SB_CURRENT_BLOCK is the block itself -- unless this
+ * is the CF_MEMI_ONLY block QEMU runs to re-execute an MMIO access it left another block at (the
+ * plugin sees its translation and its memory callbacks, not its entry operations): then the
+ * block in SB_CURRENT_BLOCK stopped at this instruction, which retires here
+ * (docs/guest-events.md, "Execution abandoned by QEMU"; at the full level the successor's X
+ * check finds it). */
+void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
+{
+    (void)info;
+    (void)vaddr;
+    uint32_t self = (uint32_t)(uintptr_t)ud;
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = c->sbase;
+    uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
+    if (!cur || cur == self) return;
+    int j = find_insn(blocks.by_id[cur], blocks.by_id[self]->vaddr);
+    if (j < 0) return;
+    c->memi_cuts++;
+    cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED);
+}

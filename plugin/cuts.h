@@ -1,0 +1,17 @@
+/*
+ * cuts.h: what cuts.c offers to the other units. cuts.c: block executions that stop early:
+ * exceptions, interrupts, executions QEMU abandons at MMIO accesses, the bridge's
+ * qemu_plugin_set_pc (docs/guest-events.md).
+ */
+#ifndef P4PMU_CUTS_H
+#define P4PMU_CUTS_H
+
+#include "counting_types.h"
+
+unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb);
+int abandoned_at(unsigned vi, uint32_t id, uint64_t a);
+void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt);
+void counting_abandon(int vi, uint64_t addr, int retired);
+void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud);
+
+#endif

@@ -1,0 +1,400 @@
+/*
+ * p4pmu: deadlines: the W accumulator's arming, the exact deadline W2, the C-side deadline
+ * check (fast_check), the deadline callbacks and what follows a Python (or mirror) step
+ * (docs/guest-events.md, "Exact deadlines").
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "deadline.h"
+#include "blocks.h"
+#include "counting.h"
+#include "flush.h"
+#include "fold.h"
+#include "kinds.h"
+#include "mirror.h"
+#include "pmi.h"
+#include "python_calls.h"
+#include "registers.h"
+#include "resolve.h"
+#include "siblings.h"
+
+/* the clocks before watched counter w may have received `events` more: at its largest
+ * per-clock increment (the clock budget of W) */
+static inline int64_t watch_clocks(const struct p4c_out *o, int w, int64_t events)
+{
+    int64_t rate = o->wrate[w] > 0 ? o->wrate[w] : 1;
+    return (events + rate - 1) / rate;
+}
+
+/* does the increment table of run.fold_out[vi] give counter `ctr` the signature's increments? */
+static int exact_matches(const struct p4c_out *o, int ctr)
+{
+    const struct exact_signature *g = &exact.sig;
+    if (ctr != g->ctr || !o->winc) return 0;
+    uint32_t nk = o->nkext < g->nk ? o->nkext : g->nk;
+    for (uint32_t e = 0; e < nk; e++) {
+        if (o->winc[(size_t)e * P4_NCOUNTERS + ctr] != g->col[e]) return 0;
+    }
+    /* kinds the signature does not know are weighted at its rate: no new kind may exceed it */
+    for (uint32_t e = nk; e < o->nkext; e++) {
+        if (o->winc[(size_t)e * P4_NCOUNTERS + ctr] > g->rate) return 0;
+    }
+    return 1;
+}
+
+/* After a step (Python or the mirror wrote run.fold_out[vi]; the batch was just folded): is this
+ * vCPU's deadline counter the signature's?  Then W2 watches it, with its headroom.  Else
+ * count how long the same counter has driven the deadline, and install it as the signature
+ * when it has for long enough. */
+void exact_update(unsigned vi)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    const struct p4c_out *o = &run.fold_out[vi];
+    c->exact_on = 0;
+    if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
+    int nw = o->nwatch;
+    /* the counter that drives the clock deadline */
+    int cand = -1;
+    int64_t best = INT64_MAX;
+    for (int w = 0; w < nw; w++) {
+        int64_t clk = watch_clocks(o, w, o->whead[w]);
+        if (clk < best) { best = clk; cand = w; }
+    }
+    if (exact.active) {
+        int slot = -1;
+        for (int w = 0; w < nw; w++) {
+            if (o->widx[w] == exact.sig.ctr) slot = w;
+        }
+        if (slot >= 0) {
+            if (c->exact_key_winc != o->winc || c->exact_key_nk != o->nkext ||
+                c->exact_key_ctr != exact.sig.ctr) {
+                c->exact_key_winc = o->winc;
+                c->exact_key_nk = o->nkext;
+                c->exact_key_ctr = exact.sig.ctr;
+                c->exact_key_ok = exact_matches(o, exact.sig.ctr);
+            }
+            if (c->exact_key_ok) {
+                c->exact_on = 1;
+                c->exact_slot = slot;
+                c->exact_left = o->whead[slot];
+                c->exact_fresh = 1;
+                c->exact_streak = 0;
+                return;
+            }
+        }
+    }
+    if (cand < 0 || run.flush_pending || exact.flushes >= W2_MAX_FLUSHES) return;
+    if (c->exact_cand == o->widx[cand] && c->exact_cand_winc == o->winc &&
+        c->exact_cand_nk == o->nkext) {
+        c->exact_streak++;
+    } else {
+        c->exact_cand = o->widx[cand];
+        c->exact_cand_winc = o->winc;
+        c->exact_cand_nk = o->nkext;
+        c->exact_streak = 1;
+    }
+    if (c->exact_streak >= (exact.flushes ? W2_RESTREAK : W2_STREAK)) {
+        c->exact_streak = 0;
+        exact_request(o, cand);
+    }
+}
+
+/* W2 watches its counter exactly: W's clock deadline covers only the other watched
+ * counters (what fast_check leaves in py_left), not W2's at its most events per clock */
+static void exact_budget(struct vcpu_counting *c, const struct p4c_out *o)
+{
+    if (!c->exact_on || c->py_left <= 0) return;
+    int64_t best = INT64_MAX;
+    for (int w = 0; w < o->nwatch; w++) {
+        if (w == c->exact_slot) continue;
+        int64_t clk = watch_clocks(o, w, o->whead[w]);
+        if (clk < best) best = clk;
+    }
+    c->py_left = best > 0 ? best : 1;
+}
+
+/* Arm W: fire after min(py_left, PMI_RECHECK if a request is asserted) clocks from now;
+ * `rest` clocks already added to W belong after this point. */
+void arm(unsigned vi, int64_t rest)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    int64_t h = c->py_left > 0 ? c->py_left : (int64_t)(SB_FIRES_AT >> 2);
+    if (c->pmi_level && run.pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
+    if (h > (int64_t)(SB_FIRES_AT >> 2)) h = (int64_t)(SB_FIRES_AT >> 2);
+    c->w_base = SB_FIRES_AT - (uint64_t)h;
+    /* + the penalties reserved for silent branch outcomes not yet replayed; + SB_FORCE_FIRE while
+     * cb_first's fold request is pending (cb_sched takes it off again) */
+    sb[SB_DEADLINE_CLOCKS] = c->w_base + (uint64_t)rest + c->w_resv * kinds.n_penalty +
+               (c->force_fold ? SB_FORCE_FIRE : 0);
+    if (!c->exact_on) {
+        sb[SB_EXACT_EVENTS] = 0; /* idle: 2^62 events away */
+    } else if (c->exact_fresh) {
+        /* exact_left counts from the fold or check just made; after an access inside a block
+         * (rest > 0), the rest of that block runs in the next batch but its W2 increment
+         * is in already: add the whole increment again (it may only fire early) */
+        uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
+        int64_t h = c->exact_left > 0 ? c->exact_left : 0;
+        if (h > (int64_t)(SB_FIRES_AT >> 2)) h = (int64_t)(SB_FIRES_AT >> 2);
+        sb[SB_EXACT_EVENTS] = SB_FIRES_AT - (uint64_t)h +
+                              (rest > 0 && cur ? blocks.by_id[cur]->exact_add : 0);
+        c->exact_fresh = 0;
+    }
+    /* else: W2 keeps counting from its last arming */
+}
+
+/* Returns 1 if an interrupt was delivered to this vCPU. */
+int after_python(unsigned vi, int64_t rest_clocks)
+{
+    struct p4c_out *o = &run.fold_out[vi];
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    if (o->start) {
+        o->start = 0;
+        if (run.count_mode && !run.instrument && !run.start_requested) counting_start();
+    }
+    c->py_left = o->budget > 0 ? o->budget : -1;
+    int lp = run.threads == 2 ? (int)(vi & 1) : 0;
+    c->pmi_level = o->pmi[lp] != 0;
+    exact_update(vi);
+    exact_budget(c, o);
+    lite_update();
+    arm(vi, rest_clocks);
+    int delivered = 0;
+    if (run.pmi_on) {
+        for (int t = 0; t < run.threads; t++) {
+            if (!o->pmi[t]) continue;
+            if (t == lp) {
+                delivered |= pmi_deliver_here(vi) == 1;
+            } else {
+                unsigned sib = vi ^ 1;
+                if ((int)sib < n_vcpus_max && run.per_vcpu[sib].init) {
+                    sibling_pmi(vi, sib);
+                }
+            }
+        }
+    }
+    return delivered;
+}
+
+
+
+static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
+{
+    struct pensum *p = &run.penalty_sums[vi];
+    if (p->winc != o->winc || p->nkext != o->nkext) {
+        p->winc = o->winc;
+        p->nkext = o->nkext;
+        p->ok = 1;
+        memset(p->v, 0, sizeof(p->v));
+        for (int os = 0; os < 2; os++) {
+            for (unsigned q = 0; q < kinds.n_penalty; q++) {
+                uint32_t pe = ext(kinds.penalty[q], os);
+                if (pe >= o->nkext) { p->ok = 0; break; }
+                const int32_t *row = o->winc + (size_t)pe * P4_NCOUNTERS;
+                for (int k = 0; k < P4_NCOUNTERS; k++) p->v[os][k] += row[k];
+            }
+        }
+    }
+    return p;
+}
+
+/* U[w]: the events of watched counter w in the activity not yet folded (dirty blocks,
+ * their counted outcomes, the accumulators), from the per-kind table.  Returns 0 when a kind
+ * is beyond the table. */
+static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const struct p4c_out *o,
+                           const struct pensum *pen, int64_t *U)
+{
+    const int32_t *inc = o->winc;
+    const int nw = o->nwatch;
+    const uint32_t nk = o->nkext;
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        uint32_t id = c->dirty[i];
+        const struct blk *b = blocks.by_id[id];
+        int64_t n = (int64_t)en_total(c, id);
+        for (uint32_t k = 0; k < b->nk && n; k++) {
+            uint32_t e = ext(b->hk[k], b->os);
+            if (e >= nk) return 0;
+            const int32_t *row = inc + (size_t)e * P4_NCOUNTERS;
+            for (int w = 0; w < nw; w++) U[w] += n * (int64_t)b->hc[k] * row[o->widx[w]];
+        }
+        if (!b->res) continue;
+        const struct block_outcomes *r = &b->res[vi];
+        for (unsigned v = 0; v < 4; v++) {
+            if (!r->n[v]) continue;
+            uint32_t e = ext(b->var[v], b->os);
+            if (e >= nk) return 0;
+            for (int w = 0; w < nw; w++)
+                U[w] += (int64_t)r->n[v] * inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
+            if (v & 1) {
+                for (int w = 0; w < nw; w++)
+                    U[w] += (int64_t)r->n[v] * pen->v[b->os ? 1 : 0][o->widx[w]];
+            }
+        }
+    }
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        uint32_t e = c->touched[i];
+        if (!c->acc[e]) continue;
+        if (e >= nk) return 0;
+        for (int w = 0; w < nw; w++)
+            U[w] += c->acc[e] * inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
+    }
+    return 1;
+}
+
+/* N[w]: the most events of watched counter w one execution of block `next` can add.
+ * Returns 0 when that is unbounded (REP) or a kind is beyond the table. */
+static int next_block_events(const struct blk *next, const struct p4c_out *o,
+                             const struct pensum *pen, int64_t *N)
+{
+    const int32_t *inc = o->winc;
+    const int nw = o->nwatch;
+    const uint32_t nk = o->nkext;
+    if (next->end == END_REP) return 0;
+    for (uint32_t k = 0; k < next->nk; k++) {
+        uint32_t e = ext(next->hk[k], next->os);
+        if (e >= nk) return 0;
+        for (int w = 0; w < nw; w++)
+            N[w] += (int64_t)next->hc[k] * inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
+    }
+    for (int w = 0; w < nw && next->res; w++) {
+        int64_t m = 0;
+        for (unsigned v = 0; v < 4; v++) {
+            uint32_t e = ext(next->var[v], next->os);
+            if (e >= nk) return 0;
+            int64_t x = inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
+            if (v & 1) x += pen->v[next->os ? 1 : 0][o->widx[w]];
+            if (x > m) m = x;
+        }
+        N[w] += m;
+    }
+    return 1;
+}
+
+/* Deadline check without Python: the increments of the activity not yet folded, computed
+ * from the per-kind tables Python left in run.fold_out[vi].  Returns the clocks that may
+ * safely pass from here (> 0), or 0 when Python must look (an overflow may have happened,
+ * unknown kinds, or the next block may overflow). */
+static int64_t fast_check(unsigned vi, const struct blk *next)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct p4c_out *o = &run.fold_out[vi];
+    int nw = o->nwatch;
+    if (nw <= 0 || !o->winc) return 0;
+    silent_catch_up_all(vi); /* the silent branch outcomes so far */
+    const struct pensum *pen = pen_sum(vi, o);
+    if (!pen->ok) return 0;
+    int64_t U[P4_NCOUNTERS], N[P4_NCOUNTERS];
+    memset(U, 0, sizeof(U));
+    memset(N, 0, sizeof(N));
+    if (!unfolded_events(vi, c, o, pen, U) || !next_block_events(next, o, pen, N)) return 0;
+    int64_t best = INT64_MAX;
+    for (int w = 0; w < nw; w++) {
+        int64_t r = o->whead[w] - U[w];
+        if (r <= N[w]) return 0; /* the next block may take it over the edge: Python */
+        if (c->exact_on && w == c->exact_slot) {
+            /* W2 watches it exactly: events left before `next` runs */
+            c->exact_left = r;
+            c->exact_fresh = 1;
+            continue;
+        }
+        int64_t clk = watch_clocks(o, w, r);
+        if (clk < best) best = clk;
+    }
+    c->fast_deadlines++;
+    return best > 0 ? best : 1;
+}
+
+/* block entry, conditional on W >= 2^62: a pending block end to resolve, a deadline, or a
+ * fold request */
+static void deadline_step(unsigned vi, uint32_t id);
+
+void cb_sched(unsigned int vi, void *ud)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = c->sbase;
+    uint32_t id = (uint32_t)(uintptr_t)ud;
+    const struct blk *b = blocks.by_id[id];
+    c->cpl_os = b->os;
+    int need = 0;
+    if (c->force_fold) {
+        c->force_fold = 0;
+        sb[SB_DEADLINE_CLOCKS] -= SB_FORCE_FIRE;
+        need = 1;
+    }
+    uint64_t mx = maxclk(b);
+    if (sb[SB_DEADLINE_CLOCKS] + mx < SB_FIRES_AT && !need) return;
+    entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
+    /* clocks since the last arm; this block might take the deadline */
+    int64_t elapsed = (int64_t)(sb[SB_DEADLINE_CLOCKS] - c->w_base);
+    c->w_base = sb[SB_DEADLINE_CLOCKS];
+    if (c->py_left > 0) {
+        c->py_left -= elapsed;
+        if (c->py_left <= (int64_t)mx && !need) {
+            int64_t ok = fast_check(vi, b);
+            if (ok > 0) {
+                c->py_left = ok;
+            } else {
+                need = 1;
+            }
+        }
+    }
+    if (!need) {
+        /* only a look at the LVT: the request is still asserted */
+        int got = c->pmi_level && run.pmi_on ? pmi_deliver_here(vi) : 0;
+        arm(vi, 0);
+        if (got == 1) {
+            c->batch_entry_b = 0;
+            qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+        }
+        return;
+    }
+    deadline_step(vi, id);
+}
+
+/* block entry, conditional on W2 >= 2^62 - exact_add: the exact-deadline counter may reach its
+ * limit in this block (W2's increments are upper bounds): decide exactly */
+void cb_exact_deadline(unsigned int vi, void *ud)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint32_t id = (uint32_t)(uintptr_t)ud;
+    const struct blk *b = blocks.by_id[id];
+    if (!c->exact_on) {
+        c->sbase[SB_EXACT_EVENTS] = 0;
+        return;
+    }
+    c->cpl_os = b->os;
+    c->exact_checks++;
+    entry_settle(vi, c);
+    int64_t ok = fast_check(vi, b);
+    if (ok > 0) {
+        /* not yet: fast_check re-computed the events left (and the clock budget of the
+         * other watched counters) */
+        c->py_left = ok;
+        arm(vi, 0);
+        return;
+    }
+    deadline_step(vi, id);
+}
+
+/* a deadline at the entry of block `id`, before it runs: fold, the mirror or Python steps
+ * the PMU, and an interrupt it raises is taken before the block */
+static void deadline_step(unsigned vi, uint32_t id)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    c->deadlines++;
+    fold_at_entry(vi, id);
+    if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
+        run.fold_out[vi].budget = 0;
+    }
+    if (after_python(vi, 0)) {
+        /* take the interrupt before this block runs (its counting ops have not run yet);
+         * the next batch starts with the handler's first block, not this one */
+        c->next_first = 0;
+        c->batch_entry_b = 0;
+        qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+    }
+}

@@ -1,0 +1,143 @@
+/*
+ * p4pmu: translation-cache flushes (qemu_plugin_reset): starting to count (count=auto),
+ * installing an exact-deadline signature, switching the outcome-free ("lite") level
+ * (docs/guest-events.md, "The outcome-free level").
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "flush.h"
+#include "counting.h"
+#include "install.h"
+#include "kinds.h"
+#include "registers.h"
+
+
+struct exact_deadline_state exact;
+
+/* One translation-cache flush at a time (qemu_plugin_reset drops a second request while one
+ * is under way): it installs what is wanted when it runs (a W2 signature, the level). */
+
+
+struct lite_level_state lite;
+
+static int lite_wanted(void)
+{
+    if (!run.lite_on || run.threads != 1 || n_vcpus_max != 1 || run.branch_trace ||
+        !run.fold_out) {
+        return 0;
+    }
+    return run.per_vcpu[0].init && run.fold_out[0].lite;
+}
+
+/* the translation level for the blocks translated from now on (all vCPUs are stopped) */
+static void lite_set(int on)
+{
+    if (on == lite.active) return;
+    if (on) lite.installs++;
+    else lite.removals++;
+    lite.streak = 0;
+    __atomic_store_n(&lite.active, on, __ATOMIC_RELEASE);
+    DBG("counting: %s level (translation cache flushed)\n", on ? "outcome-free" : "full");
+}
+
+static void reset_done(void *ud)
+{
+    (void)ud;
+    lite_set(lite_wanted());
+    __atomic_store_n(&run.instrument, 1, __ATOMIC_SEQ_CST);
+    register_callbacks();
+    DBG("counting: instrumentation on (translation cache flushed)\n");
+}
+
+/* The flush asked for by flush_request is done (all vCPUs stopped): install what is wanted
+ * now.  A new exact-deadline signature: blocks translated from now on carry W2 operations
+ * for it; every vCPU takes it up at its next step (exact_update).  The level: lite_wanted(). */
+static void flush_installed(void *ud)
+{
+    (void)ud;
+    lite_set(lite_wanted());
+    if (!exact.req) {
+        __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
+        register_callbacks();
+        return;
+    }
+    exact.req = 0;
+    exact.sig = exact.next;
+    exact.flushes++;
+    for (int i = 0; i < n_vcpus_max; i++) {
+        if (!run.per_vcpu[i].init) continue;
+        run.per_vcpu[i].exact_on = 0;
+        run.per_vcpu[i].exact_key_winc = NULL;
+        scoreboard_of((unsigned)i)[SB_EXACT_EVENTS] = 0;
+    }
+    __atomic_store_n(&exact.active, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
+    register_callbacks();
+    DBG("counting: exact deadlines for counter %d (signature %u; translation cache flushed)\n",
+        exact.sig.ctr, exact.flushes);
+}
+
+/* Ask for a flush (no-op while one is under way: it installs what is wanted when it runs).
+ * Returns 1 if this call asked. */
+static int flush_request(void)
+{
+    int idle = 0; /* one request at a time, whichever vCPU thread asks first */
+    if (!__atomic_compare_exchange_n(&run.flush_pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        return 0;
+    }
+    return 1;
+}
+
+/* After a step: does the translation level still fit the programming?  To the full level at
+ * once (the next block entry flushes); to the outcome-free level after LITE_STREAK steps in
+ * a row that want it. */
+void lite_update(void)
+{
+    if (!run.instrument) return; /* not started: reset_done chooses */
+    int want = lite_wanted();
+    if (want == lite.active) {
+        lite.streak = 0;
+        return;
+    }
+    if (want && (lite.installs >= LITE_MAX_INSTALLS || ++lite.streak < LITE_STREAK)) return;
+    if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+}
+
+/* Ask for counter widx[slot] of fold output `o` as the exact-deadline signature (a flush). */
+void exact_request(const struct p4c_out *o, int slot)
+{
+    if (!flush_request()) return;
+    int ctr = o->widx[slot];
+    uint32_t nk = o->nkext;
+    int32_t *col = malloc(sizeof(int32_t) * (nk ? nk : 1));
+    int64_t rate = 1;
+    for (uint32_t e = 0; e < nk; e++) {
+        col[e] = o->winc[(size_t)e * P4_NCOUNTERS + ctr];
+        if (col[e] > rate) rate = col[e];
+    }
+    if (o->wrate[slot] > rate) rate = o->wrate[slot];
+    struct exact_signature g = {ctr, nk, col, rate, {0, 0}};
+    for (int os = 0; os < 2; os++) {
+        for (unsigned q = 0; q < kinds.n_penalty; q++) {
+            g.pen[os] += exact_increment(&g, ext(kinds.penalty[q], os), 1);
+        }
+    }
+    exact.next = g; /* (the previous signature's column stays allocated: blocks were weighted
+                  * with it until the flush) */
+    exact.req = 1;
+    qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+}
+
+/* count=auto: the guest enabled a counter for the first time.  qemu_plugin_reset flushes the
+ * translation cache (asynchronously, between blocks) and unregisters our callbacks;
+ * reset_done registers them again with instrumentation on. */
+void counting_start(void)
+{
+    run.start_requested = 1;
+    qemu_plugin_reset(run.plugin_id, reset_done, NULL);
+}

@@ -1,0 +1,20 @@
+/*
+ * flush.h: what flush.c offers to the other units. flush.c: translation-cache flushes
+ * (qemu_plugin_reset): starting to count (count=auto), installing an exact-deadline
+ * signature, switching the outcome-free ("lite") level (docs/guest-events.md, "The
+ * outcome-free level").
+ */
+#ifndef P4PMU_FLUSH_H
+#define P4PMU_FLUSH_H
+
+#include "counting_types.h"
+
+extern struct exact_deadline_state exact;
+extern struct lite_level_state lite;
+
+
+void lite_update(void);
+void exact_request(const struct p4c_out *o, int slot);
+void counting_start(void);
+
+#endif

@@ -1,0 +1,373 @@
+/*
+ * p4pmu: folds: the activity since the last fold closed into a vCPU's p4c_out (joint
+ * histogram over (kind, CPL), adjacent pairs, totals) at a block entry, a PMU access or
+ * between blocks (docs/guest-events.md).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "fold.h"
+#include "batch.h"
+#include "blocks.h"
+#include "counting.h"
+#include "cuts.h"
+#include "install.h"
+#include "kinds.h"
+#include "registers.h"
+#include "resolve.h"
+#include "siblings.h"
+
+static void out_push(struct vcpu_counting *c, uint32_t e, int64_t n)
+{
+    if (c->o_n == c->o_cap) {
+        c->o_cap *= 2;
+        c->o_ext = realloc(c->o_ext, sizeof(uint32_t) * c->o_cap);
+        c->o_cnt = realloc(c->o_cnt, sizeof(int64_t) * c->o_cap);
+    }
+    c->o_ext[c->o_n] = e;
+    c->o_cnt[c->o_n++] = n;
+}
+
+static void out_pair(struct vcpu_counting *c, uint32_t a, uint32_t b, int64_t n)
+{
+    if (c->o_np == c->o_pcap) {
+        c->o_pcap *= 2;
+        c->o_pa = realloc(c->o_pa, sizeof(uint32_t) * c->o_pcap);
+        c->o_pb = realloc(c->o_pb, sizeof(uint32_t) * c->o_pcap);
+        c->o_pn = realloc(c->o_pn, sizeof(int64_t) * c->o_pcap);
+    }
+    c->o_pa[c->o_np] = a;
+    c->o_pb[c->o_np] = b;
+    c->o_pn[c->o_np++] = n;
+}
+
+/* The dirty blocks' executions and the outcomes the fast resolution path counted per block,
+ * into the batch's accumulators; the block counters restart.  `pairs`: with the blocks'
+ * internal adjacent pairs. */
+static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
+{
+    uint64_t *sb = scoreboard_of(vi);
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        uint32_t id = c->dirty[i];
+        uint64_t n = en_total(c, id);
+        if (!n) continue;
+        sb[SB_HDR + id] = 0;
+        const struct blk *b = blocks.by_id[id];
+        if (b->gate) *bank_w(c, b) = 0;
+        for (uint32_t k = 0; k < b->nk; k++)
+            acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
+        for (uint32_t k = 0; k < b->np && pairs; k++)
+            pair_hash_add(&c->pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os),
+                          (int64_t)(n * b->pc[k]));
+        c->firsts[b->os ? 1 : 0] += (int64_t)n;
+        if (!dyn_end(b)) acc_last_add(c, ext(b->last_k, b->os), (int64_t)n);
+    }
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        const struct blk *b = blocks.by_id[c->dirty[i]];
+        if (!b->res) continue;
+        struct block_outcomes *r = &b->res[vi];
+        for (unsigned v = 0; v < 4; v++) {
+            int64_t n = (int64_t)r->n[v];
+            if (!n) continue;
+            r->n[v] = 0;
+            expand_outcomes(c, b, v, n);
+        }
+    }
+    c->ndirty = 0;
+    if (c->open_b) c->open_stamp = en_total(c, c->open_b);
+}
+
+/* The batch's clocks per ext kind into the output; the per-counter totals of the columns
+ * Python asked for (tmask) from its per-kind table into tot[] (*tot_ok = 0 when a kind is
+ * beyond the table).  Returns the batch's clocks. */
+static int64_t fold_kinds(struct vcpu_counting *c, const struct p4c_out *o, int64_t *tot,
+                          int *tot_ok)
+{
+    int64_t clocks = 0;
+    int tcol[P4_NCOUNTERS], ntcol = 0;
+    for (int k = 0; k < P4_NCOUNTERS; k++) {
+        if (o->tmask & (1u << k)) tcol[ntcol++] = k;
+    }
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        uint32_t e = c->touched[i];
+        if (c->acc[e] < 0) { c->o_bad++; c->acc[e] = 0; }
+        if (!c->acc[e]) continue;
+        out_push(c, e, c->acc[e]);
+        clocks += c->acc[e];
+        if (!*tot_ok) continue;
+        if (e >= o->nkext) {
+            *tot_ok = 0;
+            continue;
+        }
+        const int32_t *row = o->winc + (size_t)e * P4_NCOUNTERS;
+        for (int j = 0; j < ntcol; j++) tot[tcol[j]] += c->acc[e] * row[tcol[j]];
+    }
+    return clocks;
+}
+
+/* The pairs across execution boundaries (an execution's last clock -> the next one's
+ * bubble, same CPL first) and the batch's first clock; counts what does not add up in
+ * o_bad.  `last` and `last_is_end` as for fold_close; cols[]: the execution starts left
+ * unpaired per CPL (0 when all is well). */
+static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_end,
+                            int64_t clocks, int pairs, int64_t cols[2])
+{
+    if (!c->next_first) {
+        /* first batch (or after an access outside any known block): it starts with the
+         * first block execution in it */
+        if (c->firsts[1] > 0) c->next_first = ext(kinds.bubble, 1) + 1;
+        else if (c->firsts[0] > 0) c->next_first = ext(kinds.bubble, 0) + 1;
+        c->next_first_bubble = 1;
+    }
+    if (c->next_first && c->next_first_bubble) {
+        c->firsts[(c->next_first - 1) & 1]--;
+    }
+    /* (not after an empty batch -- two folds with nothing in between: its last clock was the
+     * previous batch's; through acc_last_add, so that the entry is reset below) */
+    if (last && last_is_end && clocks) acc_last_add(c, last - 1, -1);
+    cols[0] = c->firsts[0];
+    cols[1] = c->firsts[1];
+    uint32_t bub[2] = {ext(kinds.bubble, 0), ext(kinds.bubble, 1)};
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < c->ntouched; i++) {
+            uint32_t e = c->touched[i];
+            int64_t r = c->acc_last[e];
+            if (r <= 0) continue;
+            int os = (int)(e & 1);
+            int col = pass == 0 ? os : !os;
+            int64_t t = r < cols[col] ? r : cols[col];
+            if (t > 0) {
+                if (pairs) pair_hash_add(&c->pairs, e, bub[col], t);
+                cols[col] -= t;
+                c->acc_last[e] -= t;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        if (c->acc_last[c->touched[i]] > 0) c->o_bad++;
+    }
+    if (cols[0] > 0 || cols[1] > 0) c->o_bad++;
+}
+
+/* The adjacent pairs into the output; counts negative ones in o_bad.  Returns how many. */
+static int64_t fold_pairs(struct vcpu_counting *c, int pairs)
+{
+    int64_t npairs = 0;
+    for (uint32_t i = 0; i < c->pairs.n && pairs; i++) {
+        uint32_t s = c->pairs.used[i];
+        int64_t v = c->pairs.val[s];
+        if (v < 0) { c->o_bad++; continue; }
+        if (!v) continue;
+        uint64_t k = c->pairs.key[s] - 1;
+        out_pair(c, (uint32_t)(k >> 32), (uint32_t)k, v);
+        npairs += v;
+    }
+    return npairs;
+}
+
+/* Inconsistent bookkeeping (never expected): say so at once (and at exit, counting_report),
+ * not only in the access log's "# feeder: ... repaired"; with P4PMU_DEBUG, the details. */
+static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last,
+                            int last_is_end, int64_t clocks, int64_t npairs,
+                            const int64_t cols[2])
+{
+    if (!c->bad_folds++) {
+        fprintf(stderr, "p4pmu: warning: counting bookkeeping error on vCPU %u at fold %llu "
+                "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
+                "so EDGE counts may be off)\n", vi, (unsigned long long)c->folds);
+    }
+    if (!debug) return;
+    fprintf(stderr, "p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
+            "first=%u(b%d) last=%u end=%d\n", vi, c->o_bad, (long long)clocks,
+            (long long)npairs, (long long)cols[0], (long long)cols[1], c->next_first,
+            c->next_first_bubble, last, last_is_end);
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        uint32_t e = c->touched[i];
+        if (c->acc[e] || c->acc_last[e])
+            fprintf(stderr, "p4pmu-debug:   ext %u acc %lld last-left %lld\n", e,
+                    (long long)c->acc[e], (long long)c->acc_last[e]);
+    }
+}
+
+/* the accumulators restart empty */
+static void fold_reset(struct vcpu_counting *c)
+{
+    for (uint32_t i = 0; i < c->ntouched; i++) {
+        uint32_t e = c->touched[i];
+        c->acc[e] = c->acc_last[e] = 0;
+        c->tmark[e] = 0;
+    }
+    c->ntouched = 0;
+    c->firsts[0] = c->firsts[1] = 0;
+    pair_hash_clear(&c->pairs);
+}
+
+/* The output arrays, boundaries and totals into the vCPU's p4c_out for Python; the
+ * sibling's state for the next batch's label. */
+static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, int64_t clocks)
+{
+    struct p4c_out *o = &run.fold_out[vi];
+    o->ext = c->o_ext;
+    o->cnt = c->o_cnt;
+    o->n = c->o_n;
+    o->pa = c->o_pa;
+    o->pb = c->o_pb;
+    o->pn = c->o_pn;
+    o->np = c->o_np;
+    o->first = c->next_first ? c->next_first - 1 : (c->o_n ? c->o_ext[0] : 0);
+    o->last = last ? last - 1 : o->first;
+    o->clocks = clocks;
+    o->bad = c->o_bad;
+    int sib = run.threads == 2 ? (int)(vi ^ 1) : -1;
+    o->other_active = c->oth_active;
+    o->other_os = c->oth_os;
+    o->shared = lp_timeline(vi, clocks);
+    c->oth_active = sib >= 0 && sib < n_vcpus_max && run.per_vcpu[sib].init &&
+                    !lp_halted(&run.per_vcpu[sib]);
+    c->oth_os = sib >= 0 && sib < n_vcpus_max ? run.per_vcpu[sib].cpl_os : 0;
+    /* budget, pmi[] and start keep what Python wrote last (it rewrites them whenever they
+     * may change) */
+    o->seq = NULL;
+    o->nseq = 0;
+}
+
+/*
+ * Close the current batch of vCPU vi into its p4c_out (for Python).  `last` = ext kind + 1 of
+ * the batch's last clock, `last_is_end` = that clock ends an execution (it is then not paired
+ * with a following bubble inside this batch).
+ */
+static void fold_close(unsigned vi, uint32_t last, int last_is_end)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct p4c_out *o = &run.fold_out[vi];
+    c->folds++;
+    /* the batch's adjacent clock pairs only when a counter needs them (an EDGE detector:
+     * Python says so for the programming of this batch, threads=1); else only the few
+     * collected during execution, dropped below, and no pair check */
+    const int pairs = !(o->nopairs && run.threads == 1);
+    c->pairless_folds += !pairs;
+    silent_before_fold(vi);
+    fold_blocks(vi, c, pairs);
+    c->o_n = c->o_np = 0;
+    c->o_bad = 0;
+    int tot_ok = o->winc != NULL && o->tot_ok >= 0;
+    int64_t tot[P4_NCOUNTERS];
+    memset(tot, 0, sizeof(tot));
+    int64_t clocks = fold_kinds(c, o, tot, &tot_ok);
+    int64_t cols[2];
+    fold_boundaries(c, last, last_is_end, clocks, pairs, cols);
+    int64_t npairs = fold_pairs(c, pairs);
+    if (clocks && npairs != clocks - 1 && pairs) c->o_bad++;
+    if (c->o_bad) fold_report_bad(vi, c, last, last_is_end, clocks, npairs, cols);
+    fold_reset(c);
+    o->tot_ok = tot_ok ? 1 : 0;
+    memcpy(o->tot, tot, sizeof(tot));
+    fold_publish(vi, c, last, clocks);
+}
+
+/* Fold at the entry of block `id` (before it runs): the batch ends with the previous
+ * execution. */
+void fold_at_entry(unsigned vi, uint32_t id)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
+    uint32_t last = 0;
+    res_fill(c);
+    /* a batch of exactly one block execution (the previous fold was at its entry): give
+     * its clocks in order, so that an overflow inside it can be placed exactly */
+    uint32_t nseq = 0;
+    if (prev && c->batch_entry_b == prev && c->ndirty == 1 && c->dirty[0] == prev &&
+        en_total(c, prev) == 1 &&
+        (!dyn_end(blocks.by_id[prev]) || (c->res_b == prev && c->res_n > 0))) {
+        const struct blk *b = blocks.by_id[prev];
+        uint32_t *s;
+        unsigned n = portion_seq(b, 0, b->n, &s);
+        unsigned need = n + (dyn_end(b) ? (unsigned)c->res_n : 0);
+        if (need > c->seq_cap) {
+            c->seq_cap = need * 2;
+            c->seq = realloc(c->seq, sizeof(uint32_t) * c->seq_cap);
+        }
+        for (unsigned i = 0; i < n; i++) c->seq[nseq++] = ext(s[i], b->os);
+        if (dyn_end(b)) {
+            for (int i = 0; i < c->res_n; i++) c->seq[nseq++] = c->res_seq[i];
+        }
+        free(s);
+    }
+    if (!prev) {
+        last = c->cut_last;
+    } else if (dyn_end(blocks.by_id[prev])) {
+        last = c->res_b == prev ? c->res_last : 0;
+    } else {
+        last = ext(blocks.by_id[prev]->last_k, blocks.by_id[prev]->os) + 1;
+    }
+    fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
+    run.fold_out[vi].seq = nseq ? c->seq : NULL;
+    run.fold_out[vi].nseq = nseq;
+    c->next_first = ext(kinds.bubble, blocks.by_id[id]->os) + 1;
+    c->next_first_bubble = 1;
+    c->cut_last = 0;
+    c->batch_entry_b = id;
+}
+
+/* Fold at a PMU access at instruction address `addr` of the current block (before it):
+ * returns the clocks of the rest of the block (already in W). */
+int64_t fold_at_access(unsigned vi, uint64_t addr)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
+    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    int i = b ? find_insn(b, addr) : -1;
+    if (i < 0) {
+        /* (nothing ran since a cut: its last clock ends the batch and an execution) */
+        fold_close(vi, c->cut_last, !id && c->cut_last);
+        c->next_first = 0;
+        c->batch_entry_b = 0;
+        return 0;
+    }
+    unsigned a = open_start(c, id, sb);
+    if ((unsigned)i < pos_insn(a)) i = (int)pos_insn(a);
+    acc_portion(c, b, a, b->n, !dyn_end(b), -1);
+    acc_portion(c, b, a, (unsigned)i, 0, +1);
+    uint32_t *s;
+    unsigned n = portion_seq(b, a, (unsigned)i, &s);
+    uint32_t last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    free(s);
+    fold_close(vi, last, 0);
+    /* the rest of this execution is credited to the next batch */
+    acc_portion(c, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
+    n = portion_seq(b, (unsigned)i + 1, b->n, &s);
+    c->next_first = n ? ext(s[0], b->os) + 1 : 0;
+    c->next_first_bubble = 0;
+    free(s);
+    c->open_b = id;
+    c->open_a = (unsigned)i + 1;
+    c->open_stamp = en_total(c, id);
+    c->cut_last = 0;
+    c->batch_entry_b = 0;
+    /* W holds the final clock of a dynamic end from the block's entry on (not REP's) */
+    return n + (dyn_end(b) && b->end != END_REP ? 1 : 0);
+}
+
+/* Fold the activity of vCPU vi while it is between two blocks (round-robin TCG: called on
+ * its sibling's turn).  Its pending block end, if any, stays pending. */
+void fold_between_blocks(unsigned vi)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
+    uint32_t last = 0;
+    if (!prev) {
+        last = c->cut_last;
+    } else if (!dyn_end(blocks.by_id[prev])) {
+        last = ext(blocks.by_id[prev]->last_k, blocks.by_id[prev]->os) + 1;
+    }
+    fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
+    c->next_first = 0;
+    c->batch_entry_b = 0;
+    c->cut_last = 0;
+}

@@ -1,0 +1,215 @@
+/*
+ * p4pmu: the plugin's entry point: qemu_plugin_install (option parsing, refusing a second
+ * copy), callback registration, vCPU set-up, idle/resume/interrupt callbacks and the exit
+ * report (docs/bridge.md).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <dlfcn.h>
+#include <unistd.h>
+#include <strings.h>
+
+#include "install.h"
+#include "blocks.h"
+#include "counting.h"
+#include "cuts.h"
+#include "flush.h"
+#include "intercept.h"
+#include "kinds.h"
+#include "mirror.h"
+#include "registers.h"
+#include "siblings.h"
+
+P4PMU_EXPORT int qemu_plugin_version = P4PMU_QEMU_PLUGIN_VERSION;
+
+struct p4_options options;
+
+int debug; /* P4PMU_DEBUG=1 in the environment: trace the bridge's decisions */
+
+static void vcpu_init(unsigned int vi, void *ud)
+{
+    (void)ud;
+    struct vcpu *v = bridge_vcpu(vi);
+    v->buf = g_byte_array_new();
+    if (!regs.rax) {
+        p4_GArray *a = qemu_plugin_get_registers();
+        p4_reg_descriptor *d = (p4_reg_descriptor *)a->data;
+        for (unsigned i = 0; i < a->len; i++) {
+            const char *nm = d[i].name;
+#define GRAB(field) if (!strcmp(nm, #field)) regs.field = d[i].handle;
+            GRAB(rax) GRAB(rcx) GRAB(rdx) GRAB(rsp) GRAB(rip) GRAB(eflags) GRAB(cs) GRAB(ss)
+            GRAB(ds) GRAB(es) GRAB(fs) GRAB(gs) GRAB(cr0) GRAB(cr4) GRAB(efer)
+#undef GRAB
+        }
+        g_array_free(a, 1);
+        if (!regs.rax || !regs.rcx || !regs.rdx || !regs.rsp || !regs.rip || !regs.eflags ||
+            !regs.cs || !regs.ss || !regs.ds || !regs.es || !regs.fs || !regs.gs || !regs.cr0 ||
+            !regs.cr4 || !regs.efer) {
+            fprintf(stderr, "p4pmu: this QEMU does not expose the x86 registers the bridge "
+                            "needs (rax..efer)\n");
+            exit(1);
+        }
+    }
+    set_npending(vi, v);
+    counting_vcpu_init(vi);
+    v->ready = 1;
+}
+
+static void on_interrupt(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
+                         void *ud)
+{
+    (void)type;
+    (void)to;
+    (void)ud;
+    bridge_vcpu(vi);
+    counting_discon(vi, from, 0, 1); /* C only: QEMU holds the BQL here */
+}
+
+static void on_idle(unsigned int vi, void *ud)
+{
+    (void)ud;
+    counting_halt_change(vi, 1);
+}
+
+static void on_resume(unsigned int vi, void *ud)
+{
+    (void)ud;
+    counting_halt_change(vi, 0); /* running again: its LVT may change */
+}
+
+/* P4PMU_DEBUG: the counting and mirror statistics of vCPU i at exit */
+static void debug_report(int i)
+{
+    const struct vcpu_counting *c = &run.per_vcpu[i];
+    typedef unsigned long long ull;
+    if (c->init) {
+        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
+                "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
+                "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
+                "%llu exact-deadline callbacks\n", i, (ull)c->folds, (ull)c->deadlines,
+                (ull)c->fast_deadlines, (ull)c->resolutions, (ull)c->silent, (ull)c->gates,
+                (ull)c->silent_bad, blocks.n - 1, kinds.n, (ull)c->exact_checks);
+        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
+                "clock pairs (no EDGE detector)\n", i, (ull)c->pairless_folds, (ull)c->folds);
+        fprintf(stderr, "p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
+                "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
+                lite.active ? "on" : "off", lite.installs, lite.removals, (ull)c->memi_cuts);
+    }
+    if (i == 0)
+        fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
+                "counter %d\n", run.exact_on ? "on" : "off", exact.flushes,
+                exact.flushes ? exact.sig.ctr : -1);
+    if (mirrors) {
+        const struct p4c_mirror *m = &mirrors[i];
+        fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
+                "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "
+                "declined\n", i, (ull)m->n_rdmsr, (ull)m->n_wrmsr, (ull)m->n_rdpmc,
+                (ull)m->n_deadline, (ull)m->n_walks, (ull)m->n_declined);
+    }
+}
+
+static void at_exit(void *ud)
+{
+    (void)ud;
+    for (int i = 0; debug && run.per_vcpu && i < n_vcpus_max; i++) {
+        debug_report(i);
+    }
+    counting_report();
+    p4pmu_py_exit();
+}
+
+/*
+ * One copy of the plugin per QEMU process: two (QEMU's -plugin given twice) would both
+ * intercept every PMU access and count every block, and share one Python interpreter,
+ * silently corrupting the counts.  QEMU merges -plugin options naming the same file into one
+ * plugin; a copy at another path is a second library with its own statics, so the mark is
+ * process-wide: an environment variable holding the process ID (a child process started
+ * with our environment is not taken for a second copy).
+ */
+#define LOADED_MARK "P4PMU_PLUGIN_LOADED_IN_PID"
+
+static int claim_process(void)
+{
+    char pid[32];
+    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+    const char *mark = getenv(LOADED_MARK);
+    if (mark && !strcmp(mark, pid)) {
+        fprintf(stderr, "p4pmu: the plugin is loaded twice in this QEMU (-plugin given twice "
+                        "with libp4pmu_plugin.so or a copy of it): load it once; not loading "
+                        "the second copy\n");
+        return -1;
+    }
+    setenv(LOADED_MARK, pid, 1);
+    return 0;
+}
+
+P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *info, int argc,
+                                     char **argv)
+{
+    if (strcmp(info->target_name, "x86_64") && strcmp(info->target_name, "i386")) {
+        fprintf(stderr, "p4pmu: the plugin is for x86 guests, not %s\n", info->target_name);
+        return -1;
+    }
+    if (!info->system_emulation) {
+        fprintf(stderr, "p4pmu: the plugin needs system emulation (qemu-system-*)\n");
+        return -1;
+    }
+    if (claim_process() < 0) {
+        return -1;
+    }
+    debug = getenv("P4PMU_DEBUG") && strcmp(getenv("P4PMU_DEBUG"), "0");
+    char option_error[1024];
+    if (p4_options_parse(argc, argv, &options, option_error, sizeof(option_error)) < 0) {
+        fprintf(stderr, "p4pmu: %s\n", option_error);
+        return -1;
+    }
+    /* QEMU opened us with RTLD_LOCAL: make libpython's symbols global before Python starts,
+     * or extension modules (numpy, _cffi_backend) cannot resolve them. */
+    if (!dlopen(P4PMU_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
+        fprintf(stderr, "p4pmu: cannot re-open %s globally: %s\n", P4PMU_LIBPYTHON, dlerror());
+        return -1;
+    }
+    n_vcpus_max = info->system.max_vcpus > 0 ? info->system.max_vcpus : 1;
+    vcpus = calloc((size_t)n_vcpus_max, sizeof(struct vcpu));
+    if (!vcpus) {
+        return -1;
+    }
+    /* before Python starts: the PMU model's counter state lives in the mirrors */
+    if (mirror_setup(n_vcpus_max) < 0) {
+        return -1;
+    }
+    if (p4pmu_py_init(argc, argv, info->system.smp_vcpus, n_vcpus_max) != 1) {
+        fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
+        return -1;
+    }
+    if (counting_setup(id, &options, n_vcpus_max) < 0) {
+        return -1;
+    }
+    intercept_setup();
+    register_callbacks();
+    return 0;
+}
+
+/* All our registrations (again after qemu_plugin_reset, which drops them: flush.c) */
+void register_callbacks(void)
+{
+    qemu_plugin_id_t id = run.plugin_id;
+    qemu_plugin_register_vcpu_init_cb(id, vcpu_init, NULL);
+    qemu_plugin_register_vcpu_tb_trans_cb(id, translate, NULL);
+    qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_EXCEPTION, on_exception, NULL);
+    if (run.instrument) {
+        /* only while counting: QEMU's interrupt discontinuity callback has a cost for
+         * every block once registered (measured: about 10 % of plain QEMU with nothing
+         * enabled) */
+        qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_INTERRUPT, on_interrupt, NULL);
+        qemu_plugin_register_vcpu_idle_cb(id, on_idle, NULL);
+        qemu_plugin_register_vcpu_resume_cb(id, on_resume, NULL);
+    }
+    qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+}

@@ -1,0 +1,195 @@
+/*
+ * p4pmu: clock kinds (one kind = one clock's fields, clockmodel.FIELDS) interned in a
+ * global table; the clock schedule of instructions (clockmodel.schedule) and the kind
+ * sequences of portions of a block execution (docs/guest-events.md).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "kinds.h"
+#include "counting.h"
+
+struct kind_table kinds;
+
+static uint32_t khash_of(const uint8_t *f)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < KF_N; i++) {
+        h = (h ^ f[i]) * 1099511628211ull;
+    }
+    return (uint32_t)(h >> 20);
+}
+
+/* Intern a clock's fields; returns the kind id.  Lock-free lookup of published kinds is not
+ * attempted: callers hold run.lock (translation) or call at init. */
+static uint32_t kind_intern_locked(const uint8_t *f)
+{
+    uint32_t i = khash_of(f) & (2 * MAX_KINDS - 1);
+    for (;;) {
+        uint32_t e = kinds.hash[i];
+        if (!e) {
+            break;
+        }
+        if (!memcmp(kinds.fields[e - 1], f, KF_N)) {
+            return e - 1;
+        }
+        i = (i + 1) & (2 * MAX_KINDS - 1);
+    }
+    if (kinds.n >= MAX_KINDS) {
+        static int warned;
+        if (!warned++) {
+            fprintf(stderr, "p4pmu: more than %u distinct clock kinds; further ones are "
+                            "counted as empty clocks\n", MAX_KINDS);
+        }
+        return kinds.empty;
+    }
+    uint32_t id = kinds.n;
+    memcpy(kinds.fields[id], f, KF_N);
+    __atomic_store_n(&kinds.n, id + 1, __ATOMIC_RELEASE);
+    kinds.hash[i] = id + 1;
+    return id;
+}
+
+uint32_t kind_intern(const uint8_t *f)
+{
+    pthread_mutex_lock(&run.lock);
+    uint32_t k = kind_intern_locked(f);
+    pthread_mutex_unlock(&run.lock);
+    return k;
+}
+
+static void attrs(struct clock_fields *c, const struct insn_info *in)
+{
+    int ld = in->loads > 0, st = in->stores > 0;
+#define ADDF(k, v) \
+    do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
+    ADDF(KF_INSTR, 1);
+    ADDF(KF_INSTR_LD, ld);
+    ADDF(KF_INSTR_ST, st);
+    ADDF(KF_INSTR_LDST, ld && st);
+    ADDF(KF_LD, in->loads);
+    ADDF(KF_ST, in->stores);
+    for (int i = 0; i < FPI_N; i++) {
+        ADDF(KF_X87 + i, in->fp[i]);
+    }
+}
+
+/* Schedule instructions [a, e) of b into clocks (no bubble, no outcome).  Returns the number
+ * of clocks written to out (at most cap; the caller sizes it generously). */
+unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
+                  unsigned cap)
+{
+    unsigned n = 0;
+    int open = 0;
+    struct clock_fields cur;
+    for (unsigned j = a; j < e; j++) {
+        const struct insn_info *in = &ins[j];
+        if (((in->flags & CI_ALIGN) || in->lat) && open) {
+            if (n < cap) out[n++] = cur;
+            open = 0;
+        }
+        for (unsigned l = 0; l < in->lat; l++) {
+            if (n < cap) {
+                memset(&out[n], 0, sizeof(out[n]));
+                n++;
+            }
+        }
+        unsigned u = in->uops;
+        for (;;) {
+            if (!open) {
+                memset(&cur, 0, sizeof(cur));
+                open = 1;
+            }
+            unsigned take = P4P_RETIRE_WIDTH - cur.f[KF_UOPS];
+            if (take > u) take = u;
+            cur.f[KF_UOPS] += take;
+            u -= take;
+            if (!u) break;
+            if (n < cap) out[n++] = cur;
+            open = 0;
+        }
+        attrs(&cur, in);
+        if (cur.f[KF_UOPS] == P4P_RETIRE_WIDTH || (in->flags & CI_ALIGN)) {
+            if (n < cap) out[n++] = cur;
+            open = 0;
+        }
+    }
+    if (open && n < cap) out[n++] = cur;
+    return n;
+}
+
+unsigned sched_cap(const struct blk *b)
+{
+    unsigned c = 4 + P4P_BUBBLE;
+    for (unsigned j = 0; j < b->n; j++) {
+        c += b->ins[j].uops + b->ins[j].lat + 1;
+    }
+    return c;
+}
+
+/* The kind sequences of the portions split by PMU accesses recur at every access (a block
+ * and its instructions never change, interning is idempotent): a small direct-mapped cache
+ * per thread keeps the last ones, so an access does not schedule and intern again. */
+#define PSEQ_CACHE 256
+
+struct pseq_entry {
+    const struct blk *b;
+    unsigned a, e, n;
+    uint32_t *s;
+};
+
+static __thread struct pseq_entry tl_pseq[PSEQ_CACHE];
+
+unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, uint32_t **seq)
+{
+    uintptr_t h = ((uintptr_t)b >> 4) * 31u + a * 7u + e;
+    struct pseq_entry *x = &tl_pseq[h % PSEQ_CACHE];
+    if (x->b != b || x->a != a || x->e != e) {
+        free(x->s);
+        x->n = portion_seq_calc(b, a, e, &x->s);
+        x->b = b;
+        x->a = a;
+        x->e = e;
+    }
+    uint32_t *s = malloc(sizeof(*s) * (x->n ? x->n : 1));
+    memcpy(s, x->s, sizeof(*s) * x->n);
+    *seq = s;
+    return x->n;
+}
+
+unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t **seq)
+{
+    unsigned cap = sched_cap(b);
+    struct clock_fields *c = malloc(sizeof(*c) * cap);
+    uint32_t *s = malloc(sizeof(*s) * (cap + P4P_BUBBLE));
+    unsigned n = 0;
+    if (a == 0) {
+        for (int i = 0; i < P4P_BUBBLE; i++) {
+            s[n++] = kinds.bubble;
+        }
+    }
+    unsigned a0 = pos_insn(a);
+    if (e == b->n && b->end == END_REP) e = b->n - 1;
+    unsigned m = e > a0 ? schedule(b->ins, a0, e, c, cap) : 0;
+    if (e == b->n && (b->end == BRK_JMP || b->end == BRK_FAR) && m) {
+        c[m - 1].f[KF_BR] = b->end;
+        c[m - 1].f[KF_TAKEN] = 1;
+    }
+    if (e == b->n && b->lite_cond && m) {
+        c[m - 1].f[KF_BR] = BRK_COND; /* not taken, predicted (the outcome-free level) */
+    }
+    if (e == b->n && dyn_end(b) && b->end != END_REP && m) {
+        m--; /* the final clock is dynamic */
+    }
+    pthread_mutex_lock(&run.lock);
+    for (unsigned i = 0; i < m; i++) {
+        s[n++] = kind_intern_locked(c[i].f);
+    }
+    pthread_mutex_unlock(&run.lock);
+    free(c);
+    *seq = s;
+    return n;
+}

@@ -1,0 +1,110 @@
+/*
+ * p4pmu: what the plugin's C code and its Python half (plugin/feeder.py, through cffi) both
+ * see -- the counter count, the fold output of a vCPU (struct p4c_out), its register mirror
+ * (struct p4c_mirror) and the functions Python calls to reach them.
+ *
+ * Declared once: plugin/build.py hands the block between the BEGIN/END PYTHON API markers to
+ * cffi's cdef (which accepts the integer #defines and uses them as array lengths), and the C
+ * units include this header.  Keep the block to what cdef parses: integer #defines, structs,
+ * prototypes, no other preprocessor lines.
+ */
+#ifndef P4C_API_H
+#define P4C_API_H
+
+#include <stdint.h>
+
+/* BEGIN PYTHON API */
+#define P4_NCOUNTERS 18   /* performance counters of a NetBurst LP pair (SDM Vol. 3B 18.15.2) */
+#define P4_MIRROR_RECS 4096 /* accesses the mirror records for the log between Python calls */
+
+/* One fold of a vCPU's activity (fold.c), and what Python leaves for the C side's deadline
+ * checks (deadline.c) and counter totals. */
+struct p4c_out {
+    uint32_t *ext;
+    int64_t *cnt;
+    uint32_t n;
+    uint32_t *pa, *pb;
+    int64_t *pn;
+    uint32_t np;
+    uint32_t first, last;
+    int64_t clocks;
+    int bad;
+    int other_active, other_os;
+    int64_t shared;   /* threads=2: the batch's first `shared` clocks coincide with clocks of
+                       * the sibling already on the core's timeline (lp_timeline) */
+    /* written by Python */
+    int64_t budget;   /* clocks until the next deadline (<= 0: none) */
+    int pmi[2];       /* deliver a PMI to LP 0 / LP 1 of this core now */
+    int start;        /* count=auto: start instrumenting */
+    uint32_t *seq;    /* a batch of one block execution: its clocks in order (else NULL) */
+    uint32_t nseq;
+    /* written by Python: the counters that could overflow (or arm a PMI) and their exact
+     * per-clock increments per ext kind, so that deadlines can be checked in C
+     * (fast_check): nwatch counters, whead[w] = events that may still be counted before the
+     * next OVF 0 -> 1 or arming, wrate[w] = most events per clock,
+     * winc[ext * P4_NCOUNTERS + w] for ext < nkext; nwatch < 0: no C check possible (always
+     * ask Python) */
+    int nwatch;
+    uint32_t nkext;
+    int64_t whead[P4_NCOUNTERS];
+    int32_t wrate[P4_NCOUNTERS];
+    int32_t *winc;     /* [ext * P4_NCOUNTERS + counter] for all counters */
+    int32_t widx[P4_NCOUNTERS];  /* watched w -> counter */
+    /* written by C at a fold: the batch's increment of every counter, from winc (exact when
+     * Python marked the table exact, i.e. no EDGE counter); tot_ok = 0: not available */
+    int tot_ok;
+    int64_t tot[P4_NCOUNTERS];
+    /* written by Python or the mirror: the columns of tot[] wanted (bit n: counter n; the
+     * others are left 0), and 1 when no counter needs the adjacent pairs (pa/pb/pn then
+     * stay empty, threads=1 only) */
+    uint32_t tmask;
+    int nopairs;
+    int lite;          /* written by Python: the enabled counters need no branch outcome
+                        * (the outcome-free level may be installed: lite_update) */
+};
+
+/* one access served by the mirror, for the log (Python writes the line at its next call) */
+struct p4c_mrec {
+    uint32_t op;    /* 1 RDMSR, 2 WRMSR, 3 RDPMC */
+    uint32_t reg;   /* MSR, or ECX for RDPMC */
+    uint64_t value; /* value read or written */
+};
+
+/* A vCPU's register mirror (mirror.c; docs/bridge.md, "The register mirror").  ctr, cccr,
+ * ovf and armed ARE the PMU's counter state: the Python model's arrays (PMU.counter,
+ * cccr_raw, ovf, pmi_armed) are numpy views of the core's first vCPU's mirror
+ * (Feeder.storage), so there is one copy; `active` says which side may change it now. */
+struct p4c_mirror {
+    /* written by Python once (constants from p4pmu.emulator.tables) */
+    uint64_t ctr_limit;        /* 2^40: counters are 40 bits (SDM 18.15.5.4) */
+    uint64_t ovf_mask;         /* the CCCR's OVF bit (bit 31) */
+    uint32_t ctr_msr[P4_NCOUNTERS], cccr_msr[P4_NCOUNTERS];
+    /* written by Python when it enables the fast path (Feeder.enable_fast_path) */
+    int active;                /* 1: C serves this vCPU's accesses and deadlines */
+    int any_run;               /* some counter runs */
+    int log_on;                /* record served accesses for the log */
+    uint32_t nkext;            /* rows of the per-kind table handed over (p4c_out.nkext) */
+    uint64_t ctr[P4_NCOUNTERS];          /* 40-bit values */
+    uint64_t cccr[P4_NCOUNTERS];         /* as written (OVF is in ovf[]) */
+    /* bits whose setting faults (reserved policy) */
+    uint64_t ctr_fault[P4_NCOUNTERS], cccr_fault[P4_NCOUNTERS];
+    /* pmi: OVF_PMI for this LP */
+    uint8_t ovf[P4_NCOUNTERS], armed[P4_NCOUNTERS], run[P4_NCOUNTERS], pmi[P4_NCOUNTERS];
+    int32_t rate_b[P4_NCOUNTERS]; /* Feeder.after's budget rate of a counter not arming */
+    int32_t tmax[P4_NCOUNTERS];   /* max(1, the table's largest per-clock increment) */
+    /* written by C: bumped whenever it changes ovf[] or armed[] (the engine's derived
+     * vectors key on OVF and arming: Python compares it at its next call) */
+    uint64_t state_changes;
+    /* statistics (C) */
+    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
+    /* accesses served here since Python last looked (log) */
+    uint32_t nrec;
+    struct p4c_mrec rec[P4_MIRROR_RECS];
+};
+
+struct p4c_out *p4c_out(unsigned vi);             /* vCPU vi's fold output */
+const uint8_t *p4c_kinds(uint32_t *n);            /* the clock kinds' fields, *n of them */
+struct p4c_mirror *p4c_mirror(unsigned vi);       /* vCPU vi's register mirror */
+/* END PYTHON API */
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * registers.h: what registers.c offers to the other units. registers.c: the per-vCPU bridge
+ * state and access to the guest's registers and memory through the QEMU plugin API
+ * (docs/bridge.md).
+ */
+#ifndef P4PMU_REGISTERS_H
+#define P4PMU_REGISTERS_H
+
+#include "bridge_types.h"
+
+/* handles of the x86 registers the plugin reads and writes (QEMU's names) */
+struct x86_registers {
+    struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs,
+        *gs, *cr0, *cr4, *efer;
+};
+
+extern struct x86_registers regs;
+
+extern struct vcpu *vcpus;
+extern int n_vcpus_max;
+extern __thread int tl_vcpu;
+
+struct vcpu *bridge_vcpu(unsigned int vi);
+uint64_t reg_read(struct vcpu *v, struct qemu_plugin_register *r);
+void reg_write(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x);
+int mem_read(struct vcpu *v, uint64_t addr, void *dst, size_t n);
+int mem_write(struct vcpu *v, uint64_t addr, const void *src, size_t n);
+void write_edx_eax(struct vcpu *v, uint64_t value);
+int current_cpl(struct vcpu *v);
+uint64_t reg_read_rcx(struct vcpu *v);
+
+#endif
