@@ -2,7 +2,7 @@
 mapping from a clock to the PMU's event lines (docs/guest-events.md, I3, I5, I6).
 
 Pure Python, no QEMU import.  The C plugin implements the same predictor and schedule
-(plugin/counting.c) from a header generated out of `PARAMS` and `insn_classes.TABLE` at build
+(plugin/kinds.c, classify.c) from a header generated out of `PARAMS` and `insn_classes.TABLE` at build
 time (plugin/build.py): one table, one truth.  This module is the reference the tests replay.
 
 Model (documented in docs/guest-events.md):

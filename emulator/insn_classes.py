@@ -4,7 +4,7 @@ instruction (docs/guest-events.md, I3/I4).
 One declarative table keyed by Capstone 5 instruction names (`cs_insn_name`).  plugin/build.py
 turns it into the C header the plugin classifies with at translation time (every Capstone x86
 instruction id gets a row); `classify()` below applies the same per-encoding rules with
-Capstone's Python binding, for tests and tools.  The C rules in plugin/counting.c
+Capstone's Python binding, for tests and tools.  The C rules in plugin/classify.c
 (`classify_insn`) mirror `_classify_one` line by line.
 
 Model of a NetBurst instruction (sources: Intel's optimisation manual for the Pentium 4,

@@ -22,7 +22,7 @@ import pytest
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, get_model
 from p4pmu.qemu_glue import cli, cpu, qemu_command
-from p4pmu.qemu_glue.plugin_lib import site_packages
+from p4pmu.qemu_glue.plugin_lib import plugin_file, site_packages
 from p4pmu.qemu_glue.provision import ensure_qemu
 
 P4PMU = [sys.executable, "-m", "p4pmu.qemu_glue.cli"]
@@ -418,7 +418,7 @@ def test_plugin_loaded_twice(qemu, bios, tmp_path, second):
     instead of running with every PMU access and block counted twice.  The same path given
     twice is one plugin to QEMU (it merges -plugin options naming the same file): installed
     once, the guest runs."""
-    plugin = cli.plugin_file(build=True, progress=False)
+    plugin = plugin_file(build=True, progress=False)
     other = plugin
     if second == "a copy":
         other = tmp_path / "copy-of-libp4pmu_plugin.so"
