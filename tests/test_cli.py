@@ -423,8 +423,8 @@ def test_plugin_loaded_twice(qemu, bios, tmp_path, second):
     if second == "a copy":
         other = tmp_path / "copy-of-libp4pmu_plugin.so"
         shutil.copyfile(plugin, other)
-    cmd = cli.compose_qemu_command(qemu, get_model("0F_04"), guest_args(bios(0x21)),
-                                   cli.parse_plugin_opts([]), plugin)
+    cmd = qemu_command.compose_qemu_command(qemu, get_model("0F_04"), guest_args(bios(0x21)),
+                                            cli.parse_plugin_opts([]), plugin)
     i = cmd.index("-plugin")
     cmd[i + 2:i + 2] = ["-plugin", cmd[i + 1].replace(str(plugin), str(other), 1)]
     assert cmd.count("-plugin") == 2
