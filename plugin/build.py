@@ -299,12 +299,19 @@ def _embedding_api() -> str:
 
 
 def _python_api() -> str:
-    """The block of p4c_api.h that cffi's cdef reads (the C units include the same header)."""
+    """What cffi's cdef reads: the counter count and the block of p4c_api.h (the C units
+    include the same header, and the count from the generated p4_tables.h)."""
     text = (PLUGIN_DIR / PYTHON_API_HEADER).read_text()
     m = re.search(r"/\* BEGIN PYTHON API \*/(.*?)/\* END PYTHON API \*/", text, re.S)
     if not m:
         raise BuildError(f"{PYTHON_API_HEADER} lacks the PYTHON API block")
-    return m.group(1)
+    return _counter_count_define() + m.group(1)
+
+
+def _counter_count_define() -> str:
+    """The counter count, one truth: p4pmu.emulator.tables.NUM_COUNTERS."""
+    from p4pmu.emulator import tables
+    return f"#define P4_NCOUNTERS {tables.NUM_COUNTERS}\n"
 
 
 def _init_code(info: dict) -> str:
@@ -335,7 +342,9 @@ def generated_header() -> str:
     p4pmu.emulator.insn_classes / clockmodel)."""
     sys.path_importer_cache.clear()
     from p4pmu.emulator import insn_classes
-    return insn_classes.c_header()
+    text = insn_classes.c_header()
+    return text + ("\n/* the counter count (p4pmu.emulator.tables.NUM_COUNTERS) */\n"
+                   "#ifndef P4_NCOUNTERS\n" + _counter_count_define() + "#endif\n")
 
 
 def options_header() -> str:

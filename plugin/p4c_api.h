@@ -3,8 +3,8 @@
  * see -- the counter count, the fold output of a vCPU (struct p4c_out), its register mirror
  * (struct p4c_mirror) and the functions Python calls to reach them.
  *
- * Declared once: plugin/build.py hands the block between the BEGIN/END PYTHON API markers to
- * cffi's cdef (which accepts the integer #defines and uses them as array lengths), and the C
+ * Declared once: plugin/build.py hands the block between the BEGIN/END PYTHON API markers
+ * (after the generated counter count) to cffi's cdef (which accepts the integer #defines and uses them as array lengths), and the C
  * units include this header.  Keep the block to what cdef parses: integer #defines, structs,
  * prototypes, no other preprocessor lines.
  */
@@ -13,8 +13,12 @@
 
 #include <stdint.h>
 
+/* P4_NCOUNTERS, the performance counters of a NetBurst core (SDM Vol. 3B 18.15.2): from the
+ * emulator's register table (p4pmu.emulator.tables.NUM_COUNTERS), generated into p4_tables.h;
+ * build.py puts the same #define in front of the block below for cffi's cdef. */
+#include "p4_tables.h"
+
 /* BEGIN PYTHON API */
-#define P4_NCOUNTERS 18   /* performance counters of a NetBurst LP pair (SDM Vol. 3B 18.15.2) */
 #define P4_MIRROR_RECS 4096 /* accesses the mirror records for the log between Python calls */
 
 /* One fold of a vCPU's activity (fold.c), and what Python leaves for the C side's deadline
