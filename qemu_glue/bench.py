@@ -514,6 +514,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugin-opt", action="append", default=[], metavar="K=V",
                    help="plugin option for every run with the plugin (repeatable), e.g. "
                         "mirror=off to measure without the C-side register mirror")
+    p.add_argument("--linux", action="store_true",
+                   help="measure real programs in the Linux guest instead (qemu_glue/"
+                        "bench_linux.py: plain QEMU, then L1-L5 with perf; --quick: one "
+                        "round over 1 MB)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="--linux: rounds of all configurations (default 3)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--show-commands", action="store_true",
                    help="print one QEMU command line of each kind")
@@ -521,6 +527,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(a: argparse.Namespace) -> int:
     model_from_arg(a.model)  # before anything is provisioned
+    if a.linux:
+        from p4pmu.qemu_glue import bench_linux
+        return bench_linux.main(a)
     if a.quick:
         a.repeat, a.iterations = 2, 20_000_000
     opts = parse_plugin_opts(a.plugin_opt)  # the plugin's option table: a UsageError

@@ -1,0 +1,175 @@
+"""`p4pmu bench --linux`: the plugin's cost on real programs in the Linux guest.
+
+Every configuration boots the default Linux guest (`p4pmu linux`, the host clock, so that the
+guest's own clock measures what the host spends) and runs the same workloads, each timed in
+the guest with /proc/uptime around it.  The configurations of one round run one after the
+other, and a ratio is always a configuration's time over plain QEMU's in the same round;
+the report gives the median and the spread over the rounds (docs/performance.md).
+
+Configurations:
+
+* plain  -- QEMU without the plugin (`--no-plugin`), the workload alone;
+* L1     -- the plugin, nothing asked of perf (the NMI watchdog counts clocks from boot on);
+* L2     -- ``perf stat`` with cycles, instructions, branches and branch-misses;
+* L3     -- ``perf stat`` with more events than fit at once (perf multiplexes);
+* L4     -- ``perf record -F 1000``;
+* L5     -- ``perf record -c 100000 -e instructions``.
+
+Workloads: busybox ``gzip -9``, ``bzip2``, ``sha256sum`` and ``md5sum`` over the first
+``size`` bytes of the guest's ``/usr/bin/perf`` (programs no one here wrote), and two of
+``perf bench``'s own (``sched messaging``, ``mem memcpy``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from p4pmu.qemu_glue.linux_io import HostOutput
+
+INPUT = "/tmp/p4pmu-bench-input"
+MARK = "P4PMU-BENCH"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    command: str  # runs in the guest's /bin/sh
+
+
+WORKLOADS = (
+    Workload("gzip -9", f"gzip -9 -c {INPUT} > /dev/null"),
+    Workload("bzip2", f"bzip2 -c {INPUT} > /dev/null"),
+    Workload("sha256sum", f"sha256sum {INPUT} > /dev/null"),
+    Workload("md5sum", f"md5sum {INPUT} > /dev/null"),
+    Workload("perf bench sched messaging", "perf bench sched messaging -g 2 -l 20 > /dev/null"),
+    Workload("perf bench mem memcpy", "perf bench mem memcpy -s 4MB -l 20 > /dev/null"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    key: str
+    what: str
+    plugin: bool
+    wrap: str  # put in front of every workload's command (perf)
+
+
+_L3_EVENTS = ",".join(f"{e}{m}" for m in ("", ":u") for e in
+                      ("cycles", "instructions", "branches", "branch-misses"))
+CONFIGS = (
+    Config("plain", "plain QEMU (--no-plugin)", False, ""),
+    Config("L1", "the plugin, nothing asked of perf (NMI watchdog on)", True, ""),
+    Config("L2", "perf stat -e cycles,instructions,branches,branch-misses", True,
+           "perf stat -o /dev/null -e cycles,instructions,branches,branch-misses --"),
+    Config("L3", "perf stat, 8 events (multiplexed)", True,
+           f"perf stat -o /dev/null -e {_L3_EVENTS} --"),
+    Config("L4", "perf record -F 1000", True, "perf record -q -F 1000 -o /tmp/p.data --"),
+    Config("L5", "perf record -c 100000 -e instructions", True,
+           "perf record -q -c 100000 -e instructions -o /tmp/p.data --"),
+)
+
+
+def guest_script(config: Config, size: int) -> str:
+    """The guest's command: the input file, then every workload timed with /proc/uptime."""
+    lines = [f"head -c {size} /usr/bin/perf > {INPUT}"]
+    for i, w in enumerate(WORKLOADS):
+        run = f"{config.wrap} sh -c '{w.command}'" if config.wrap else w.command
+        lines.append(f"t0=$(cut -d' ' -f1 /proc/uptime); {run}; rc=$?; "
+                     f"t1=$(cut -d' ' -f1 /proc/uptime); echo \"{MARK} {i} $rc $t0 $t1\"")
+    return "\n".join(lines)
+
+
+def parse_times(text: str) -> dict[int, float]:
+    """Workload index -> seconds, from the guest's marker lines (a failed workload: absent)."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] == MARK and f[2] == "0":
+            out[int(f[1])] = float(f[4]) - float(f[3])
+    return out
+
+
+def run_config(config: Config, size: int, model: str) -> tuple[dict[int, float], str]:
+    """Boot the guest once for `config`; (workload index -> seconds, the guest's stderr)."""
+    from p4pmu.qemu_glue import linux
+    ap = argparse.ArgumentParser(prog="p4pmu linux")
+    linux.add_arguments(ap)
+    argv = ["--clock", "host", "--model", model, "--timeout", "1800"]
+    if not config.plugin:
+        argv.append("--no-plugin")
+    out, err = bytearray(), bytearray()
+    rc = linux.main(ap.parse_args(argv), [guest_script(config, size)],
+                    HostOutput(stdout=out.extend, stderr=err.extend))
+    text = out.decode(errors="replace")
+    if rc != 0:
+        raise RuntimeError(f"{config.key}: the guest run failed (status {rc}):\n"
+                           f"{err.decode(errors='replace')[-2000:]}")
+    return parse_times(text), err.decode(errors="replace")
+
+
+def measure(rounds: int, size: int, model: str, progress=print) -> dict:
+    """All configurations, `rounds` times; times[config][round][workload] in seconds."""
+    times: dict[str, list[dict[int, float]]] = {c.key: [] for c in CONFIGS}
+    for r in range(rounds):
+        for c in CONFIGS:
+            progress(f"bench --linux: round {r + 1}/{rounds}: {c.key} ({c.what})")
+            t0 = time.monotonic()
+            got, _ = run_config(c, size, model)
+            times[c.key].append(got)
+            progress(f"    {sum(got.values()):.1f} s of workloads "
+                     f"({time.monotonic() - t0:.0f} s with the boot)")
+    return {"rounds": rounds, "size": size, "model": model, "times": times}
+
+
+def ratios(res: dict, key: str, workload: int | None) -> list[float]:
+    """Per round: `key`'s time over plain QEMU's (one workload, or all of them summed)."""
+    out = []
+    for mine, plain in zip(res["times"][key], res["times"]["plain"]):
+        idx = [workload] if workload is not None else sorted(plain)
+        if all(i in mine and i in plain for i in idx):
+            out.append(sum(mine[i] for i in idx) / max(1e-9, sum(plain[i] for i in idx)))
+    return out
+
+
+def _cell(rs: list[float]) -> str:
+    if not rs:
+        return "failed"
+    if len(rs) == 1:
+        return f"{rs[0]:.2f}"
+    return f"{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})"
+
+
+def report(res: dict) -> str:
+    plain = res["times"]["plain"]
+    lines = [f"p4pmu bench --linux: model {res['model']}, {res['rounds']} round(s), input "
+             f"{res['size']:,} bytes of /usr/bin/perf; the guest's clock (host time) around "
+             "each workload; ratio to plain QEMU in the same round: median (range)", ""]
+    head = "| configuration | all workloads | " + " | ".join(w.name for w in WORKLOADS) + " |"
+    lines += [head, "|" + "---|" * (2 + len(WORKLOADS))]
+    secs = [statistics.median([p[i] for p in plain if i in p]) if any(i in p for p in plain)
+            else float("nan") for i in range(len(WORKLOADS))]
+    lines.append("| plain QEMU: seconds | " + f"{sum(secs):.2f} | " +
+                 " | ".join(f"{s:.2f}" for s in secs) + " |")
+    for c in CONFIGS[1:]:
+        cells = [_cell(ratios(res, c.key, None))] + \
+                [_cell(ratios(res, c.key, i)) for i in range(len(WORKLOADS))]
+        lines.append(f"| {c.key}: {c.what} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(a: argparse.Namespace) -> int:
+    from p4pmu.qemu_glue.cli import model_from_arg
+    model = model_from_arg(a.model).key
+    rounds = 1 if a.quick else a.rounds
+    size = 1_000_000 if a.quick else 4_000_000
+    res = measure(rounds, size, model, progress=lambda s: print(s, file=sys.stderr,
+                                                                flush=True))
+    print(report(res))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0

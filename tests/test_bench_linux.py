@@ -1,0 +1,36 @@
+"""`p4pmu bench --linux` (qemu_glue/bench_linux.py) without a guest: the guest script times
+every workload, the marker lines are parsed, and ratios pair each round with plain QEMU's
+same round.  The benchmark itself is run by hand (docs/performance.md), never as a timed
+test."""
+from __future__ import annotations
+
+import pytest
+
+from p4pmu.qemu_glue import bench_linux as B
+
+
+def test_guest_script_times_every_workload_under_the_configuration():
+    l2 = next(c for c in B.CONFIGS if c.key == "L2")
+    script = B.guest_script(l2, 123)
+    assert script.splitlines()[0] == f"head -c 123 /usr/bin/perf > {B.INPUT}"
+    timed = [ln for ln in script.splitlines() if B.MARK in ln]
+    assert len(timed) == len(B.WORKLOADS)
+    for i, (line, w) in enumerate(zip(timed, B.WORKLOADS)):
+        assert f"{l2.wrap} sh -c '{w.command}'" in line and f"{B.MARK} {i} $rc" in line
+    plain = B.guest_script(B.CONFIGS[0], 123)
+    assert "perf stat" not in plain and B.WORKLOADS[0].command in plain
+
+
+def test_marker_lines_parsed_and_failed_workloads_left_out():
+    text = (f"noise\n{B.MARK} 0 0 10.50 12.75\n{B.MARK} 1 1 12.75 13.00\n"
+            f"{B.MARK} 2 0 13.00 13.25\nnot {B.MARK} 3 0 1 2\n")
+    assert B.parse_times(text) == {0: pytest.approx(2.25), 2: pytest.approx(0.25)}
+
+
+def test_ratios_pair_each_round_with_plain_qemu():
+    res = {"times": {"plain": [{0: 1.0, 1: 3.0}, {0: 2.0, 1: 2.0}],
+                     "L1": [{0: 2.0, 1: 3.0}, {0: 2.0, 1: 6.0}]}}
+    assert B.ratios(res, "L1", 0) == [2.0, 1.0]
+    assert B.ratios(res, "L1", None) == [pytest.approx(5 / 4), pytest.approx(8 / 4)]
+    res["times"]["L1"][1].pop(1)  # a workload failed in round 2: that round is left out
+    assert B.ratios(res, "L1", None) == [pytest.approx(5 / 4)]
