@@ -108,6 +108,13 @@ class Activity:
         self.shared = int(shared)
         if not 0 <= self.shared <= self.clocks:
             raise ValueError(f"shared clocks must be 0..{self.clocks}, got {self.shared}")
+        if trans is None:
+            # pairs not collected: only an edge detector reads them (Engine.increments
+            # refuses such a batch for an effective EDGE counter)
+            self.trans = None
+            self.first, self.last = int(first), int(last)
+            self._derive()
+            return
         self.trans = np.asarray(trans, dtype=np.float64).reshape(K, K)
         if self.clocks and int(self.trans.sum()) != self.clocks - 1:
             raise ValueError(f"trans must count clocks - 1 = {self.clocks - 1} adjacent "
@@ -176,8 +183,9 @@ class Activity:
         """Batch from the compiled arrays directly (the guest-activity feeder, which builds
         thousands of batches per second): count[K], active[K,2], os[K,2] (bool), cols[L]
         (events.line_id values, each column's priv matching its rows' CPL), vals[K,L] line
-        values, trans[K,K], and the batch's shared clocks.  No ClockKind objects; `kinds` is
-        empty.  The same checks as the constructor on counts and trans."""
+        values, trans[K,K] (or None: the pairs were not collected, for a PMU with no
+        effective EDGE counter), and the batch's shared clocks.  No ClockKind objects; `kinds`
+        is empty.  The same checks as the constructor on counts and trans."""
         self = cls.__new__(cls)
         self.kinds = ()
         self.count = np.asarray(count, dtype=np.float64)

@@ -190,6 +190,9 @@ class Engine:
         inc = v
         total = np.dot(act.count, inc)
         if self.eidx.size:
+            if act.trans is None:
+                raise ValueError("a batch without adjacent-pair counts cannot drive an EDGE "
+                                 "counter (SDM Vol. 3B 18.15.5.2, Fig. 18-46)")
             # Rising edges of `pass` on gated clocks (Fig. 18-46).  For a COMPARE counter
             # inc = pass * gate, and with into[b] = sum_a trans[a, b] = count[b] - [b == first]:
             #   edges = sum_ab trans[a,b] (1 - pass[a]) inc[b] + (1 - prev) inc[first]

@@ -230,24 +230,9 @@ class Feeder:
             i = np.searchsorted(sext, e)
             return order[np.minimum(i, n - 1)]
 
-        trans = np.zeros((n, n))
-        np_ = int(o.np)
-        if np_:
-            pa = np.frombuffer(ffi.buffer(o.pa, 4 * np_), dtype=np.uint32).astype(np.int64)
-            pb = np.frombuffer(ffi.buffer(o.pb, 4 * np_), dtype=np.uint32).astype(np.int64)
-            pn = np.frombuffer(ffi.buffer(o.pn, 8 * np_), dtype=np.int64).astype(np.float64)
-            np.add.at(trans, (index(pa), index(pb)), pn)
         first = int(index(np.array([int(o.first)]))[0])
         last = int(index(np.array([int(o.last)]))[0])
-        if int(trans.sum()) != clocks - 1:
-            # no pairs collected (o.nopairs: no EDGE detector in this programming), or a
-            # bookkeeping error (o.bad, should not happen): keep totals exact, put the
-            # difference on the last kind's self-transition so the batch is consistent
-            d = clocks - 1 - int(trans.sum())
-            trans[last, last] = max(0.0, trans[last, last] + d)
-            if int(trans.sum()) != clocks - 1:
-                trans[:] = 0
-                trans[last, last] = clocks - 1
+        trans = self._pairs(o, n, index, first, last, clocks) if eng.edge_eff.any() else None
         nseq = int(o.nseq)
         if nseq and clocks >= pmu.horizon():
             # one block execution that may overflow a counter: step it in clock order, one
@@ -266,6 +251,27 @@ class Feeder:
             return
         act = Activity.from_arrays(cnt, active, os_, colv, vals, trans, first, last, shared)
         pmu.advance(act)
+
+    def _pairs(self, o, n: int, index, first: int, last: int, clocks: int) -> np.ndarray:
+        """The batch's adjacent-pair counts (n x n), for an effective EDGE counter only (C
+        collects them only then, and the dense matrix costs O(n^2) for n kinds)."""
+        ffi = self.ffi
+        trans = np.zeros((n, n))
+        np_ = int(o.np)
+        if np_:
+            pa = np.frombuffer(ffi.buffer(o.pa, 4 * np_), dtype=np.uint32).astype(np.int64)
+            pb = np.frombuffer(ffi.buffer(o.pb, 4 * np_), dtype=np.uint32).astype(np.int64)
+            pn = np.frombuffer(ffi.buffer(o.pn, 8 * np_), dtype=np.int64).astype(np.float64)
+            np.add.at(trans, (index(pa), index(pb)), pn)
+        if int(trans.sum()) != clocks - 1:
+            # a bookkeeping error (o.bad, should not happen): keep totals exact, put the
+            # difference on the last kind's self-transition so the batch is consistent
+            d = clocks - 1 - int(trans.sum())
+            trans[last, last] = max(0.0, trans[last, last] + d)
+            if int(trans.sum()) != clocks - 1:
+                trans[:] = 0
+                trans[last, last] = clocks - 1
+        return trans
 
     def _fast_add(self, vcpu: int, pmu, o, run, clocks: int, shared: int) -> bool:
         """The batch's per-counter totals computed by C from our per-kind table, when the step
@@ -480,9 +486,12 @@ class Feeder:
         os_[:, lp] = osf
         if self.ht:
             active[:, 1 - lp], os_[:, 1 - lp] = oth
+        # adjacent pairs only for an effective EDGE counter (a K x K matrix, K = 2 x kinds)
+        chain = None
+        if pmu.engine.edge_eff.any():
+            chain = np.zeros((K, K)) if K < 2 else _chain(K)
         act = Activity.from_arrays(np.ones(K), active, os_, np.concatenate(cols),
-                                   np.concatenate(blocks, axis=1), np.zeros((K, K)) if K < 2
-                                   else _chain(K), 0, K - 1)
+                                   np.concatenate(blocks, axis=1), chain, 0, K - 1)
         _, inc, _, _ = pmu.engine.increments(act)
         table = np.ascontiguousarray(np.rint(inc), dtype=np.int32)
         self._inc_cache[vcpu] = (key, table)

@@ -216,6 +216,32 @@ def test_edge_is_inactive_without_compare():
     assert ctr(pmu, 12) == 10
 
 
+def _without_pairs(act: Activity) -> Activity:
+    """The same batch with its adjacent-pair counts left out (what the plugin's feeder passes
+    when no EDGE counter is effective)."""
+    return Activity.from_arrays(act.count, act.active, act.os, act.cols, act.vals, None,
+                                act.first, act.last, act.shared)
+
+
+def test_a_batch_without_pairs_counts_the_same_unless_an_edge_detector_needs_them():
+    """Only an effective EDGE counter (EDGE with COMPARE, SDM 18.15.5.2) reads the adjacent
+    pairs: without one, a batch without them counts exactly as with them; with one, such a
+    batch is refused rather than counted wrong."""
+    hi, lo = kind(("uops_retired", "NBOGUS", 0, 2)), kind()
+    pattern = [lo, hi, hi, lo, hi, lo, lo, hi, hi, hi, lo]
+    full, bare = PMU(get_model()), PMU(get_model())
+    for pmu in (full, bare):
+        program(pmu, 12, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], ENABLE=1, COMPARE=1)
+        program(pmu, 13, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], ENABLE=1)
+    full.advance(Activity.from_clocks(pattern))
+    bare.advance(_without_pairs(Activity.from_clocks(pattern)))
+    assert ctr(bare, 12) == ctr(full, 12) == 6 and ctr(bare, 13) == ctr(full, 13) == 12
+    edge = PMU(get_model())
+    program(edge, 12, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], ENABLE=1, COMPARE=1, EDGE=1)
+    with pytest.raises(ValueError, match="EDGE"):
+        edge.advance(_without_pairs(Activity.from_clocks(pattern)))
+
+
 @pytest.mark.parametrize("key", ["0F_04", "0F_02"])
 def test_linux_count_every_clock_alias(key):
     """arch/x86/events/intel/p4.c / docs/linux-guest.md: perf's cycles alias writes CRU_ESCR2 =
