@@ -459,19 +459,33 @@ class Feeder:
     def _kind_incs(self, vcpu: int, pmu, o) -> np.ndarray:
         """(2 * n_kinds, 18) per-clock increments of every known (kind, CPL) on this LP, with
         the current programming: exact for counters without EDGE, the passing clocks (an upper
-        bound of the edges) for EDGE counters."""
+        bound of the edges) for EDGE counters.  Kinds keep appearing while a guest runs: when
+        only new kinds came since the last table, and no EDGE counter makes rows depend on
+        their neighbours, only their rows are computed and appended."""
         n = self.ffi.new("uint32_t *")
         self.lib.p4c_kinds(n)
         nk = int(n[0])
-        lp = vcpu % self.threads
-        oth = (bool(o.other_active), bool(o.other_os)) if self.ht else (False, False)
         key = self._table_key(vcpu, pmu, o, nk)
         hit = self._inc_cache.get(vcpu)
         if hit is not None and hit[0] == key:
             return hit[1]
-        F = self._features(nk)[:nk]
-        K = 2 * nk
-        ext = np.arange(K)
+        edge = bool(pmu.engine.edge_eff.any())
+        start = 0
+        if (hit is not None and not edge and hit[0][0] == key[0] and hit[0][2:] == key[2:]
+                and hit[0][1] < nk):
+            start = hit[0][1]  # the same programming and LP state: the old rows hold
+        rows = self._increment_rows(vcpu, pmu, o, start, nk, edge)
+        table = rows if start == 0 else np.concatenate((hit[1], rows))
+        self._inc_cache[vcpu] = (key, table)
+        return table
+
+    def _increment_rows(self, vcpu: int, pmu, o, k0: int, k1: int, edge: bool) -> np.ndarray:
+        """The table's rows of kinds k0..k1-1 (both CPLs each: rows 2 k0 .. 2 k1 - 1)."""
+        lp = vcpu % self.threads
+        oth = (bool(o.other_active), bool(o.other_os)) if self.ht else (False, False)
+        F = self._features(k1)[:k1]
+        ext = np.arange(2 * k0, 2 * k1)
+        K = ext.shape[0]
         kid, osf = ext >> 1, (ext & 1).astype(bool)
         cols, blocks = [], []
         for priv, sel in ((EV.OS, osf), (EV.USR, ~osf)):
@@ -486,16 +500,14 @@ class Feeder:
         os_[:, lp] = osf
         if self.ht:
             active[:, 1 - lp], os_[:, 1 - lp] = oth
-        # adjacent pairs only for an effective EDGE counter (a K x K matrix, K = 2 x kinds)
+        # adjacent pairs only for an effective EDGE counter (a K x K matrix)
         chain = None
-        if pmu.engine.edge_eff.any():
+        if edge:
             chain = np.zeros((K, K)) if K < 2 else _chain(K)
         act = Activity.from_arrays(np.ones(K), active, os_, np.concatenate(cols),
                                    np.concatenate(blocks, axis=1), chain, 0, K - 1)
         _, inc, _, _ = pmu.engine.increments(act)
-        table = np.ascontiguousarray(np.rint(inc), dtype=np.int32)
-        self._inc_cache[vcpu] = (key, table)
-        return table
+        return np.ascontiguousarray(np.rint(inc), dtype=np.int32)
 
     # -- the C-side register mirror (plugin/mirror.c; docs/bridge.md "The register mirror") ---
 
