@@ -99,22 +99,13 @@ def _kill_and_check(p: subprocess.Popen, tmpdir: Path) -> None:
 
 
 @pytest.mark.guest
-def test_sigkilled_p4pmu_linux_takes_qemu_with_it(private_tmp):
-    p = subprocess.Popen([*P4PMU, "linux", "--", "sleep 60"], env=_env(private_tmp),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        _kill_and_check(p, private_tmp)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        p.stderr.close()
-
-
-@pytest.mark.guest
-def test_sigkilled_p4pmu_qemu_takes_qemu_with_it(private_tmp):
+@pytest.mark.parametrize("args", [
+    ["linux", "--", "sleep 60"],
     # -S: QEMU waits forever with its vCPU stopped
-    p = subprocess.Popen([*P4PMU, "qemu", "--", "-machine", "pc", "-display", "none",
-                          "-nodefaults", "-S"], env=_env(private_tmp),
+    ["qemu", "--", "-machine", "pc", "-display", "none", "-nodefaults", "-S"],
+], ids=["linux", "qemu"])
+def test_sigkilled_p4pmu_takes_qemu_with_it(private_tmp, args):
+    p = subprocess.Popen([*P4PMU, *args], env=_env(private_tmp),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         _kill_and_check(p, private_tmp)
