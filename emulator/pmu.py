@@ -374,6 +374,17 @@ class PMU:
                                  f"{a.shape}")
             setattr(self, name, a)
 
+    def reload(self, cccrs, escrs: dict) -> None:
+        """Registers another authority wrote (the plugin's C register mirror serves some
+        CCCR and ESCR writes itself): decode CCCRs `cccrs`, whose values are already in the
+        shared `cccr_raw` and `ovf` (PMU(storage=...)), and set ESCR slot s to escrs[s],
+        as the writes would have.  Nothing is checked: the writes were valid."""
+        for n in cccrs:
+            raw = int(self.cccr_raw[n]) & ~_OVF_BIT
+            self._write_cccr(n, raw | (_OVF_BIT if self.ovf[n] else 0))
+        for slot, value in escrs.items():
+            self._write_escr(slot, value)
+
     def _write_cccr(self, n: int, value: int) -> None:
         """Decode a CCCR once, at write time (SDM Fig. 18-45)."""
         v = value & 0xFFFF_FFFF

@@ -138,6 +138,8 @@ class Bridge:
 
     def _enter(self, vcpu: int, pmu, feeder) -> None:
         """Start of a Python call that may use the PMU: the C fast path stops serving it."""
+        if self._profile is not None:
+            self._prof()
         if feeder.mirror_on:
             if self._log is not None:
                 self._served(vcpu)
@@ -173,8 +175,6 @@ class Bridge:
         self.n_rdmsr += 1
         feeder = self.feeder
         if feeder is not None:
-            if self._profile is not None:
-                self._prof()
             self._enter(vcpu, pmu, feeder)
             feeder.consume(vcpu, pmu)
         try:
@@ -280,8 +280,6 @@ class Bridge:
 
     def deadline(self, vcpu: int) -> int:
         """A counting deadline or fold request of vCPU `vcpu` (C side: cb_sched)."""
-        if self._profile is not None:
-            self._prof()
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         feeder = self.feeder
         if feeder is not None:

@@ -40,11 +40,13 @@ MODULE_NAME = "_p4pmu_bridge"
 C_SOURCES = (
     # headers
     "qemu_plugin_api.h", "p4pmu_plugin.h", "p4c_api.h", "bridge_types.h", "counting_types.h",
-    "registers.h", "python_calls.h", "intercept.h", "install.h", "mirror.h", "pmi.h",
+    "registers.h", "python_calls.h", "intercept.h", "install.h", "mirror.h", "programs.h",
+    "access_times.h", "pmi.h",
     "counting.h", "kinds.h", "batch.h", "classify.h", "predictor.h", "blocks.h", "resolve.h",
     "cuts.h", "fold.h", "deadline.h", "siblings.h", "translate.h", "flush.h", "options.h",
     # units
-    "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c", "pmi.c",
+    "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c", "programs.c",
+    "access_times.c", "pmi.c",
     "counting.c", "kinds.c", "batch.c", "classify.c", "predictor.c", "blocks.c", "resolve.c",
     "cuts.c", "fold.c", "deadline.c", "siblings.c", "translate.c", "flush.c", "options.c",
 )
@@ -309,9 +311,11 @@ def _python_api() -> str:
 
 
 def _counter_count_define() -> str:
-    """The counter count, one truth: p4pmu.emulator.tables.NUM_COUNTERS."""
+    """The counter and ESCR counts, one truth: p4pmu.emulator.tables (NUM_COUNTERS, ESCRS:
+    a model has at most that many ESCRs)."""
     from p4pmu.emulator import tables
-    return f"#define P4_NCOUNTERS {tables.NUM_COUNTERS}\n"
+    return (f"#define P4_NCOUNTERS {tables.NUM_COUNTERS}\n"
+            f"#define P4_NESCRS {len(tables.ESCRS)}\n")
 
 
 def _init_code(info: dict) -> str:
@@ -343,7 +347,7 @@ def generated_header() -> str:
     sys.path_importer_cache.clear()
     from p4pmu.emulator import insn_classes
     text = insn_classes.c_header()
-    return text + ("\n/* the counter count (p4pmu.emulator.tables.NUM_COUNTERS) */\n"
+    return text + ("\n/* the counter and ESCR counts (p4pmu.emulator.tables) */\n"
                    "#ifndef P4_NCOUNTERS\n" + _counter_count_define() + "#endif\n")
 
 

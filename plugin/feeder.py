@@ -29,6 +29,7 @@ from p4pmu.emulator.activity import Activity
 
 LIMIT = float(1 << T.COUNTER_BITS)
 MAX_BUDGET = 1 << 60
+_TABLES_KEPT = 64  # per-kind tables kept per vCPU, one per programming (Feeder._kind_incs)
 
 # Largest value a class line can present in one clock under the clock model (I6): at most
 # retire_width instructions/uops, one branch; other classes (FP uops of microcoded
@@ -64,8 +65,11 @@ class _MirrorView:
     tmax: np.ndarray
     ctr_fault: np.ndarray
     cccr_fault: np.ndarray
+    escr: np.ndarray = None  # the ESCRs C may write (m.escr)
     key: object = None  # what the static part (run ... cccr_fault) was written for
     changes_seen: int = 0  # m.state_changes when the fast path was enabled
+    prog_seen: int = 0  # m.prog_changes when the fast path was enabled
+    cccr_decoded: np.ndarray = None  # the CCCRs (without OVF) the Python model decoded
 
 
 _BIT = np.left_shift(np.int64(1), np.arange(T.NUM_COUNTERS, dtype=np.int64))
@@ -115,6 +119,8 @@ class Feeder:
         self._mrule: dict[int, tuple] = {}
         self._mstatic: dict[int, tuple] = {}
         self.n_fast_on = self.n_fast_off = 0
+        from p4pmu.plugin.programs import Programs
+        self._programs = Programs(self)
 
     # -- kinds -----------------------------------------------------------------------------
 
@@ -417,10 +423,10 @@ class Feeder:
     def _table(self, vcpu: int, pmu, o, st) -> None:
         """The per-kind increment table for C (fold totals, fast_check), its watched-counter
         map and rates; rewritten only when it changes."""
-        table = self._kind_incs(vcpu, pmu, o)
-        tkey = self._inc_cache[vcpu][0]
+        tkey, table = self._kind_incs(vcpu, pmu, o)
         o.tot_ok = 0 if st["exact"] else -1
-        if self._winc.get(vcpu) is not table:
+        if self._winc.get(vcpu) is not table or \
+                int(self.ffi.cast("uintptr_t", o.winc)) != table.ctypes.data:  # C switched it
             self._winc[vcpu] = table  # keep it alive: C reads it until the next Python call
             self._wgen[vcpu] = self._wgen.get(vcpu, 0) + 1
             o.winc = self.ffi.cast("int32_t *", table.ctypes.data)
@@ -456,28 +462,32 @@ class Feeder:
             self._prog_cache[id(pmu)] = prog
         return (prog[1], nk, vcpu % self.threads, oth)
 
-    def _kind_incs(self, vcpu: int, pmu, o) -> np.ndarray:
-        """(2 * n_kinds, 18) per-clock increments of every known (kind, CPL) on this LP, with
-        the current programming: exact for counters without EDGE, the passing clocks (an upper
-        bound of the edges) for EDGE counters.  Kinds keep appearing while a guest runs: when
-        only new kinds came since the last table, and no EDGE counter makes rows depend on
-        their neighbours, only their rows are computed and appended."""
+    def _kind_incs(self, vcpu: int, pmu, o) -> tuple[tuple, np.ndarray]:
+        """(its key, the (2 * n_kinds, 18) per-clock increments of every known (kind, CPL)
+        on this LP with the current programming): exact for counters without EDGE, the
+        passing clocks (an upper bound of the edges) for EDGE counters.  Tables are kept
+        per programming (a driver that multiplexes keeps coming back to the same few), and
+        kinds keep appearing while a guest runs: when only new kinds came since a
+        programming's table, and no EDGE counter makes rows depend on their neighbours, only
+        their rows are computed and appended."""
         n = self.ffi.new("uint32_t *")
         self.lib.p4c_kinds(n)
         nk = int(n[0])
         key = self._table_key(vcpu, pmu, o, nk)
-        hit = self._inc_cache.get(vcpu)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        edge = bool(pmu.engine.edge_eff.any())
-        start = 0
-        if (hit is not None and not edge and hit[0][0] == key[0] and hit[0][2:] == key[2:]
-                and hit[0][1] < nk):
-            start = hit[0][1]  # the same programming and LP state: the old rows hold
-        rows = self._increment_rows(vcpu, pmu, o, start, nk, edge)
-        table = rows if start == 0 else np.concatenate((hit[1], rows))
-        self._inc_cache[vcpu] = (key, table)
-        return table
+        cache = self._inc_cache.setdefault(vcpu, {})
+        ck = (key[0],) + key[2:]
+        hit = cache.pop(ck, None)
+        if hit is not None and hit[0] == nk:
+            table = hit[1]
+        else:
+            edge = bool(pmu.engine.edge_eff.any())
+            start = hit[0] if hit is not None and not edge and hit[0] < nk else 0
+            rows = self._increment_rows(vcpu, pmu, o, start, nk, edge)
+            table = rows if start == 0 else np.concatenate((hit[1], rows))
+        cache[ck] = (nk, table)  # the most recently used last
+        if len(cache) > _TABLES_KEPT:
+            del cache[next(iter(cache))]
+        return key, table
 
     def _increment_rows(self, vcpu: int, pmu, o, k0: int, k1: int, edge: bool) -> np.ndarray:
         """The table's rows of kinds k0..k1-1 (both CPLs each: rows 2 k0 .. 2 k1 - 1)."""
@@ -545,11 +555,14 @@ class Feeder:
             view("ctr_msr", np.uint32)[:] = [c.counter_msr for c in T.COUNTERS]
             view("cccr_msr", np.uint32)[:] = [c.cccr_msr for c in T.COUNTERS]
             m.log_on = 1 if self.bridge.logging else 0
+            m.escr_event_bits = T.ESCR_FIELD["EVENT_SELECT"].mask | T.ESCR_FIELD["EVENT_MASK"].mask
+            m.cccr_enable_bit = T.CCCR_FIELD["ENABLE"].mask
+            m.cur = -1
             mv = self._mv[vcpu] = _MirrorView(
                 m, view("ctr", np.uint64), view("cccr", np.uint64), view("ovf", np.uint8),
                 view("armed", np.uint8), view("run", np.uint8), view("pmi", np.uint8),
                 view("rate_b", np.int32), view("tmax", np.int32), view("ctr_fault", np.uint64),
-                view("cccr_fault", np.uint64))
+                view("cccr_fault", np.uint64), view("escr", np.uint64))
         return mv
 
     def storage(self, core: int) -> dict[str, np.ndarray]:
@@ -596,6 +609,7 @@ class Feeder:
             mv.key = key
         m.nkext = o.nkext
         mv.changes_seen = int(m.state_changes)
+        self._programs.hand_over(vcpu, pmu, mv, o)
         m.active = 1
         self.n_fast_on += 1
 
@@ -608,6 +622,8 @@ class Feeder:
             return
         mv.m.active = 0
         self.n_fast_off += 1
+        if int(mv.m.prog_changes) != mv.prog_seen:
+            self._programs.take_back(vcpu, pmu, mv)
         if int(mv.m.state_changes) != mv.changes_seen:
             pmu.engine.note_state_change()
         # fast_check's rates were (re)written by C: write ours again at the next after()
@@ -629,13 +645,14 @@ class Feeder:
     def mirror_vcpus(self) -> list[int]:
         return sorted(self._mv)
 
-    def mirror_counts(self) -> tuple[int, int, int, int, int, int]:
-        """(RDMSR, WRMSR, RDPMC, deadlines, overflow walks, declined) served by C."""
-        t = [0] * 6
+    def mirror_counts(self) -> tuple[int, int, int, int, int, int, int]:
+        """(RDMSR, WRMSR, RDPMC, deadlines, overflow walks, declined, programming switches)
+        served by C."""
+        t = [0] * 7
         for mv in self._mv.values():
             m = mv.m
             for i, x in enumerate((m.n_rdmsr, m.n_wrmsr, m.n_rdpmc, m.n_deadline, m.n_walks,
-                                   m.n_declined)):
+                                   m.n_declined, m.n_switches)):
                 t[i] += int(x)
         return tuple(t)
 
@@ -643,10 +660,11 @@ class Feeder:
         s = (f"# feeder: {self.n_batches} batches ({self.n_fast} added up in C), "
              f"{self.n_clocks} clocks, {self.n_bad} repaired")
         if self.mirror_on:
-            r, w, p, d, k, x = self.mirror_counts()
+            r, w, p, d, k, x, sw = self.mirror_counts()
             s += (f"\n# mirror: {r} RDMSR, {w} WRMSR, {p} RDPMC, {d} deadlines served in C "
                   f"({k} overflow walks); {x} declined; fast path on {self.n_fast_on} "
-                  f"times, off {self.n_fast_off} times")
+                  f"times, off {self.n_fast_off} times; {sw} programming switches in C "
+                  f"({self._programs.registered} programmings registered)")
         else:
             s += "\n# mirror: off"
         return s

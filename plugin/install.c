@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "install.h"
+#include "access_times.h"
 #include "blocks.h"
 #include "counting.h"
 #include "cuts.h"
@@ -108,9 +109,10 @@ static void debug_report(int i)
     if (mirrors) {
         const struct p4c_mirror *m = &mirrors[i];
         fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
-                "RDPMC, %llu deadlines served in C (%llu overflow walks), %llu "
-                "declined\n", i, (ull)m->n_rdmsr, (ull)m->n_wrmsr, (ull)m->n_rdpmc,
-                (ull)m->n_deadline, (ull)m->n_walks, (ull)m->n_declined);
+                "RDPMC, %llu deadlines served in C (%llu overflow walks, %llu "
+                "programming switches), %llu declined\n", i, (ull)m->n_rdmsr,
+                (ull)m->n_wrmsr, (ull)m->n_rdpmc, (ull)m->n_deadline, (ull)m->n_walks,
+                (ull)m->n_switches, (ull)m->n_declined);
     }
 }
 
@@ -121,6 +123,7 @@ static void at_exit(void *ud)
         debug_report(i);
     }
     counting_report();
+    access_times_report();
     p4pmu_py_exit();
 }
 

@@ -38,6 +38,7 @@
 #include <pthread.h>
 
 #include "intercept.h"
+#include "access_times.h"
 #include "counting.h"
 #include "cuts.h"
 #include "deadline.h"
@@ -262,10 +263,12 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     uint64_t value = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
     watch_counter_write(vi, v, msr, value);
     int was = run.instrument || run.start_requested;
+    uint64_t t0 = access_time_start();
     sibling_sync(vi, s.linear);
     int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
     int r = pmu_wrmsr(vi, msr, value);
     after_python(vi, rest);
+    access_time_end(t0);
     if (!was && run.start_requested) {
         counting_credit_wrmsr(vi, s.linear, current_cpl(v) == 0);
     }
@@ -294,10 +297,12 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         if (current_cpl(v) != 0) {
             return;
         }
+        uint64_t t0 = access_time_start();
         sibling_sync(vi, unpack_site(ud).linear);
         int64_t rest = run.instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
         int r = pmu_rdmsr(vi, msr, &value);
         after_python(vi, rest);
+        access_time_end(t0);
         if (r == P4_PY_FAULT) {
             struct site s = unpack_site(ud);
             fault_by_redirect(v, &s, rcx);
@@ -369,10 +374,12 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     if (v->refault_linear && v->refault_linear == s.linear && s.first) {
         r = P4_PY_FAULT; /* asked already, before the #UD round trip (cb_entry) */
     } else {
+        uint64_t t0 = access_time_start();
         sibling_sync(vi, s.linear);
         int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
         r = pmu_rdpmc(vi, (uint32_t)rcx, &value);
         after_python(vi, rest);
+        access_time_end(t0);
     }
     v->refault_linear = 0;
     if (r == P4_PY_FAULT) {

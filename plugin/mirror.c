@@ -15,13 +15,14 @@
  *    arming of the PMI on the next counted event: SDM 18.15.5.8; docs/emulator.md) -- the
  *    same result as the engine's one-clock sub-batches (Feeder.consume, "seq");
  *  - RDMSR of a counter or CCCR, RDPMC of counter 0-17, WRMSR of a counter value and WRMSR of
- *    a CCCR that changes nothing but OVF are served here;
+ *    a CCCR that changes nothing but OVF are served here; so are RDMSR of an ESCR and a CCCR
+ *    or ESCR write that leads to a programming Python registered (programs.c);
  *  - Feeder.after's work (the next deadline, the watched counters and their headroom, the
  *    PMI request level) is done here, line by line, so that after_python() arms the same
  *    deadlines and delivers the same PMIs as with Python.
  *
- * Anything else -- an access the mirror does not serve (ESCRs, other registers, a write that
- * changes a configuration or faults, an RDPMC index that faults), a batch with an OVF 0 -> 1
+ * Anything else -- an access the mirror does not serve (other registers, a write that leads
+ * to a programming not registered or faults, an RDPMC index that faults), a batch with an OVF 0 -> 1
  * transition that is not one block execution, a batch with bookkeeping repairs, a per-kind
  * table older than the kinds now known (Python would rebuild it) -- is declined: the C side
  * calls Python, which first disables the fast path (Feeder.disable_fast_path) and then works
@@ -40,6 +41,7 @@
 #include "mirror.h"
 #include "counting.h"
 #include "kinds.h"
+#include "programs.h"
 #include "python_calls.h"
 
 struct p4c_mirror *mirrors;
@@ -225,26 +227,39 @@ static int mirror_counter_index(const uint32_t *msrs, uint32_t msr)
     return -1;
 }
 
+static int mirror_escr_index(const struct p4c_mirror *m, uint32_t msr)
+{
+    if (m->cur < 0) return -1; /* ESCRs are served only while a programming is registered */
+    for (uint32_t s = 0; s < m->nescr; s++) {
+        if (m->escr_msr[s] == msr) return (int)s;
+    }
+    return -1;
+}
+
 static inline void mirror_declined(unsigned vi)
 {
     if (mirrors && mirrors[vi].active) mirrors[vi].n_declined++;
 }
 
-/* RDMSR of a counter or CCCR (PMU.rdmsr).  Returns P4_PY_OK with *out, or 0: ask Python. */
+/* RDMSR of a counter, CCCR or ESCR (PMU.rdmsr).  Returns P4_PY_OK with *out, or 0: ask
+ * Python. */
 static int mirror_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
 {
     struct p4c_mirror *m = mirror_for_access(vi);
     if (!m) return 0;
     int c = mirror_counter_index(m->ctr_msr, msr);
     int k = c < 0 ? mirror_counter_index(m->cccr_msr, msr) : -1;
-    if ((c < 0 && k < 0) || !mirror_consume(vi, m)) {
+    int s = c < 0 && k < 0 ? mirror_escr_index(m, msr) : -1;
+    if ((c < 0 && k < 0 && s < 0) || !mirror_consume(vi, m)) {
         mirror_declined(vi);
         return 0;
     }
     if (c >= 0) {
         *out = m->ctr[c];
-    } else {
+    } else if (k >= 0) {
         *out = (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0);
+    } else {
+        *out = m->escr[s];
     }
     mirror_after(vi, m);
     m->n_rdmsr++;
@@ -252,21 +267,42 @@ static int mirror_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
     return P4_PY_OK;
 }
 
-/* WRMSR of a counter value (all 40 bits, OVF unchanged: SDM 18.15.5.4) or of a CCCR with its
- * configuration unchanged (only OVF may change; clearing OVF ends the request: docs/emulator.md,
- * pmu.pmi_request).  Returns P4_PY_OK or 0: ask Python (configuration change, reserved bits:
- * #GP). */
+/* A CCCR or ESCR write that changes the programming: the registered programming it leads
+ * to (programs.c), or -1: ask Python (none registered, a notice to give, or no programming
+ * known now). */
+static int mirror_prog_target(const struct p4c_mirror *m, int k, int s, uint64_t value)
+{
+    if (m->cur < 0 || prog_write_noticed(m, k, s, value)) return -1;
+    return prog_find(m, k, s, value);
+}
+
+/* WRMSR of a counter value (all 40 bits, OVF unchanged: SDM 18.15.5.4), of a CCCR, or of an
+ * ESCR.  A CCCR write that changes only OVF is served in place (clearing OVF ends the
+ * request: docs/emulator.md, pmu.pmi_request); one that changes the configuration, and an
+ * ESCR write, only when the result is a registered programming (programs.c).  Returns
+ * P4_PY_OK or 0: ask Python (reserved bits: #GP; an unknown programming). */
 static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
 {
     struct p4c_mirror *m = mirror_for_access(vi);
     if (!m) return 0;
     int c = mirror_counter_index(m->ctr_msr, msr);
     int k = c < 0 ? mirror_counter_index(m->cccr_msr, msr) : -1;
-    int ok = 0;
+    int s = c < 0 && k < 0 ? mirror_escr_index(m, msr) : -1;
+    int ok = 0, target = -1;
     if (c >= 0) {
         ok = !(value & m->ctr_fault[c]);
     } else if (k >= 0) {
-        ok = !(value & m->cccr_fault[k]) && !((value ^ m->cccr[k]) & ~m->ovf_mask);
+        ok = !(value & m->cccr_fault[k]);
+        if (ok && ((value ^ m->cccr[k]) & ~m->ovf_mask)) {
+            target = mirror_prog_target(m, k, -1, value);
+            ok = target >= 0;
+        }
+    } else if (s >= 0) {
+        ok = !(value & m->escr_fault[s]);
+        if (ok && value != m->escr[s]) {
+            target = mirror_prog_target(m, -1, s, value);
+            ok = target >= 0;
+        }
     }
     if (!ok || !mirror_consume(vi, m)) {
         mirror_declined(vi);
@@ -274,14 +310,17 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
     }
     if (c >= 0) {
         m->ctr[c] = value;
-    } else {
+    } else if (k >= 0) {
         m->cccr[k] = value;
         uint8_t ovf = (value & m->ovf_mask) != 0;
         uint8_t armed = ovf ? m->armed[k] : 0;
         if (ovf != m->ovf[k] || armed != m->armed[k]) m->state_changes++;
         m->ovf[k] = ovf;
         m->armed[k] = armed;
+    } else {
+        m->escr[s] = value;
     }
+    if (target >= 0) prog_switch(vi, m, target);
     mirror_after(vi, m);
     m->n_wrmsr++;
     mirror_record(m, 2, msr, value);

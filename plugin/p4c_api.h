@@ -13,9 +13,10 @@
 
 #include <stdint.h>
 
-/* P4_NCOUNTERS, the performance counters of a NetBurst core (SDM Vol. 3B 18.15.2): from the
- * emulator's register table (p4pmu.emulator.tables.NUM_COUNTERS), generated into p4_tables.h;
- * build.py puts the same #define in front of the block below for cffi's cdef. */
+/* P4_NCOUNTERS, the performance counters of a NetBurst core (SDM Vol. 3B 18.15.2), and
+ * P4_NESCRS, the most ESCRs a model has: from the emulator's register table
+ * (p4pmu.emulator.tables), generated into p4_tables.h; build.py puts the same #defines in
+ * front of the block below for cffi's cdef. */
 #include "p4_tables.h"
 
 /* BEGIN PYTHON API */
@@ -67,6 +68,25 @@ struct p4c_out {
                         * (the outcome-free level may be installed: lite_update) */
 };
 
+#define P4_PROGS 128 /* programmings a vCPU's mirror may switch between (programs.c) */
+
+/* A programming the mirror may switch to without Python (programs.c; docs/bridge.md, "The
+ * register mirror"): the CCCRs and ESCRs that make it, and what Python derived from them
+ * (Feeder.enable_fast_path) -- the running set, the per-kind table and its rates, the
+ * outcome-free flag. */
+struct p4c_prog {
+    uint64_t hash;                 /* programs.c's hash of cccr[] and escr[]; 0: empty slot */
+    uint64_t cccr[P4_NCOUNTERS];   /* without OVF */
+    uint64_t escr[P4_NESCRS];      /* this model's ESCR slots, the rest 0 */
+    int32_t *winc;                 /* its per-kind table (p4c_out.winc) and rows */
+    uint32_t nkext;
+    int any_run;
+    int lite;                      /* p4c_out.lite */
+    uint8_t run[P4_NCOUNTERS], pmi[P4_NCOUNTERS];
+    int8_t escr_of[P4_NCOUNTERS];  /* the ESCR slot counter n counts through, -1: none */
+    int32_t rate_b[P4_NCOUNTERS], tmax[P4_NCOUNTERS];
+};
+
 /* one access served by the mirror, for the log (Python writes the line at its next call) */
 struct p4c_mrec {
     uint32_t op;    /* 1 RDMSR, 2 WRMSR, 3 RDPMC */
@@ -96,11 +116,24 @@ struct p4c_mirror {
     uint8_t ovf[P4_NCOUNTERS], armed[P4_NCOUNTERS], run[P4_NCOUNTERS], pmi[P4_NCOUNTERS];
     int32_t rate_b[P4_NCOUNTERS]; /* Feeder.after's budget rate of a counter not arming */
     int32_t tmax[P4_NCOUNTERS];   /* max(1, the table's largest per-clock increment) */
+    /* the ESCRs and the programmings the mirror may switch to (programs.c): written by Python
+     * (escr[] when it enables the fast path, progs[] and cur when it registers one); C
+     * changes escr[], cccr[] and cur when it serves a programming write, and bumps
+     * prog_changes (Python then decodes the registers that changed: Feeder.disable_fast_path) */
+    uint32_t nescr;                      /* this model's ESCR slots */
+    uint32_t escr_msr[P4_NESCRS];
+    uint64_t escr_fault[P4_NESCRS];
+    uint64_t escr_event_bits;            /* EVENT_SELECT | EVENT_MASK */
+    uint64_t cccr_enable_bit;            /* ENABLE */
+    uint64_t escr[P4_NESCRS];
+    int cur;                             /* progs[] slot in force, -1: none (no switching) */
+    uint64_t prog_changes;
+    struct p4c_prog progs[P4_PROGS];
     /* written by C: bumped whenever it changes ovf[] or armed[] (the engine's derived
      * vectors key on OVF and arming: Python compares it at its next call) */
     uint64_t state_changes;
     /* statistics (C) */
-    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks;
+    uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks, n_switches;
     /* accesses served here since Python last looked (log) */
     uint32_t nrec;
     struct p4c_mrec rec[P4_MIRROR_RECS];
@@ -109,6 +142,7 @@ struct p4c_mirror {
 struct p4c_out *p4c_out(unsigned vi);             /* vCPU vi's fold output */
 const uint8_t *p4c_kinds(uint32_t *n);            /* the clock kinds' fields, *n of them */
 struct p4c_mirror *p4c_mirror(unsigned vi);       /* vCPU vi's register mirror */
+void p4c_prog_commit(unsigned vi, int slot);      /* progs[slot] filled in: hash it */
 /* END PYTHON API */
 
 #endif

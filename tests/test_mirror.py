@@ -35,7 +35,8 @@ USR_BRANCH = escr_value("branch_retired", "MMNP", "MMNM", "MMTP", "MMTM", t0_usr
 
 _STATS = re.compile(r"# mirror: (\d+) RDMSR, (\d+) WRMSR, (\d+) RDPMC, (\d+) deadlines "
                     r"served in C \((\d+) overflow walks\); (\d+) declined; fast path on (\d+) "
-                    r"times, off (\d+) times")
+                    r"times, off (\d+) times; (\d+) programming switches in C \((\d+) "
+                    r"programmings registered\)")
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Served:
     declined: int
     fast_path_on: int
     fast_path_off: int
+    switches: int
+    registered: int
 
 
 def _run(run_guest, tmp_path, guest, script, mirror, opts=(), model="0F_04", qemu_args=()):
@@ -143,6 +146,64 @@ def test_reads_writes_and_rdpmc_of_every_counter_while_counting(run_guest, tmp_p
     assert served.rdmsr >= 3 * 36 and served.rdpmc >= 3 * 36, served
     assert served.wrmsr >= 18, served
     assert served.declined > 0, served  # the ESCR read and the new programming
+
+
+@pytest.mark.parametrize("bits,noticed", ((32, "escr"), (64, "cccr")))
+def test_context_switch_programmings_are_switched_in_c(run_guest, tmp_path, bits, noticed):
+    """A driver multiplexing the PMU as Linux perf does at every context switch: disable the
+    counters, program their ESCRs for the next task's events, preset and enable, count, read
+    back -- two alternating sets of programmings, one with a PMI counter near overflow.
+    After Python has seen each programming once, the CCCR and ESCR writes that lead back to
+    it are served in C (programs.c), with the same counts, interrupts and log as Python; a
+    write that would raise a notice (an ESCR reprogrammed under its enabled counter, a CCCR
+    reprogrammed while enabled) still goes to Python, which says so (once per run: the two
+    notices share their key, so each run checks one)."""
+    lvt = VEC_PMI
+    pmi_cccr = cccr_value(12, C0, pmi_t0=True)
+    s = EvScript()
+    s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=12, reload=preset(1500),
+                 cccr=pmi_cccr, lvt=lvt)
+    s.pmi_reset()
+    s.lvt(lvt)
+    task_a = [(12, C0, USR_INSTR, pmi_cccr), (14, C3, USR_BRANCH, cccr_value(14, C3))]
+    task_b = [(12, C0, ALL_INSTR, cccr_value(12, C0)),
+              (15, C1, escr_value("instr_retired", "BOGUSNTAG", "NBOGUSNTAG", t0_usr=True),
+               cccr_value(15, C1))]
+    for i in range(12):
+        for name, task in (("a", task_a), ("b", task_b)):
+            for ctr, escr, ev, cccr in task:
+                s.wrmsr(escr_msr(escr), ev)
+                s.wrmsr(counter_msr(ctr), preset(1500) if cccr == pmi_cccr else 0)
+                s.wrmsr(cccr_msr(ctr), cccr)
+            s.loop("alt" if name == "a" else "alu", 400, user=True, intr=True)
+            for ctr, *_ in task:
+                s.rdpmc(ctr, f"{name}{i}.p{ctr}")
+                s.wrmsr(cccr_msr(ctr), 0)
+            s.rdmsr(escr_msr(task[0][1]), f"{name}{i}.escr")
+    # a notice: an ESCR reprogrammed under its enabled counter, or a CCCR reprogrammed while
+    # enabled
+    s.wrmsr(escr_msr(C0), USR_INSTR)
+    s.wrmsr(cccr_msr(12), cccr_value(12, C0))
+    if noticed == "escr":
+        s.wrmsr(escr_msr(C0), escr_value("instr_retired", "BOGUSNTAG", t0_usr=True))
+    else:
+        s.wrmsr(cccr_msr(12), cccr_value(12, C0, compare=True, threshold=0))
+    s.loop("alt", 100, user=True)
+    s.rdmsr(counter_msr(12), "last")
+    s.wrmsr(cccr_msr(12), 0)
+    s.pmi_log()
+    served, lines = both(run_guest, tmp_path, s, guest=f"events{bits}")
+    out = parse_events(lines)
+    assert out.pmi_counts[0][0] >= 10, out.pmi_counts
+    assert all(out[f"b{i}.p15"] > 0 and out[f"a{i}.p14"] > 0 for i in range(12))
+    # per task switch at least 4 writes change the programming (2 CCCRs on, 2 off)
+    assert served.switches >= 8 * 2 * 4, served
+    assert served.registered >= 4, served
+    logs = {m: (tmp_path / f"log-{m}.txt").read_text() for m in ("on", "off")}
+    said = ("MSR_CRU_ESCR0 was reprogrammed from" if noticed == "escr" else
+            "(MSR_IQ_COUNTER0) was reprogrammed while enabled")
+    for text in logs.values():
+        assert said in text
 
 
 def test_compare_threshold_complement_without_edge_are_mirrored(run_guest, tmp_path):
