@@ -2,10 +2,13 @@
  * p4pmu: the host time each PMU access takes to serve -- from the fold before it to the
  * deadline and PMI decisions after it, whether the register mirror or Python served it --
  * kept as a histogram of 1-microsecond buckets (atomic counts, any vCPU thread) and reported
- * at exit with P4PMU_DEBUG=1: count, median, 90th percentile, largest bucket.  `p4pmu bench`
- * reads the line to check the per-access target (docs/performance.md).
+ * at exit with P4PMU_DEBUG=1 or P4PMU_ACCESS_TIMES=1 in the environment: count, median, 90th
+ * percentile, largest bucket.  `p4pmu bench` reads the line to check the per-access target
+ * (docs/performance.md).
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "access_times.h"
@@ -42,7 +45,8 @@ static unsigned access_quantile(uint64_t n, double frac)
 
 void access_times_report(void)
 {
-    if (!debug) return;
+    const char *want = getenv("P4PMU_ACCESS_TIMES");
+    if (!debug && !(want && strcmp(want, "0"))) return;
     uint64_t n = 0;
     unsigned top = 0;
     for (unsigned b = 0; b < ACCESS_BUCKETS; b++) {

@@ -1,7 +1,8 @@
 /*
  * access_times.h: what access_times.c offers to the other units. access_times.c: the host
  * time each PMU access takes to serve (fold, mirror or Python, deadline and PMI), as a
- * histogram reported at exit with P4PMU_DEBUG=1 (docs/performance.md).
+ * histogram reported at exit with P4PMU_DEBUG=1 or P4PMU_ACCESS_TIMES=1
+ * (docs/performance.md).
  */
 #ifndef P4PMU_ACCESS_TIMES_H
 #define P4PMU_ACCESS_TIMES_H

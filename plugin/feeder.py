@@ -298,7 +298,7 @@ class Feeder:
             return False
         eng.update_derived()
         pos = add > 0
-        if (pos & (eng.arm_cand | pmu.force_ovf)).any():
+        if (pos & (eng.arm_cand | eng.force_cand)).any():
             return False
         new = pmu.counter + add.astype(np.uint64)
         if (new >= np.uint64(1 << 40)).any():
@@ -379,7 +379,13 @@ class Feeder:
         ovf = pmu.ovf
         arm = run & ovf & eng.pmi_any & ~pmu.pmi_armed
         cand = run & ~ovf
-        idx = np.flatnonzero(cand | arm | (run & pmu.force_ovf))
+        # a FORCE_OVF counter is watched event by event only while its next event changes
+        # something: OVF 0 -> 1 (a candidate) or the PMI arming; with OVF set and the
+        # request armed (or no OVF_PMI) it just counts (SDM 18.15.5.8).  A counter that no
+        # line feeds (its ESCR selects nothing modelled) never counts, unless COMPARE with
+        # COMPLEMENT passes its empty input every clock (SDM 18.15.5.2): no deadline for it
+        can_count = (eng.W > 0).any(axis=0) | (pmu.compare & pmu.complement)
+        idx = np.flatnonzero((cand | arm) & can_count)
         # the most a counter can receive per clock under the clock model (feeder budget)
         W = eng.W[:, idx]
         rate = np.minimum(15.0, LINE_MAX @ (W > 0)) if idx.size else np.zeros(0)
@@ -388,7 +394,7 @@ class Feeder:
         head1 = arm[idx] | pmu.force_ovf[idx]
         st = {"any_run": bool(run.any()), "idx": idx, "arm_w": head1, "rate_b": rate,
               "levels": tuple(1 if pmu.pmi_request(t) else 0 for t in range(self.threads)),
-              "watch_ok": 0 < idx.size <= self.lib.P4_NCOUNTERS and not pmu.force_ovf[idx].any(),
+              "watch_ok": 0 < idx.size <= self.lib.P4_NCOUNTERS,
               "exact": not bool(eng.edge_eff.any()),
               "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
               "tmask": _bits(run),

@@ -14,7 +14,11 @@ invocation under
       interrupt at (d)'s rate costs in plain QEMU (delivery, handler, IRET);
   (e) the MSR microbenchmark: one RDMSR 300h / WRMSR 300h / RDMSR 174h (not a PMU MSR) per
       loop iteration, with and without the plugin, nothing enabled; and RDMSR 300h with the
-      18 counters of (c) counting,
+      18 counters of (c) counting;
+  (g) random programming (qemu_glue/bench_stress.py): 2,000 random accesses of every
+      counter, CCCR and ESCR, FORCE_OVF with the LVT entry masked, near-overflow presets,
+      each followed by some of the benchmark loop, with and without the plugin, and the
+      host time of each access,
 
 and prints a table and the ratios to plain QEMU.
 
@@ -54,6 +58,7 @@ from pathlib import Path
 from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 from p4pmu.plugin import bookkeeping_errors
+from p4pmu.qemu_glue import bench_stress
 from p4pmu.qemu_glue.cli import model_from_arg, parse_plugin_opts
 from p4pmu.qemu_glue.guests import build as guest_build
 from p4pmu.qemu_glue.machine import P4Machine
@@ -227,11 +232,12 @@ class Bench:
         self.commands: dict[str, str] = {}
         self.process_time_runs = 0  # runs timed by process CPU time (vCPU thread not read)
 
-    def machine(self, plugin: bool, text: str) -> tuple[P4Machine, str]:
+    def machine(self, plugin: bool, text: str,
+                env: dict[str, str] | None = None) -> tuple[P4Machine, str]:
         """The QEMU of one run, its guest script and serial port in memory; (machine, the
         serial port's path for machine.memfd_bytes)."""
         m = P4Machine(self.qemu, self.model, plugin=self.plugin if plugin else None,
-                      plugin_opts=self.plugin_opts if plugin else {},
+                      plugin_opts=self.plugin_opts if plugin else {}, env=env,
                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, own_session=True)
         script = m.add_memfd("script", text.encode())
         serial = m.add_memfd("serial")
@@ -239,12 +245,16 @@ class Bench:
                        "-initrd", script]
         return m, serial
 
-    def one(self, key: str, plugin: bool, text: str, timeout: float = 600) -> tuple[float, str]:
-        machine, serial = self.machine(plugin, text)
+    def one(self, key: str, plugin: bool, text: str, timeout: float = 600,
+            env: dict[str, str] | None = None) -> tuple[float, str]:
+        """One run: (the CPU time, the guest's serial output); QEMU's standard error is kept
+        in self.last_stderr."""
+        machine, serial = self.machine(plugin, text, env)
         with machine:
             self.commands.setdefault(key, shlex.join(machine.command))
             r = _run(machine, timeout=timeout)
             out = machine.memfd_bytes(serial).decode(errors="replace")
+        self.last_stderr = r.serial
         if not r.vcpu and not self.process_time_runs:
             print(f"bench: warning: {key}: the vCPU thread's CPU time could not be read "
                   "(/proc/PID/task/TID/schedstat); this run counts the whole process's",
@@ -266,6 +276,7 @@ class Bench:
         res = self._guest_loop()
         self._floor(res)
         self._msr(res)
+        self._stress(res)
         res["commands"] = self.commands
         res["timing"] = ("vCPU thread" if not self.process_time_runs else
                          f"vCPU thread, {self.process_time_runs} run(s) whole process")
@@ -424,6 +435,37 @@ class Bench:
         res["msr_k"] = [k1, k2]
 
 
+    def _stress(self, res: dict) -> None:
+        """(g): random programming of every counter, FORCE_OVF with a masked LVT entry,
+        near-overflow presets (qemu_glue/bench_stress.py)."""
+        text = bench_stress.script(self.model.key)
+        empty = "lvt 0x10000\nloop empty 1\n"
+        work: dict[bool, list[float]] = {False: [], True: []}
+        start: dict[bool, list[float]] = {False: [], True: []}
+        times = None
+        env = {"P4PMU_ACCESS_TIMES": "1"}
+        for rep in range(self.repeat):
+            self.say(f"bench: round {rep + 1}/{self.repeat}: random programming")
+            for plugin in (False, True):
+                key = f"stress-{'plugin' if plugin else 'plain'}"
+                t, _ = self.one(key, plugin, text, env=env if plugin else None)
+                work[plugin].append(t)
+                if plugin:
+                    times = bench_stress.access_times(self.last_stderr) or times
+                t, _ = self.one(key + "-start", plugin, empty)
+                start[plugin].append(t)
+        g = {p: min(work[p]) - min(start[p]) for p in (False, True)}
+        per = [(a - min(start[True])) / (b - min(start[False]))
+               for a, b in zip(work[True], work[False]) if b - min(start[False]) > 0]
+        ratio = g[True] / g[False] if g[False] > 0 else float("nan")
+        res["stress"] = {"accesses": bench_stress.ACCESSES, "work": bench_stress.WORK,
+                         "seed": bench_stress.SEED, "plain_s": g[False], "plugin_s": g[True],
+                         "ratio": ratio, "ratio_median": statistics.median(per) if per else
+                         float("nan"), "target": bench_stress.RATIO_TARGET,
+                         "access_times": times,
+                         "median_target_us": bench_stress.MEDIAN_TARGET_US}
+
+
 def _round_ratios(plain: dict, g: dict, scale: float) -> list[float]:
     """Per-round ratios of a configuration's guest work to plain QEMU's in the same round."""
     ps, gs = plain["start_min_s"], g["start_min_s"]
@@ -494,7 +536,30 @@ def report(res: dict) -> str:
         mark = "" if "met" not in x else (" ok" if x["met"] else " MISSED")
         out.append(f"{name:<36} {x['plain_ns_median']:>9.0f}ns {x['plugin_ns_median']:>9.0f}ns "
                    f"{tgt:>9}{mark}")
+    out += _stress_report(res.get("stress"))
     return "\n".join(out)
+
+
+def _stress_report(st: dict | None) -> list[str]:
+    if not st:
+        return []
+    met = st["ratio"] <= st["target"] and st["ratio_median"] <= st["target"]
+    out = ["", f"(g) random programming ({st['accesses']:,} accesses of every counter, CCCR "
+               f"and ESCR, FORCE_OVF with the LVT masked, near-overflow presets; "
+               f"{st['work']} loop iterations after each; seed {st['seed']}):",
+           f"    guest work {st['plain_s']:.3f} s plain QEMU, {st['plugin_s']:.3f} s with the "
+           f"plugin: ratio {st['ratio']:.2f} (median {st['ratio_median']:.2f}), target <= "
+           f"{st['target']:.0f}{' ok' if met else ' MISSED'}"]
+    t = st.get("access_times")
+    if t:
+        ok = t["median_us"] <= st["median_target_us"]
+        out.append(f"    host time per PMU access ({t['accesses']:,} accesses): median < "
+                   f"{t['median_us']} us (target <= {st['median_target_us']} us"
+                   f"{', ok' if ok else ', MISSED'}), 90% < {t['p90_us']} us, largest < "
+                   f"{t['largest_us']} us")
+    else:
+        out.append("    host time per PMU access: not reported by the plugin")
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
