@@ -398,9 +398,16 @@ class Feeder:
               "exact": not bool(eng.edge_eff.any()),
               "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
               "tmask": _bits(run),
-              "lite": 1 if self._outcome_free(pmu) else 0}
+              "lite": self._level_wanted(pmu)}
         self._st_cache[vcpu] = (key, st)
         return st
+
+    def _level_wanted(self, pmu) -> int:
+        """p4c_out.lite: 1 the outcome-free level may be installed, 0 the full level is
+        needed, P4_LITE_EITHER no counter may count (the level in force is kept)."""
+        if not self.ht and not (pmu.enable | pmu.cascade | pmu.ext_cascade).any():
+            return int(self.lib.P4_LITE_EITHER)
+        return 1 if self._outcome_free(pmu) else 0
 
     def _outcome_free(self, pmu) -> bool:
         """Do the enabled counters count the same whatever the branch outcomes are?  (No

@@ -24,13 +24,24 @@ struct exact_deadline_state exact;
 
 struct lite_level_state lite;
 
+/* The level the programming wants: 1 outcome-free, 0 full, -1 either (no counter may count:
+ * the level in force is kept, so that a driver that disables everything around its idle
+ * loop or scheduling costs no flushes) */
 static int lite_wanted(void)
 {
     if (!run.lite_on || run.threads != 1 || n_vcpus_max != 1 || run.branch_trace ||
-        !run.fold_out) {
+        !run.fold_out || !run.per_vcpu[0].init) {
         return 0;
     }
-    return run.per_vcpu[0].init && run.fold_out[0].lite;
+    int w = run.fold_out[0].lite;
+    return w == P4_LITE_EITHER ? -1 : w != 0;
+}
+
+/* the level to install at a flush */
+static int lite_choice(void)
+{
+    int w = lite_wanted();
+    return w < 0 ? lite.active : w;
 }
 
 /* the translation level for the blocks translated from now on (all vCPUs are stopped) */
@@ -47,7 +58,7 @@ static void lite_set(int on)
 static void reset_done(void *ud)
 {
     (void)ud;
-    lite_set(lite_wanted());
+    lite_set(lite_choice());
     __atomic_store_n(&run.instrument, 1, __ATOMIC_SEQ_CST);
     register_callbacks();
     DBG("counting: instrumentation on (translation cache flushed)\n");
@@ -55,11 +66,11 @@ static void reset_done(void *ud)
 
 /* The flush asked for by flush_request is done (all vCPUs stopped): install what is wanted
  * now.  A new exact-deadline signature: blocks translated from now on carry W2 operations
- * for it; every vCPU takes it up at its next step (exact_update).  The level: lite_wanted(). */
+ * for it; every vCPU takes it up at its next step (exact_update).  The level: lite_choice(). */
 static void flush_installed(void *ud)
 {
     (void)ud;
-    lite_set(lite_wanted());
+    lite_set(lite_choice());
     if (!exact.req) {
         __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
         register_callbacks();
@@ -100,7 +111,7 @@ void lite_update(void)
 {
     if (!run.instrument) return; /* not started: reset_done chooses */
     int want = lite_wanted();
-    if (want == lite.active) {
+    if (want < 0 || want == lite.active) {
         lite.streak = 0;
         return;
     }

@@ -21,6 +21,7 @@
 
 /* BEGIN PYTHON API */
 #define P4_MIRROR_RECS 4096 /* accesses the mirror records for the log between Python calls */
+#define P4_LITE_EITHER 2    /* p4c_out.lite: either level counts the same (nothing counts) */
 
 /* One fold of a vCPU's activity (fold.c), and what Python leaves for the C side's deadline
  * checks (deadline.c) and counter totals. */
@@ -64,8 +65,9 @@ struct p4c_out {
      * stay empty, threads=1 only) */
     uint32_t tmask;
     int nopairs;
-    int lite;          /* written by Python: the enabled counters need no branch outcome
-                        * (the outcome-free level may be installed: lite_update) */
+    int lite;          /* written by Python: 1 the counters that may count need no branch
+                        * outcome (the outcome-free level may be installed: lite_update),
+                        * 0 some need them, P4_LITE_EITHER no counter may count */
 };
 
 #define P4_PROGS 128 /* programmings a vCPU's mirror may switch between (programs.c) */

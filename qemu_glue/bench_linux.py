@@ -100,9 +100,9 @@ def parse_times(text: str) -> dict[int, float]:
 
 
 def run_config(config: Config, size: int, model: str,
-               timeout: float = 1800) -> tuple[dict[int, float], str]:
-    """Boot the guest once for `config`; (workload index -> seconds, the guest's stderr).
-    A run stopped by `timeout` (exit status 124) keeps the workloads it finished."""
+               timeout: float = 1800) -> tuple[dict[int, float], str, bool]:
+    """Boot the guest once for `config`; (workload index -> seconds, the guest's stderr,
+    whether `timeout` stopped it: then only the workloads it finished are there)."""
     from p4pmu.qemu_glue import linux
     ap = argparse.ArgumentParser(prog="p4pmu linux")
     linux.add_arguments(ap)
@@ -114,11 +114,11 @@ def run_config(config: Config, size: int, model: str,
                     HostOutput(stdout=out.extend, stderr=err.extend))
     text = out.decode(errors="replace")
     if rc == 124:
-        return parse_times(text), f"stopped after {timeout:.0f} s"
+        return parse_times(text), err.decode(errors="replace"), True
     if rc != 0:
         raise RuntimeError(f"{config.key}: the guest run failed (status {rc}):\n"
                            f"{err.decode(errors='replace')[-2000:]}")
-    return parse_times(text), err.decode(errors="replace")
+    return parse_times(text), err.decode(errors="replace"), False
 
 
 def measure(rounds: int, size: int, model: str, progress=print) -> dict:
@@ -129,14 +129,14 @@ def measure(rounds: int, size: int, model: str, progress=print) -> dict:
         for c in CONFIGS:
             progress(f"bench --linux: round {r + 1}/{rounds}: {c.key} ({c.what})")
             t0 = time.monotonic()
-            got, why = run_config(c, size, model, limit)
+            got, _, stopped = run_config(c, size, model, limit)
             times[c.key].append(got)
             if c.key == "plain":  # a configuration over MAX_RATIO x plain QEMU is stopped
                 limit = MAX_RATIO * (time.monotonic() - t0) + 60
             progress(f"    {sum(got.values()):.1f} s of workloads "
                      f"({time.monotonic() - t0:.0f} s with the boot)"
-                     + (f"; {why}: {len(WORKLOADS) - len(got)} workload(s) not finished"
-                        if why else ""))
+                     + (f"; stopped after {limit:.0f} s: {len(WORKLOADS) - len(got)} "
+                        "workload(s) not finished" if stopped else ""))
     return {"rounds": rounds, "size": size, "model": model, "times": times}
 
 
