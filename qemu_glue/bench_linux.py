@@ -37,6 +37,7 @@ from p4pmu.qemu_glue.linux_io import HostOutput
 
 INPUT = "/tmp/p4pmu-bench-input"
 MAX_RATIO = 20  # a configuration's boot is stopped after this many times plain QEMU's run
+MIN_PLAIN_S = 0.05  # shorter plain times are not compared: /proc/uptime counts in 10 ms
 MARK = "P4PMU-BENCH"
 
 
@@ -141,16 +142,21 @@ def measure(rounds: int, size: int, model: str, progress=print) -> dict:
 
 
 def ratios(res: dict, key: str, workload: int | None) -> list[float]:
-    """Per round: `key`'s time over plain QEMU's (one workload, or all of them summed)."""
+    """Per round: `key`'s time over plain QEMU's (one workload, or all of them summed); a
+    round whose plain time is under MIN_PLAIN_S (/proc/uptime counts in 10 ms) has none."""
     out = []
     for mine, plain in zip(res["times"][key], res["times"]["plain"]):
         idx = [workload] if workload is not None else sorted(plain)
+        if sum(plain.get(i, 0.0) for i in idx) < MIN_PLAIN_S:
+            continue
         if all(i in mine and i in plain for i in idx):
             out.append(sum(mine[i] for i in idx) / max(1e-9, sum(plain[i] for i in idx)))
     return out
 
 
-def _cell(rs: list[float]) -> str:
+def _cell(rs: list[float], short: bool = False) -> str:
+    if short:
+        return "too short"
     if not rs:
         return "stopped"
     if len(rs) == 1:
@@ -163,7 +169,8 @@ def report(res: dict) -> str:
     lines = [f"p4pmu bench --linux: model {res['model']}, {res['rounds']} round(s), input "
              f"{res['size']:,} bytes of /usr/bin/perf; the guest's clock (host time) around "
              "each workload; ratio to plain QEMU in the same round: median (range); "
-             f"stopped: not finished within {MAX_RATIO} x plain QEMU's run", ""]
+             f"stopped: not finished within {MAX_RATIO} x plain QEMU's run; too short: under "
+             f"{MIN_PLAIN_S} s in plain QEMU (/proc/uptime counts in 10 ms)", ""]
     head = "| configuration | all workloads | " + " | ".join(w.name for w in WORKLOADS) + " |"
     lines += [head, "|" + "---|" * (2 + len(WORKLOADS))]
     secs = [statistics.median([p[i] for p in plain if i in p]) if any(i in p for p in plain)
@@ -172,7 +179,8 @@ def report(res: dict) -> str:
                  " | ".join(f"{s:.2f}" for s in secs) + " |")
     for c in CONFIGS[1:]:
         cells = [_cell(ratios(res, c.key, None))] + \
-                [_cell(ratios(res, c.key, i)) for i in range(len(WORKLOADS))]
+                [_cell(ratios(res, c.key, i), secs[i] < MIN_PLAIN_S)
+                 for i in range(len(WORKLOADS))]
         lines.append(f"| {c.key}: {c.what} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -34,3 +34,15 @@ def test_ratios_pair_each_round_with_plain_qemu():
     assert B.ratios(res, "L1", None) == [pytest.approx(5 / 4), pytest.approx(8 / 4)]
     res["times"]["L1"][1].pop(1)  # a workload failed in round 2: that round is left out
     assert B.ratios(res, "L1", None) == [pytest.approx(5 / 4)]
+
+
+def test_workloads_shorter_than_the_guest_clock_are_not_compared():
+    """/proc/uptime counts in 10 ms: a workload plain QEMU runs in less than MIN_PLAIN_S gets
+    no ratio (the report says "too short"), and a stopped configuration says "stopped"."""
+    res = {"rounds": 1, "size": 1, "model": "0F_04",
+           "times": {c.key: [{0: 1.0, 1: 0.01}] for c in B.CONFIGS}}
+    res["times"]["L4"] = [{}]
+    assert B.ratios(res, "L1", 1) == [] and B.ratios(res, "L1", 0) == [1.0]
+    rows = {ln.split(":")[0].strip("| "): ln for ln in B.report(res).splitlines()}
+    assert "| 1.00 | too short |" in rows["L1"]
+    assert "| stopped | stopped | too short |" in rows["L4"]
