@@ -475,6 +475,26 @@ class Feeder:
             self._prog_cache[id(pmu)] = prog
         return (prog[1], nk, vcpu % self.threads, oth)
 
+    def programming_key(self, vcpu: int, pmu, o) -> bytes:
+        """The programming a per-kind table is made for: the CCCRs without OVF and the ESCRs
+        (plugin/programs.py registers programmings under it)."""
+        return self._table_key(vcpu, pmu, o)[0]
+
+    def current_table(self, vcpu: int) -> tuple[tuple, np.ndarray]:
+        """(key, table) of the per-kind table handed to C last (p4c_out.winc)."""
+        return self._winc_key[vcpu], self._winc[vcpu]
+
+    def adopt_table(self, vcpu: int, key: tuple | None, table: np.ndarray | None) -> None:
+        """C switched p4c_out.winc to `table` (made for `key`) while it served programming
+        writes (plugin/programs.c); None: the table C uses is not known to be current, so the
+        next batch's C totals are not trusted (Feeder._fast_add)."""
+        if table is None:
+            self._winc_key.pop(vcpu, None)
+            return
+        self._winc[vcpu] = table
+        self._winc_key[vcpu] = key
+        self._table_nk[vcpu] = key[1]
+
     def _kind_incs(self, vcpu: int, pmu, o) -> tuple[tuple, np.ndarray]:
         """(its key, the (2 * n_kinds, 18) per-clock increments of every known (kind, CPL)
         on this LP with the current programming): exact for counters without EDGE, the

@@ -33,6 +33,7 @@ class Programs:
         self._tables: dict[int, dict[int, tuple]] = {}  # vcpu -> slot -> (table key, table)
         self._quiet: dict[bytes, bool] = {}  # programming -> raises no notice
         self._ready: set[int] = set()
+        self._views: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self.registered = 0
 
     # -- Python -> C ----------------------------------------------------------------------
@@ -56,29 +57,30 @@ class Programs:
     def _register(self, vcpu: int, pmu, mv, o) -> int:
         feeder = self.feeder
         m = mv.m
-        key = feeder._table_key(vcpu, pmu, o)[0]  # the CCCRs without OVF and the ESCRs
+        key = feeder.programming_key(vcpu, pmu, o)
         slots = self._slots.setdefault(vcpu, {})
         slot = slots.pop(key, None)
         if slot is None:
             if not self._is_quiet(pmu, key):
                 return -1
             slot = self._free_slot(vcpu, m, o, slots)
-            p = m.progs[slot]
-            p.hash = 0  # not found while it is filled in
-            self._view(p, "cccr", np.uint64)[:] = mv.cccr_decoded
-            self._view(p, "escr", np.uint64)[:] = mv.escr
-            self._view(p, "escr_of", np.int8)[:] = pmu.escr_index
+            m.progs[slot].hash = 0  # not found while it is filled in
+            pv = self._slot_views(vcpu, m, slot)
+            pv["cccr"][:] = mv.cccr_decoded
+            pv["escr"][:] = mv.escr
+            pv["escr_of"][:] = pmu.escr_index
             self.registered += 1
         slots[key] = slot  # the most recently used last
         p = m.progs[slot]
+        pv = self._slot_views(vcpu, m, slot)
         for field in ("run", "pmi", "rate_b", "tmax"):
-            np.copyto(self._view(p, field, getattr(mv, field).dtype), getattr(mv, field))
+            pv[field][:] = getattr(mv, field)
         p.any_run = m.any_run
         p.lite = o.lite
         tables = self._tables.setdefault(vcpu, {})
         if m.any_run:
             p.winc, p.nkext = o.winc, o.nkext
-            tables[slot] = (feeder._winc_key[vcpu], feeder._winc[vcpu])
+            tables[slot] = feeder.current_table(vcpu)
         else:
             p.winc, p.nkext = self.ffi.NULL, 0
             tables.pop(slot, None)
@@ -96,8 +98,7 @@ class Programs:
         slot = slots.pop(old)
         m.progs[slot].hash = 0
         gone = self._tables.get(vcpu, {}).pop(slot, None)
-        if gone is not None and gone[1] is not self.feeder._winc.get(vcpu) and \
-                o.winc == self.ffi.cast("int32_t *", gone[1].ctypes.data):
+        if gone is not None and o.winc == self.ffi.cast("int32_t *", gone[1].ctypes.data):
             o.winc, o.nkext = self.ffi.NULL, 0
         return slot
 
@@ -125,15 +126,20 @@ class Programs:
         escrs = {int(s): int(mv.escr[s]) for s in np.flatnonzero(mv.escr[:ne] != pmu.escr_raw)}
         pmu.reload(cccrs, escrs)
         mv.cccr_decoded = now
-        feeder = self.feeder
         hit = self._tables.get(vcpu, {}).get(int(m.cur)) if m.any_run else None
-        if hit is not None:
-            tkey, table = hit
-            feeder._winc[vcpu] = table
-            feeder._winc_key[vcpu] = tkey
-            feeder._table_nk[vcpu] = tkey[1]
-        else:
-            feeder._winc_key.pop(vcpu, None)
+        self.feeder.adopt_table(vcpu, *(hit or (None, None)))
 
     def _view(self, struct, field: str, dtype) -> np.ndarray:
         return np.frombuffer(self.ffi.buffer(getattr(struct, field)), dtype=dtype)
+
+    def _slot_views(self, vcpu: int, m, slot: int) -> dict[str, np.ndarray]:
+        """numpy views of progs[slot]'s arrays (made once per slot)."""
+        v = self._views.get((vcpu, slot))
+        if v is None:
+            p = m.progs[slot]
+            v = self._views[(vcpu, slot)] = {
+                f: self._view(p, f, t) for f, t in (
+                    ("cccr", np.uint64), ("escr", np.uint64), ("escr_of", np.int8),
+                    ("run", np.uint8), ("pmi", np.uint8), ("rate_b", np.int32),
+                    ("tmax", np.int32))}
+        return v

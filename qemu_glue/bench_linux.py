@@ -16,9 +16,9 @@ Configurations:
 * L4     -- ``perf record -F 1000``;
 * L5     -- ``perf record -c 100000 -e instructions``.
 
-The guest-side stress of unusual programming (L6 of the real-workload issue) is `p4pmu
-bench`'s (g), a bare-metal guest (qemu_glue/bench_stress.py): the Linux image has no way for
-a user program to write MSRs (no msr module).
+The guest-side stress of unusual programming is `p4pmu bench`'s (g), a bare-metal guest
+(qemu_glue/bench_stress.py): the Linux image has no way for a user program to write MSRs (no
+msr module).
 
 Workloads: busybox ``gzip -9``, ``bzip2``, ``sha256sum`` and ``md5sum`` over the first
 ``size`` bytes of the guest's ``/usr/bin/perf`` (programs no one here wrote), and two of

@@ -181,13 +181,22 @@ def test_context_switch_programmings_are_switched_in_c(run_guest, tmp_path, bits
                 s.wrmsr(cccr_msr(ctr), 0)
             s.rdmsr(escr_msr(task[0][1]), f"{name}{i}.escr")
     # a notice: an ESCR reprogrammed under its enabled counter, or a CCCR reprogrammed while
-    # enabled
-    s.wrmsr(escr_msr(C0), USR_INSTR)
-    s.wrmsr(cccr_msr(12), cccr_value(12, C0))
+    # enabled.  The programming the noticed write leads to is registered first (reached
+    # with the counter disabled in between, no notice), so only the notice rule of
+    # programs.c keeps that write from being served silently in C.
+    plain, other_escr = cccr_value(12, C0), escr_value("instr_retired", "BOGUSNTAG",
+                                                        t0_usr=True)
+    other_cccr = cccr_value(12, C0, compare=True, threshold=0)
+    target = (other_escr, plain) if noticed == "escr" else (USR_INSTR, other_cccr)
+    for escr, cccr in (target, (USR_INSTR, plain)):
+        s.wrmsr(cccr_msr(12), 0)
+        s.wrmsr(escr_msr(C0), escr)
+        s.wrmsr(cccr_msr(12), cccr)
+        s.loop("alt", 50, user=True)
     if noticed == "escr":
-        s.wrmsr(escr_msr(C0), escr_value("instr_retired", "BOGUSNTAG", t0_usr=True))
+        s.wrmsr(escr_msr(C0), other_escr)
     else:
-        s.wrmsr(cccr_msr(12), cccr_value(12, C0, compare=True, threshold=0))
+        s.wrmsr(cccr_msr(12), other_cccr)
     s.loop("alt", 100, user=True)
     s.rdmsr(counter_msr(12), "last")
     s.wrmsr(cccr_msr(12), 0)
