@@ -2,8 +2,8 @@
 
 The C side (plugin/translate.c, fold.c) counts block executions with inline operations and, at
 a PMU access or a deadline, closes the batch of activity since the last fold into a joint
-histogram over (clock kind, CPL) with adjacent-pair counts (`struct p4c_out`).  `Feeder.consume` turns
-that into an `activity.Activity` (zero-copy views of the C arrays) and steps the vCPU's PMU;
+histogram over (clock kind, CPL) with adjacent-pair counts (`struct p4c_out`).
+`Feeder.consume` turns that into an `activity.Activity` (zero-copy views of the C arrays) and steps the vCPU's PMU;
 `Feeder.after` tells the C side when the next deadline is (clocks until an armed counter
 could overflow), whether to deliver a PMI, and (count=auto) when to start instrumenting.
 
@@ -588,7 +588,8 @@ class Feeder:
             view("ctr_msr", np.uint32)[:] = [c.counter_msr for c in T.COUNTERS]
             view("cccr_msr", np.uint32)[:] = [c.cccr_msr for c in T.COUNTERS]
             m.log_on = 1 if self.bridge.logging else 0
-            m.escr_event_bits = T.ESCR_FIELD["EVENT_SELECT"].mask | T.ESCR_FIELD["EVENT_MASK"].mask
+            m.escr_event_bits = (T.ESCR_FIELD["EVENT_SELECT"].mask |
+                                 T.ESCR_FIELD["EVENT_MASK"].mask)
             m.cccr_enable_bit = T.CCCR_FIELD["ENABLE"].mask
             m.cur = -1
             mv = self._mv[vcpu] = _MirrorView(
@@ -609,8 +610,9 @@ class Feeder:
 
     def enable_fast_path(self, vcpu: int, pmu) -> None:
         """After a Python call: let the C mirror serve this vCPU's accesses when the
-        programming is simple (until `disable_fast_path`).  The counter state is shared already; what is
-        written here is what C needs besides it (run set, rates, fault masks)."""
+        programming is simple (until `disable_fast_path`).  The counter state is shared
+        already; what is written here is what C needs besides it (run set, rates, fault
+        masks, the programming registered for programs.c)."""
         if not self.mirror_on or not self._simple(vcpu, pmu):
             return
         mv = self._mview(vcpu)

@@ -22,15 +22,16 @@
  *    deadlines and delivers the same PMIs as with Python.
  *
  * Anything else -- an access the mirror does not serve (other registers, a write that leads
- * to a programming not registered or faults, an RDPMC index that faults), a batch with an OVF 0 -> 1
- * transition that is not one block execution, a batch with bookkeeping repairs, a per-kind
- * table older than the kinds now known (Python would rebuild it) -- is declined: the C side
- * calls Python, which first disables the fast path (Feeder.disable_fast_path) and then works
- * on the same state, so the Python engine stays the authority for the semantics.  Declining is all-or-nothing: nothing of the
- * mirror changes before it is known that the whole access or deadline can be served.
+ * to a programming not registered or faults, an RDPMC index that faults), a batch with an
+ * OVF 0 -> 1 transition that is not one block execution, a batch with bookkeeping repairs,
+ * a per-kind table older than the kinds now known (Python would rebuild it) -- is declined:
+ * the C side calls Python, which first disables the fast path (Feeder.disable_fast_path) and
+ * then works on the same state, so the Python engine stays the authority for the semantics.
+ * Declining is all-or-nothing: nothing of the mirror changes before it is known that the
+ * whole access or deadline can be served.
  *
- * Threading: threads=1 only (Python never enables the fast path with threads=2), so a vCPU's mirror is
- * touched only by its own vCPU thread and by Python called from that thread.
+ * Threading: threads=1 only (Python never enables the fast path with threads=2), so a vCPU's
+ * mirror is touched only by its own vCPU thread and by Python called from that thread.
  */
 #include <stdint.h>
 #include <stdio.h>
