@@ -4,8 +4,9 @@ The C side (plugin/translate.c, fold.c) counts block executions with inline oper
 a PMU access or a deadline, closes the batch of activity since the last fold into a joint
 histogram over (clock kind, CPL) with adjacent-pair counts (`struct p4c_out`).
 `Feeder.consume` turns that into an `activity.Activity` (zero-copy views of the C arrays) and
-steps the vCPU's PMU; `Feeder.after` tells the C side when the next deadline is (clocks until an armed counter
-could overflow), whether to deliver a PMI, and (count=auto) when to start instrumenting.
+steps the vCPU's PMU; `Feeder.after` tells the C side when the next deadline is (clocks until
+an armed counter could overflow), whether to deliver a PMI, and (count=auto) when to start
+instrumenting.
 
 Runs only at PMU accesses, deadlines and batch folds, never per block.
 
