@@ -229,6 +229,8 @@ struct vcpu_counting {
     int exact_cand;
     const int32_t *exact_cand_winc;
     uint32_t exact_cand_nk, exact_streak;
+    uint32_t w2_votes[P4_NCOUNTERS], w2_steps; /* deadline checks per counter (exact_vote) */
+    int w_driver;          /* the counter that set W's clock budget, -1: none */
     uint64_t exact_checks;
     uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
     uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
@@ -299,10 +301,12 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
  * where fast_check decides exactly, as it does for W.  The weights are fixed when a block is
  * translated, so the signature (the counter and its increments per kind) is fixed for the
  * translation cache: it is chosen after the same counter has driven the deadline at
- * W2_STREAK steps in a row, and installed by a flush (qemu_plugin_reset).  A vCPU whose
- * programming does not match the signature keeps W2 idle (0) and its deadlines in clocks. */
+ * W2_STREAK steps in a row, and installed by a flush (qemu_plugin_reset); it is replaced when
+ * another counter caused at least 2/3 of the last W2_WINDOW deadline checks (a sampling
+ * counter after a counting run; deadline.c exact_vote).  A vCPU whose programming does not
+ * match the signature keeps W2 idle (0) and its deadlines in clocks. */
 #define W2_STREAK 4        /* steps in a row with the same candidate before the first flush */
-#define W2_RESTREAK 256    /* ... before a flush that replaces a signature */
+#define W2_WINDOW 512      /* deadline checks over which a replacement needs 2/3 of them */
 #define W2_MAX_FLUSHES 16  /* signatures installed per run at most */
 
 /* The outcome-free level (docs/guest-events.md "The outcome-free level").  When no enabled

@@ -50,44 +50,18 @@ static int exact_matches(const struct p4c_out *o, int ctr)
  * vCPU's deadline counter the signature's?  Then W2 watches it, with its headroom.  Else
  * count how long the same counter has driven the deadline, and install it as the signature
  * when it has for long enough. */
-void exact_update(unsigned vi)
+/* a deadline check caused by counter n (W's budget or W2's): a vote for exact_vote */
+static inline void exact_note(struct vcpu_counting *c, int n)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    const struct p4c_out *o = &run.fold_out[vi];
-    c->exact_on = 0;
-    if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
-    int nw = o->nwatch;
-    /* the counter that drives the clock deadline */
-    int cand = -1;
-    int64_t best = INT64_MAX;
-    for (int w = 0; w < nw; w++) {
-        int64_t clk = watch_clocks(o, w, o->whead[w]);
-        if (clk < best) { best = clk; cand = w; }
+    if (n >= 0 && n < P4_NCOUNTERS) {
+        c->w2_votes[n]++;
+        c->w2_steps++;
     }
-    if (exact.active) {
-        int slot = -1;
-        for (int w = 0; w < nw; w++) {
-            if (o->widx[w] == exact.sig.ctr) slot = w;
-        }
-        if (slot >= 0) {
-            if (c->exact_key_winc != o->winc || c->exact_key_nk != o->nkext ||
-                c->exact_key_ctr != exact.sig.ctr) {
-                c->exact_key_winc = o->winc;
-                c->exact_key_nk = o->nkext;
-                c->exact_key_ctr = exact.sig.ctr;
-                c->exact_key_ok = exact_matches(o, exact.sig.ctr);
-            }
-            if (c->exact_key_ok) {
-                c->exact_on = 1;
-                c->exact_slot = slot;
-                c->exact_left = o->whead[slot];
-                c->exact_fresh = 1;
-                c->exact_streak = 0;
-                return;
-            }
-        }
-    }
-    if (cand < 0 || run.flush_pending || exact.flushes >= W2_MAX_FLUSHES) return;
+}
+
+/* The first signature: the same candidate W2_STREAK steps in a row (with the same table). */
+static void exact_first(struct vcpu_counting *c, const struct p4c_out *o, int cand)
+{
     if (c->exact_cand == o->widx[cand] && c->exact_cand_winc == o->winc &&
         c->exact_cand_nk == o->nkext) {
         c->exact_streak++;
@@ -97,9 +71,86 @@ void exact_update(unsigned vi)
         c->exact_cand_nk = o->nkext;
         c->exact_streak = 1;
     }
-    if (c->exact_streak >= (exact.flushes ? W2_RESTREAK : W2_STREAK)) {
+    if (c->exact_streak >= W2_STREAK) {
         c->exact_streak = 0;
         exact_request(o, cand);
+    }
+}
+
+/* Replacing a signature: which counter caused most of the last W2_WINDOW deadline checks
+ * (W's by the counter that set its clock budget, W2's by the signature's: exact_note).  By
+ * checks, not steps in a row or accesses: a sampling counter is not watched between its
+ * overflow and its handler's reload and a profiler's counter is off while other tasks run,
+ * so another counter (a watchdog's) drives the steps in between, but it costs no checks. */
+static void exact_vote(struct vcpu_counting *c, const struct p4c_out *o)
+{
+    if (c->w2_steps < W2_WINDOW) return;
+    int top = 0;
+    for (int n = 1; n < P4_NCOUNTERS; n++) {
+        if (c->w2_votes[n] > c->w2_votes[top]) top = n;
+    }
+    int slot = -1;
+    for (int w = 0; w < o->nwatch; w++) {
+        if (o->widx[w] == top) slot = w;
+    }
+    int move = top != exact.sig.ctr && slot >= 0 && c->w2_votes[top] * 3 >= 2 * c->w2_steps;
+    memset(c->w2_votes, 0, sizeof(c->w2_votes));
+    c->w2_steps = 0;
+    if (move) exact_request(o, slot);
+}
+
+/* Take up the installed signature if this vCPU's programming matches it (W2 watches that
+ * counter); returns its watched slot or -1. */
+static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
+{
+    int slot = -1;
+    for (int w = 0; w < o->nwatch; w++) {
+        if (o->widx[w] == exact.sig.ctr) slot = w;
+    }
+    if (slot < 0) return -1;
+    if (c->exact_key_winc != o->winc || c->exact_key_nk != o->nkext ||
+        c->exact_key_ctr != exact.sig.ctr) {
+        c->exact_key_winc = o->winc;
+        c->exact_key_nk = o->nkext;
+        c->exact_key_ctr = exact.sig.ctr;
+        c->exact_key_ok = exact_matches(o, exact.sig.ctr);
+    }
+    if (!c->exact_key_ok) return -1;
+    c->exact_on = 1;
+    c->exact_slot = slot;
+    c->exact_left = o->whead[slot];
+    c->exact_fresh = 1;
+    return slot;
+}
+
+void exact_update(unsigned vi)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    const struct p4c_out *o = &run.fold_out[vi];
+    c->exact_on = 0;
+    c->w_driver = -1;
+    if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
+    /* the counter that drives the clock deadline */
+    int cand = -1;
+    int64_t best = INT64_MAX;
+    for (int w = 0; w < o->nwatch; w++) {
+        int64_t clk = watch_clocks(o, w, o->whead[w]);
+        if (clk < best) { best = clk; cand = w; }
+    }
+    int slot = exact.active ? exact_take_up(c, o) : -1;
+    /* the counter that sets W's clock budget (W2's is left out: exact_budget) */
+    int drv = -1;
+    best = INT64_MAX;
+    for (int w = 0; w < o->nwatch; w++) {
+        int64_t clk = watch_clocks(o, w, o->whead[w]);
+        if (w != slot && clk < best) { best = clk; drv = w; }
+    }
+    c->w_driver = drv >= 0 ? o->widx[drv] : -1;
+    if (cand < 0 || run.flush_pending || exact.flushes >= W2_MAX_FLUSHES) return;
+    if (exact.active) {
+        exact_vote(c, o);
+    } else {
+        exact_first(c, o, cand);
     }
 }
 
@@ -334,6 +385,7 @@ void cb_sched(unsigned int vi, void *ud)
     if (c->py_left > 0) {
         c->py_left -= elapsed;
         if (c->py_left <= (int64_t)mx && !need) {
+            exact_note(c, c->w_driver);
             int64_t ok = fast_check(vi, b);
             if (ok > 0) {
                 c->py_left = ok;
@@ -368,6 +420,7 @@ void cb_exact_deadline(unsigned int vi, void *ud)
     }
     c->cpl_os = b->os;
     c->exact_checks++;
+    exact_note(c, exact.sig.ctr);
     entry_settle(vi, c);
     int64_t ok = fast_check(vi, b);
     if (ok > 0) {
