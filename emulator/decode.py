@@ -116,3 +116,82 @@ def describe(msr: int, value: int, model: CpuModel | None = None) -> str:
                                (T.MISC_PEBS_UNAVAILABLE, "PEBS_UNAVAILABLE")) if value & b]
         return f"{head}: {' '.join(bits)}"
     return head
+
+
+# --------------------------------------------------------------------------------------------
+# Structured decode for the access trace (docs/trace.md): every field by its table name, and
+# the inverse, so that a trace record's fields re-encode to its value.
+# --------------------------------------------------------------------------------------------
+
+def register_kind(msr: int) -> str | None:
+    """"counter", "cccr", "escr", "pebs_enable", "pebs_matrix_vert", "tc_precise_event" or
+    None (not a PMU register with fields)."""
+    if T.COUNTER_BASE <= msr < T.COUNTER_BASE + T.NUM_COUNTERS:
+        return "counter"
+    if T.CCCR_BASE <= msr < T.CCCR_BASE + T.NUM_COUNTERS:
+        return "cccr"
+    if msr in T.ESCR_BY_MSR:
+        return "escr"
+    return {T.MSR_PEBS_ENABLE: "pebs_enable", T.MSR_PEBS_MATRIX_VERT: "pebs_matrix_vert",
+            T.MSR_TC_PRECISE_EVENT: "tc_precise_event"}.get(msr)
+
+
+_LAYOUT = {"cccr": T.CCCR_FIELDS + (T.CCCR_EXT_CASCADE,), "escr": T.ESCR_FIELDS,
+           "pebs_enable": T.PEBS_ENABLE_FIELDS, "pebs_matrix_vert": T.PEBS_MATRIX_VERT_FIELDS,
+           "tc_precise_event": ()}
+
+
+def fields(msr: int, value: int, model: CpuModel | None = None) -> dict:
+    """The value's fields by their table names (SDM Fig. 18-43 ESCR, Fig. 18-45 CCCR), plus
+    what they mean: a CCCR's `escr` (the ESCR its ESCR_SELECT names on that counter, or None),
+    an ESCR's `event` and `mask_bits` (None / bit numbers for an undocumented select), and
+    `reserved`: the bits no field covers, when any are set.  A counter: `count` (40 bits).
+    `encode` inverts it."""
+    model = model or get_model()
+    kind = register_kind(msr)
+    out: dict = {}
+    if kind == "counter":
+        out["count"] = value & T.COUNTER_MASK
+        rest = value & ~T.COUNTER_MASK
+    elif kind is None:
+        return {}
+    else:
+        layout = _LAYOUT[kind]
+        for f in layout:
+            out[f.name] = f.get(value)
+        rest = value & ~T.fields_mask(layout)
+        if kind == "cccr":
+            escr = T.escr_for(msr - T.CCCR_BASE, out["ESCR_SELECT"])
+            out["escr"] = escr.name if escr is not None and model.model in escr.models else None
+        elif kind == "escr":
+            ev = E.event_for(T.ESCR_BY_MSR[msr].name, out["EVENT_SELECT"], model.model)
+            out["event"] = ev.name if ev is not None else None
+            bits = [k for k in range(16) if out["EVENT_MASK"] >> k & 1]
+            out["mask_bits"] = [ev.mask.get(k, f"bit{k}") for k in bits] if ev else \
+                [f"bit{k}" for k in bits]
+    if rest:
+        out["reserved"] = f"{rest:#x}"
+    return out
+
+
+def encode(msr: int, decoded: dict) -> int:
+    """The register value whose `fields` are `decoded` (the derived names are ignored)."""
+    kind = register_kind(msr)
+    if kind is None:
+        raise ValueError(f"MSR {msr:#x} has no fields")
+    value = int(decoded.get("reserved", "0x0"), 16)
+    if kind == "counter":
+        return value | int(decoded["count"])
+    for f in _LAYOUT[kind]:
+        v = int(decoded[f.name])
+        if v >> (f.hi - f.lo + 1):
+            raise ValueError(f"{f.name}={v} does not fit bits {f.hi}:{f.lo}")
+        value |= v << f.lo
+    return value
+
+
+def changed(msr: int, old: int, new: int, model: CpuModel | None = None) -> list[str]:
+    """The names of the fields (and `reserved`) a write of `new` over `old` changes."""
+    a, b = fields(msr, old, model), fields(msr, new, model)
+    keys = list(b) + [k for k in a if k not in b]  # the table's field order
+    return [k for k in keys if a.get(k) != b.get(k) and k not in ("escr", "event", "mask_bits")]

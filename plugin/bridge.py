@@ -32,11 +32,15 @@ import sys
 import threading
 from typing import Callable
 
+import numpy as np
+
 from p4pmu.plugin.errors import RunErrors
 from p4pmu.plugin.options import OptionError, Options, parse_options
+from p4pmu.plugin.trace_writer import TREC, TREC_FIELDS, TraceWriter
 
 OK = 1
 FAULT = 2
+
 U64 = (1 << 64) - 1
 MSR_MISC_ENABLE = 0x1A0
 
@@ -91,6 +95,22 @@ class Bridge:
         if native is not None and options.count != "off":
             from p4pmu.plugin.feeder import Feeder
             self.feeder = Feeder(self, *native)
+        self._trace = None  # the access trace (plugin/trace_writer.py), option trace=
+        if options.trace:
+            try:
+                self._trace = TraceWriter(options.trace, self.model, self.threads,
+                                          smp_vcpus, options.strict,
+                                          timed=native is not None and options.count != "off")
+            except OSError as e:
+                raise OptionError(f"option trace={options.trace!r}: {e.strerror}") from None
+        # the C side's records (struct p4c_trace): kept while a trace or a log is written
+        self._ctrace = None
+        if native is not None and (self._log is not None or self._trace is not None):
+            lib = native[1]
+            self._ffi = native[0]
+            self._ctrace = [lib.p4c_trace(v) for v in range(self.max_vcpus)]
+            for t in self._ctrace:
+                t.on = 1
 
     @classmethod
     def from_args(cls, args: list[str], smp_vcpus: int, max_vcpus: int,
@@ -116,38 +136,75 @@ class Bridge:
     def logging(self) -> bool:
         return self._log is not None
 
+    def _here(self, vcpu: int) -> tuple[int, int, int, int]:
+        """(cpl, pc, insns, clk) of vCPU `vcpu`'s current access (struct p4c_trace), or
+        zeros without a C side (unit tests with a stand-in)."""
+        if self._ctrace is None:
+            return (0, 0, 0, 0)
+        t = self._ctrace[vcpu]
+        return int(t.cpl), int(t.pc), int(t.insns), int(t.clk)
+
     def _write(self, line: str) -> None:
         if self._log is not None:
             self._log.write(line + "\n")
 
     def _served(self, vcpu: int) -> None:
-        """Log the accesses the C mirror served since this vCPU's last Python call (they
-        come before anything this call writes: the log keeps each vCPU's order)."""
-        recs = self.feeder.served(vcpu)
-        if not recs:
+        """Write what the C side recorded since this vCPU's last Python call (accesses the
+        mirror served, overflows, interrupts, privileged faults: struct p4c_trace) to the
+        log and the trace; they come before anything this call writes, so both keep each
+        vCPU's order."""
+        if self._ctrace is None:
             return
-        pmu = self.pmu_of(vcpu)
-        who = self._who(vcpu)
-        for op, reg, value in recs:
-            if op == 1:
-                self._write(f"{who}: RDMSR 0x{reg:X}{self._name(pmu, reg)} -> 0x{value:X}")
-            elif op == 2:
-                self._write(f"{who}: WRMSR 0x{reg:X}{self._name(pmu, reg)} <- 0x{value:X}")
-            else:
-                self._write(f"{who}: RDPMC ECX=0x{reg:X} -> 0x{value:X}")
+        t = self._ctrace[vcpu]
+        n = int(t.n)
+        if not n:
+            return
+        raw = np.frombuffer(self._ffi.buffer(t.rec, n * TREC.itemsize), dtype=TREC)
+        recs = list(zip(*(raw[f].tolist() for f in TREC_FIELDS)))
+        t.n = 0
+        if self._trace is not None:
+            self._trace.c_records(vcpu, recs)
+        if self._log is not None:
+            pmu = self.pmu_of(vcpu)
+            who = self._who(vcpu)
+            for op, reg, value, *_ in recs:
+                if op == 1:
+                    self._write(f"{who}: RDMSR 0x{reg:X}{self._name(pmu, reg)} -> 0x{value:X}")
+                elif op == 2:
+                    self._write(f"{who}: WRMSR 0x{reg:X}{self._name(pmu, reg)} <- 0x{value:X}")
+                elif op == 3:
+                    self._write(f"{who}: RDPMC ECX=0x{reg:X} -> 0x{value:X}")
 
     def _enter(self, vcpu: int, pmu, feeder) -> None:
         """Start of a Python call that may use the PMU: the C fast path stops serving it."""
         if self._profile is not None:
             self._prof()
+        self._served(vcpu)
         if feeder.mirror_on:
-            if self._log is not None:
-                self._served(vcpu)
             feeder.disable_fast_path(vcpu, pmu)
+        if self._trace is not None:
+            self._trace.before(vcpu, pmu)
+
+    def _consume(self, vcpu: int, pmu, feeder) -> None:
+        """The activity up to now (Feeder.consume); the trace gets the overflows and
+        cascade starts it made."""
+        feeder.consume(vcpu, pmu)
+        if self._trace is not None:
+            self._trace.after(vcpu, pmu, self._here(vcpu))
+            self._trace.before(vcpu, pmu)
 
     def _leave(self, vcpu: int, pmu, feeder) -> None:
         feeder.after(vcpu, pmu)
         feeder.enable_fast_path(vcpu, pmu)
+
+    def _traced(self, vcpu: int, pmu, op: str, reg: int, value: int | None, **kw) -> None:
+        """The access just served by Python into the trace, with the cascade starts it made
+        (a write that sets CASCADE while the alternate's OVF is set: SDM 18.15.5.6)."""
+        tr = self._trace
+        here = self._here(vcpu)
+        tr.access(vcpu, here, op, reg, value, **kw)
+        tr.after(vcpu, pmu, here, overflows=False)
+        tr.flush()
 
     def _who(self, vcpu: int) -> str:
         core, lp = self.core_lp(vcpu)
@@ -176,14 +233,18 @@ class Bridge:
         feeder = self.feeder
         if feeder is not None:
             self._enter(vcpu, pmu, feeder)
-            feeder.consume(vcpu, pmu)
+            self._consume(vcpu, pmu, feeder)
         try:
             value = int(pmu.rdmsr(vcpu % self.threads, msr)) & U64
         except self.PMUFault as f:
+            if self._trace is not None:
+                self._traced(vcpu, pmu, "rdmsr", msr, None, fault=str(f))
             return self._fault(vcpu, f"RDMSR 0x{msr:X}{self._name(pmu, msr)}", f), 0
         finally:
             if feeder is not None:
                 self._leave(vcpu, pmu, feeder)
+        if self._trace is not None:
+            self._traced(vcpu, pmu, "rdmsr", msr, value)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDMSR 0x{msr:X}{self._name(pmu, msr)} -> "
                         f"0x{value:X}")
@@ -195,7 +256,7 @@ class Bridge:
         feeder = self.feeder
         if feeder is not None:
             self._enter(vcpu, pmu, feeder)
-            feeder.consume(vcpu, pmu)
+            self._consume(vcpu, pmu, feeder)
         # the notices read the emulator's decoded state; a stand-in PMU (tests) has none
         reg = getattr(pmu, "registers", {}).get(msr)
         old = 0  # the ESCR's or CCCR's value before the write (emulator/notices.py)
@@ -203,13 +264,18 @@ class Bridge:
             old = int(pmu.escr_raw[reg.index])
         elif reg is not None and reg.kind == "cccr":
             old = int(pmu.cccr_raw[reg.index]) | int(pmu.ovf[reg.index]) << 31
+        before = self._last_known(vcpu, msr)[1] if self._trace is not None else None
         try:
             pmu.wrmsr(vcpu % self.threads, msr, value)
         except self.PMUFault as f:
+            if self._trace is not None:
+                self._traced(vcpu, pmu, "wrmsr", msr, value, fault=str(f))
             return self._fault(vcpu, f"WRMSR 0x{msr:X}{self._name(pmu, msr)} <- 0x{value:X}", f)
         finally:
             if feeder is not None:
                 self._leave(vcpu, pmu, feeder)
+        if self._trace is not None:
+            self._traced(vcpu, pmu, "wrmsr", msr, value, old=before)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: WRMSR 0x{msr:X}{self._name(pmu, msr)} <- "
                         f"0x{value:X}")
@@ -236,6 +302,8 @@ class Bridge:
         self._said.add(notice.key)
         line = f"{self._who(vcpu)}: {notice.text}"
         self._write(f"# warning: {line}")
+        if self._trace is not None:
+            self._trace.note(vcpu, notice.text)
         print(f"p4pmu: warning: {line}", file=sys.stderr, flush=True)
 
     def counter_rewritten(self, vcpu: int, msr: int, first: int, second: int) -> None:
@@ -249,14 +317,18 @@ class Bridge:
         feeder = self.feeder
         if feeder is not None:
             self._enter(vcpu, pmu, feeder)
-            feeder.consume(vcpu, pmu)
+            self._consume(vcpu, pmu, feeder)
         try:
             value = int(pmu.rdpmc(vcpu % self.threads, ecx)) & U64
         except self.PMUFault as f:
+            if self._trace is not None:
+                self._traced(vcpu, pmu, "rdpmc", ecx, None, fault=str(f))
             return self._fault(vcpu, f"RDPMC ECX=0x{ecx:X}", f), 0
         finally:
             if feeder is not None:
                 self._leave(vcpu, pmu, feeder)
+        if self._trace is not None:
+            self._traced(vcpu, pmu, "rdpmc", ecx, value)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDPMC ECX=0x{ecx:X} -> 0x{value:X}")
         return OK, value
@@ -264,8 +336,7 @@ class Bridge:
     def misc_enable(self, vcpu: int, qemu_value: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_misc += 1
-        if self._log is not None and self.feeder is not None and self.feeder.mirror_on:
-            self._served(vcpu)  # the log keeps this vCPU's order
+        self._served(vcpu)  # the log and the trace keep this vCPU's order
         value = int(pmu.misc_enable(qemu_value)) & U64
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: RDMSR 0x1A0 IA32_MISC_ENABLE: QEMU 0x{qemu_value:X}"
@@ -284,14 +355,18 @@ class Bridge:
         feeder = self.feeder
         if feeder is not None:
             self._enter(vcpu, pmu, feeder)
-            feeder.consume(vcpu, pmu)
+            self._consume(vcpu, pmu, feeder)
             self._leave(vcpu, pmu, feeder)
+            if self._trace is not None:
+                self._trace.flush()
         return OK
 
     def note(self, vcpu: int, message: str) -> None:
-        if self._log is not None and self.feeder is not None and self.feeder.mirror_on:
-            self._served(vcpu)
+        self._served(vcpu)
         self._write(f"{self._who(vcpu)}: note: {message}")
+        if self._trace is not None:
+            self._trace.note(vcpu, message)
+            self._trace.flush()
 
     # -- after a Python error (the module docstring; plugin/errors.py) ----------------------
 
@@ -400,6 +475,8 @@ class Bridge:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+            if self._trace is not None:
+                self._trace.close()
 
     def _close_profile_and_feeder(self) -> None:
         if self._profile is not None:
@@ -407,16 +484,19 @@ class Bridge:
             self._profile.dump_stats(os.environ["P4PMU_PYPROFILE"])
             self._profile = None
         n_rd, n_wr, n_pmc = self.n_rdmsr, self.n_wrmsr, self.n_rdpmc
+        for vcpu in range(self.max_vcpus if self._ctrace is not None else 0):
+            self._served(vcpu)
         if self.feeder is not None:
             if self.feeder.mirror_on:
-                for vcpu in self.feeder.mirror_vcpus():
-                    if self._log is not None:
-                        self._served(vcpu)
                 r, w, p, *_ = self.feeder.mirror_counts()
                 n_rd, n_wr, n_pmc = n_rd + r, n_wr + w, n_pmc + p
             self._write(self.feeder.summary())
         self._write(f"# end: {n_rd} RDMSR, {n_wr} WRMSR, {n_pmc} RDPMC, {self.n_misc} "
                     f"MISC_ENABLE reads, {self.n_faults} faults, {self.n_errors} Python errors")
+        if self._trace is not None:
+            dropped = sum(int(t.dropped) for t in self._ctrace or ())
+            self._trace.end(rdmsr=n_rd, wrmsr=n_wr, rdpmc=n_pmc, faults=self.n_faults,
+                            python_errors=self.n_errors, dropped=dropped)
 
 
 def _read_outcome(status: int, value: int) -> str:

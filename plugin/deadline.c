@@ -21,6 +21,7 @@
 #include "registers.h"
 #include "resolve.h"
 #include "siblings.h"
+#include "trace.h"
 
 /* the clocks before watched counter w may have received `events` more: at its largest
  * per-clock increment (the clock budget of W) */
@@ -370,6 +371,7 @@ void cb_sched(unsigned int vi, void *ud)
     uint32_t id = (uint32_t)(uintptr_t)ud;
     const struct blk *b = blocks.by_id[id];
     c->cpl_os = b->os;
+    if (trace_of(vi)) trace_block_entry(vi, b->vaddr);
     int need = 0;
     if (c->force_fold) {
         c->force_fold = 0;

@@ -588,7 +588,6 @@ class Feeder:
             m.ovf_mask = T.CCCR_FIELD["OVF"].mask
             view("ctr_msr", np.uint32)[:] = [c.counter_msr for c in T.COUNTERS]
             view("cccr_msr", np.uint32)[:] = [c.cccr_msr for c in T.COUNTERS]
-            m.log_on = 1 if self.bridge.logging else 0
             m.escr_event_bits = (T.ESCR_FIELD["EVENT_SELECT"].mask |
                                  T.ESCR_FIELD["EVENT_MASK"].mask)
             m.cccr_enable_bit = T.CCCR_FIELD["ENABLE"].mask
@@ -664,19 +663,6 @@ class Feeder:
             pmu.engine.note_state_change()
         # fast_check's rates were (re)written by C: write ours again at the next after()
         self._wkey.pop(vcpu, None)
-
-    def served(self, vcpu: int) -> list[tuple[int, int, int]]:
-        """The accesses the C mirror served since the last call (op 1 RDMSR, 2 WRMSR,
-        3 RDPMC; register or ECX; value), for the log; clears them."""
-        mv = self._mv.get(vcpu)
-        if mv is None or not mv.m.nrec:
-            return []
-        m = mv.m
-        n = int(m.nrec)
-        rec = np.frombuffer(self.ffi.buffer(m.rec, 16 * n), dtype=np.uint64).reshape(n, 2)
-        out = [(int(a & 0xFFFFFFFF), int(a >> 32), int(v)) for a, v in rec.tolist()]
-        m.nrec = 0
-        return out
 
     def mirror_vcpus(self) -> list[int]:
         return sorted(self._mv)

@@ -63,6 +63,7 @@ static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
             pair_hash_add(&c->pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os),
                           (int64_t)(n * b->pc[k]));
         c->firsts[b->os ? 1 : 0] += (int64_t)n;
+        c->insn_total += n * b->n;
         if (!dyn_end(b)) acc_last_add(c, ext(b->last_k, b->os), (int64_t)n);
     }
     for (uint32_t i = 0; i < c->ndirty; i++) {
@@ -220,6 +221,7 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
     o->first = c->next_first ? c->next_first - 1 : (c->o_n ? c->o_ext[0] : 0);
     o->last = last ? last - 1 : o->first;
     o->clocks = clocks;
+    c->clk_total += (uint64_t)clocks;
     o->bad = c->o_bad;
     int sib = run.threads == 2 ? (int)(vi ^ 1) : -1;
     o->other_active = c->oth_active;

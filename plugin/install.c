@@ -26,6 +26,7 @@
 #include "mirror.h"
 #include "registers.h"
 #include "siblings.h"
+#include "trace.h"
 
 P4PMU_EXPORT int qemu_plugin_version = P4PMU_QEMU_PLUGIN_VERSION;
 
@@ -184,7 +185,7 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         return -1;
     }
     /* before Python starts: the PMU model's counter state lives in the mirrors */
-    if (mirror_setup(n_vcpus_max) < 0) {
+    if (mirror_setup(n_vcpus_max) < 0 || trace_setup(n_vcpus_max) < 0) {
         return -1;
     }
     if (p4pmu_py_init(argc, argv, info->system.smp_vcpus, n_vcpus_max) != 1) {

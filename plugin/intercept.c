@@ -48,6 +48,7 @@
 #include "python_calls.h"
 #include "registers.h"
 #include "siblings.h"
+#include "trace.h"
 #include "translate.h"
 
 /* per vCPU: how many records (struct rec) are pending; the entry hook's condition */
@@ -256,16 +257,18 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     if (msr < PMU_MSR_FIRST || msr > PMU_MSR_LAST) {
         return;
     }
+    struct site s = unpack_site(ud);
     if (current_cpl(v) != 0) {
+        trace_privileged(vi, v, s.linear, msr, 2);
         return; /* QEMU raises #GP */
     }
-    struct site s = unpack_site(ud);
     uint64_t value = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
     watch_counter_write(vi, v, msr, value);
     int was = run.instrument || run.start_requested;
     uint64_t t0 = access_time_start();
     sibling_sync(vi, s.linear);
     int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
+    trace_access(vi, s.linear, 0);
     int r = pmu_wrmsr(vi, msr, value);
     after_python(vi, rest);
     access_time_end(t0);
@@ -295,11 +298,13 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         post = 2; /* QEMU reads its value; patched afterwards */
     } else if (msr >= PMU_MSR_FIRST && msr <= PMU_MSR_LAST) {
         if (current_cpl(v) != 0) {
-            return;
+            trace_privileged(vi, v, unpack_site(ud).linear, msr, 1);
+            return; /* QEMU raises #GP */
         }
         uint64_t t0 = access_time_start();
         sibling_sync(vi, unpack_site(ud).linear);
         int64_t rest = run.instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
+        trace_access(vi, unpack_site(ud).linear, 0);
         int r = pmu_rdmsr(vi, msr, &value);
         after_python(vi, rest);
         access_time_end(t0);
@@ -366,6 +371,7 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     uint64_t value = 0;
 
     if (!rdpmc_allowed(v, &cpl)) {
+        trace_privileged(vi, v, s.linear, (uint32_t)reg_read(v, regs.rcx), 3);
         return; /* QEMU raises #GP */
     }
     v->last_counter_write = 0;
@@ -377,6 +383,7 @@ static void cb_rdpmc(unsigned int vi, void *ud)
         uint64_t t0 = access_time_start();
         sibling_sync(vi, s.linear);
         int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
+        trace_access(vi, s.linear, cpl);
         r = pmu_rdpmc(vi, (uint32_t)rcx, &value);
         after_python(vi, rest);
         access_time_end(t0);

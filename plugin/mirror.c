@@ -44,6 +44,7 @@
 #include "kinds.h"
 #include "programs.h"
 #include "python_calls.h"
+#include "trace.h"
 
 struct p4c_mirror *mirrors;
 
@@ -147,6 +148,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     }
     for (int n = 0; n < P4_NCOUNTERS; n++) {
         m->ctr[n] = v[n];
+        if (!m->ovf[n] && ovf[n]) trace_record(vi, P4_TR_OVERFLOW, (uint32_t)n, 0, 0);
         if (m->ovf[n] != ovf[n] || m->armed[n] != armed[n]) m->state_changes++;
         m->ovf[n] = ovf[n];
         m->armed[n] = armed[n];
@@ -197,22 +199,12 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     o->nwatch = b ? nw : 0;
 }
 
-static inline void mirror_record(struct p4c_mirror *m, uint32_t op, uint32_t reg, uint64_t value)
-{
-    if (m->log_on) {
-        struct p4c_mrec *r = &m->rec[m->nrec++];
-        r->op = op;
-        r->reg = reg;
-        r->value = value;
-    }
-}
-
 /* can an access be served at all (before anything changes) */
 static inline struct p4c_mirror *mirror_for_access(unsigned vi)
 {
     struct p4c_mirror *m = mirror_of(vi);
     if (!m) return NULL;
-    if ((m->log_on && m->nrec >= P4_MIRROR_RECS) || /* Python writes the log first */
+    if (trace_full(vi) || /* Python writes the trace and log first */
         (m->any_run && !mirror_table_ok(vi, m))) {
         m->n_declined++;
         return NULL;
@@ -264,7 +256,7 @@ static int mirror_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
     }
     mirror_after(vi, m);
     m->n_rdmsr++;
-    mirror_record(m, 1, msr, *out);
+    trace_record(vi, P4_TR_RDMSR, msr, *out, 0);
     return P4_PY_OK;
 }
 
@@ -309,6 +301,8 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
         mirror_declined(vi);
         return 0;
     }
+    uint64_t old = c >= 0 ? m->ctr[c] : k >= 0 ?
+        (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0) : m->escr[s];
     if (c >= 0) {
         m->ctr[c] = value;
     } else if (k >= 0) {
@@ -324,7 +318,7 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
     if (target >= 0) prog_switch(vi, m, target);
     mirror_after(vi, m);
     m->n_wrmsr++;
-    mirror_record(m, 2, msr, value);
+    trace_record(vi, P4_TR_WRMSR, msr, value, old);
     return P4_PY_OK;
 }
 
@@ -343,7 +337,7 @@ static int mirror_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
     *out = (ecx >> 31) ? (v & 0xFFFFFFFFull) : v;
     mirror_after(vi, m);
     m->n_rdpmc++;
-    mirror_record(m, 3, ecx, *out);
+    trace_record(vi, P4_TR_RDPMC, ecx, *out, 0);
     return P4_PY_OK;
 }
 

@@ -20,7 +20,7 @@
 #include "p4_tables.h"
 
 /* BEGIN PYTHON API */
-#define P4_MIRROR_RECS 4096 /* accesses the mirror records for the log between Python calls */
+#define P4_TRACE_RECS 4096  /* trace and log records C keeps between Python calls */
 #define P4_LITE_EITHER 2    /* p4c_out.lite: either level counts the same (nothing counts) */
 
 /* One fold of a vCPU's activity (fold.c), and what Python leaves for the C side's deadline
@@ -89,11 +89,33 @@ struct p4c_prog {
     int32_t rate_b[P4_NCOUNTERS], tmax[P4_NCOUNTERS];
 };
 
-/* one access served by the mirror, for the log (Python writes the line at its next call) */
-struct p4c_mrec {
-    uint32_t op;    /* 1 RDMSR, 2 WRMSR, 3 RDPMC */
-    uint32_t reg;   /* MSR, or ECX for RDPMC */
-    uint64_t value; /* value read or written */
+/* One record of the C half of the access trace (trace.c; docs/trace.md): Python's trace writer
+ * (plugin/trace_writer.py) and the log turn them into lines at its next call. */
+#define P4_TR_RDMSR 1     /* served by the mirror: reg = MSR, value read */
+#define P4_TR_WRMSR 2     /* served by the mirror: reg = MSR, value written, old = before */
+#define P4_TR_RDPMC 3     /* served by the mirror: reg = ECX, value read */
+#define P4_TR_OVERFLOW 4  /* the mirror set OVF: reg = counter */
+#define P4_TR_PMI 5       /* an interrupt sent: reg = vector | delivery mode << 8 */
+#define P4_TR_PRIV 6      /* #GP by QEMU for CPL > 0: reg = MSR or ECX, value = 1 RDMSR,
+                           * 2 WRMSR, 3 RDPMC (without CR4.PCE) */
+struct p4c_trec {
+    uint32_t op, reg;
+    uint64_t value, old;
+    uint64_t pc, insns, clk;  /* guest address; time (struct p4c_trace) */
+    uint32_t cpl, pad;
+};
+
+/* A vCPU's trace state (trace.c): the time and place of the access being served, and the
+ * records C made since Python last looked. */
+struct p4c_trace {
+    int on;                   /* written by Python: 1 while a trace or a log is written */
+    int timed;                /* insns and clk are known (counting instruments blocks) */
+    uint64_t pc, insns, clk;  /* the current access: guest address, instructions of the
+                               * blocks entered before it, clocks folded before it */
+    uint32_t cpl;
+    uint32_t n;               /* records in rec[] */
+    uint64_t dropped;         /* records that found rec[] full (PMIs, faults) */
+    struct p4c_trec rec[P4_TRACE_RECS];
 };
 
 /* A vCPU's register mirror (mirror.c; docs/bridge.md, "The register mirror").  ctr, cccr,
@@ -108,7 +130,6 @@ struct p4c_mirror {
     /* written by Python when it enables the fast path (Feeder.enable_fast_path) */
     int active;                /* 1: C serves this vCPU's accesses and deadlines */
     int any_run;               /* some counter runs */
-    int log_on;                /* record served accesses for the log */
     uint32_t nkext;            /* rows of the per-kind table handed over (p4c_out.nkext) */
     uint64_t ctr[P4_NCOUNTERS];          /* 40-bit values */
     uint64_t cccr[P4_NCOUNTERS];         /* as written (OVF is in ovf[]) */
@@ -136,14 +157,12 @@ struct p4c_mirror {
     uint64_t state_changes;
     /* statistics (C) */
     uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks, n_switches;
-    /* accesses served here since Python last looked (log) */
-    uint32_t nrec;
-    struct p4c_mrec rec[P4_MIRROR_RECS];
 };
 
 struct p4c_out *p4c_out(unsigned vi);             /* vCPU vi's fold output */
 const uint8_t *p4c_kinds(uint32_t *n);            /* the clock kinds' fields, *n of them */
 struct p4c_mirror *p4c_mirror(unsigned vi);       /* vCPU vi's register mirror */
+struct p4c_trace *p4c_trace(unsigned vi);         /* vCPU vi's trace records */
 void p4c_prog_commit(unsigned vi, int slot);      /* progs[slot] filled in: hash it */
 /* END PYTHON API */
 

@@ -14,6 +14,7 @@
 
 #include "pmi.h"
 #include "registers.h"
+#include "trace.h"
 
 int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
 {
@@ -51,5 +52,6 @@ int pmi_deliver_here(unsigned vi)
     /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
     DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u\n", vi, lvt, vec, mode);
+    trace_record(vi, P4_TR_PMI, vec | mode << 8, 0, 0); /* at the access or block entry */
     return 1;
 }

@@ -23,6 +23,7 @@
 #include "python_calls.h"
 #include "registers.h"
 #include "resolve.h"
+#include "trace.h"
 
 /* single-threaded TCG (round robin): both siblings run on this thread, so the sibling is
  * between two of its blocks now and its state may be touched from here */
@@ -134,6 +135,7 @@ void cb_xpend(unsigned int vi, void *ud)
     uint32_t id = (uint32_t)(uintptr_t)ud;
     uint64_t *sb = scoreboard_of(vi);
     __atomic_store_n(&sb[SB_SIBLING_REQUEST], 0, __ATOMIC_SEQ_CST);
+    if (trace_of(vi)) trace_block_entry(vi, blocks.by_id[id]->vaddr);
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     int delivered = 0, folded = 0;
     if (c->hlt_halted) {

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sysconfig
@@ -207,8 +208,8 @@ def test_p4pmu_qemu_passes_one_spelling():
 
 
 def _value_for_run(o, k: int, tmp_path: Path) -> str:
-    if o.name == "log":
-        return str(tmp_path / f"pmu{k}.log")
+    if o.name in ("log", "trace"):
+        return str(tmp_path / f"pmu{k}.{o.name}")
     if o.name == "pypath":
         return SITE
     vals = allowed_values(o)
@@ -228,6 +229,8 @@ def test_real_qemu_accepts_every_allowed_value(k, tmp_path):
     assert "p4pmu:" not in r.stderr, f"{items}\n{r.stderr}"
     parsed = options.parse(items)
     head = (tmp_path / f"pmu{k}.log").read_text().splitlines()[0]
+    trace_head = json.loads((tmp_path / f"pmu{k}.trace").read_text().splitlines()[0])
+    assert trace_head["k"] == "header" and trace_head["model"] == parsed["model"], trace_head
     model = parsed["model"]
     assert head.startswith(f"# p4pmu bridge: model {model} stepping {parsed['stepping']}, "
                            f"threads={parsed['threads']}, "

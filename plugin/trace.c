@@ -1,0 +1,105 @@
+/*
+ * p4pmu: the C half of the access trace (docs/trace.md).  The time of an access is the
+ * vCPU's instructions of the block executions so far (folded ones, struct vcpu_counting
+ * insn_total, and the executions counted since the last fold) less the rest of the current
+ * block, and its clocks folded so far (clk_total); the records of what C did without Python
+ * wait in struct p4c_trace until Python's trace writer (plugin/trace_writer.py) reads them at
+ * its next call.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace.h"
+#include "blocks.h"
+#include "counting.h"
+#include "registers.h"
+
+struct trace_run trace_run;
+
+int trace_setup(int max_vcpus)
+{
+    trace_run.per_vcpu = calloc((size_t)max_vcpus, sizeof(*trace_run.per_vcpu));
+    if (!trace_run.per_vcpu) {
+        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' trace records\n", max_vcpus);
+        return -1;
+    }
+    return 0;
+}
+
+/* instructions of vCPU vi's block executions so far: folded, and counted since the fold */
+static uint64_t insns_now(unsigned vi)
+{
+    const struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t n = c->insn_total;
+    for (uint32_t i = 0; i < c->ndirty; i++) {
+        const struct blk *b = blocks.by_id[c->dirty[i]];
+        n += en_total(c, c->dirty[i]) * b->n;
+    }
+    return n;
+}
+
+/* ... less those of the current block from the one at `linear` on (its execution was counted
+ * at its entry) */
+static uint64_t insns_before(unsigned vi, uint64_t linear)
+{
+    uint64_t n = insns_now(vi);
+    uint32_t id = (uint32_t)scoreboard_of(vi)[SB_CURRENT_BLOCK];
+    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    int i = b ? find_insn(b, linear) : -1;
+    if (i >= 0 && n >= b->n - (unsigned)i) n -= b->n - (unsigned)i;
+    return n;
+}
+
+void trace_access(unsigned vi, uint64_t linear, int cpl)
+{
+    struct p4c_trace *t = trace_of(vi);
+    if (!t) return;
+    t->pc = linear;
+    t->cpl = (uint32_t)cpl;
+    t->timed = run.instrument;
+    t->insns = t->timed ? insns_before(vi, linear) : 0;
+    t->clk = run.instrument ? run.per_vcpu[vi].clk_total : 0;
+}
+
+void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old)
+{
+    struct p4c_trace *t = trace_of(vi);
+    if (!t) return;
+    if (t->n >= P4_TRACE_RECS) {
+        t->dropped++;
+        return;
+    }
+    struct p4c_trec *r = &t->rec[t->n++];
+    r->op = op;
+    r->reg = reg;
+    r->value = value;
+    r->old = old;
+    r->pc = t->pc;
+    r->cpl = t->cpl;
+    r->insns = t->insns;
+    r->clk = t->clk;
+}
+
+void trace_block_entry(unsigned vi, uint64_t pc)
+{
+    struct p4c_trace *t = trace_of(vi);
+    if (!t) return;
+    t->pc = pc;
+    t->cpl = (uint32_t)current_cpl(bridge_vcpu(vi));
+    t->timed = run.instrument;
+    /* the block's execution counter has not counted it yet (callbacks run in registration
+     * order: cb_sched before the inline add) */
+    t->insns = t->timed ? insns_now(vi) : 0;
+    t->clk = run.instrument ? run.per_vcpu[vi].clk_total : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Functions Python calls (declared with ffi.cdef in build.py)                               */
+/* ---------------------------------------------------------------------------------------- */
+
+struct p4c_trace *p4c_trace(unsigned vi)
+{
+    return &trace_run.per_vcpu[vi];
+}
