@@ -2,9 +2,9 @@
 
 Commands and the modules that do them: ``qemu`` (qemu_cmd.py), ``linux`` (linux.py),
 ``demo`` (demo.py; ``--replay``: demo_replay.py), ``bench`` (bench.py), ``events``
-(events_cmd.py), ``info`` (info_cmd.py), ``setup`` (setup_cmd.py).  Every QEMU they start is
-a machine.P4Machine.  Here also: the checks of --plugin-opt and --model/--stepping that
-every command shares (one message for a bad model, whichever command).
+(events_cmd.py), ``trace`` (trace_cmd.py), ``info`` (info_cmd.py), ``setup`` (setup_cmd.py).
+Every QEMU they start is a machine.P4Machine.  Here also: the checks of --plugin-opt and
+--model/--stepping that every command shares (one message for a bad model, whichever command).
 
 Errors: a UsageError (errors.py) found after parsing is reported like argparse's, exit
 status 2; a ProvisionError (QEMU, the plugin or an image could not be had) exit status 1.
@@ -243,6 +243,16 @@ def _add_events(sub, fmt) -> None:
     ev.set_defaults(func=_command("events_cmd"))
 
 
+def _add_trace(sub, fmt) -> None:
+    """The parser of `p4pmu trace`."""
+    from p4pmu.qemu_glue import trace_cmd  # p4pmu trace (qemu_glue/trace_cmd.py)
+    tr = sub.add_parser("trace", formatter_class=fmt,
+                        help="print a PMU access trace (--plugin-opt trace=FILE), decoded",
+                        description=trace_cmd.DESCRIPTION, epilog=trace_cmd.EPILOG)
+    trace_cmd.add_arguments(tr)
+    tr.set_defaults(func=_command("trace_cmd"))
+
+
 def _add_linux(sub, fmt) -> None:
     """The parser of `p4pmu linux`."""
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
@@ -285,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub, fmt)
     _add_bench(sub, fmt)
     _add_events(sub, fmt)
+    _add_trace(sub, fmt)
     _add_linux(sub, fmt)
     return ap
 
