@@ -103,9 +103,16 @@ class Bridge:
                                           timed=native is not None and options.count != "off")
             except OSError as e:
                 raise OptionError(f"option trace={options.trace!r}: {e.strerror}") from None
-        # the C side's records (struct p4c_trace): kept while a trace or a log is written
+        # the programming checker (emulator/checker.py): on with lint= or a trace
+        self._checker = None
+        if options.lint or self._trace is not None:
+            from p4pmu.emulator.checker import Checker
+            self._checker = Checker()
+        # the C side's records (struct p4c_trace): kept while a trace, a log or the checker
+        # needs them
         self._ctrace = None
-        if native is not None and (self._log is not None or self._trace is not None):
+        if native is not None and (self._log is not None or self._trace is not None or
+                                   self._checker is not None):
             lib = native[1]
             self._ffi = native[0]
             self._ctrace = [lib.p4c_trace(v) for v in range(self.max_vcpus)]
@@ -162,7 +169,9 @@ class Bridge:
         raw = np.frombuffer(self._ffi.buffer(t.rec, n * TREC.itemsize), dtype=TREC)
         recs = list(zip(*(raw[f].tolist() for f in TREC_FIELDS)))
         t.n = 0
-        if self._trace is not None:
+        if self._checker is not None:
+            self._lint_c_records(vcpu, recs)  # (writes the trace's records too, in order)
+        elif self._trace is not None:
             self._trace.c_records(vcpu, recs)
         if self._log is not None:
             pmu = self.pmu_of(vcpu)
@@ -174,6 +183,41 @@ class Bridge:
                     self._write(f"{who}: WRMSR 0x{reg:X}{self._name(pmu, reg)} <- 0x{value:X}")
                 elif op == 3:
                     self._write(f"{who}: RDPMC ECX=0x{reg:X} -> 0x{value:X}")
+
+    # -- the programming checker (emulator/checker.py; docs/checker.md) ------------------------
+
+    def _report(self, vcpu: int | None, where, findings) -> None:
+        """New findings: on stderr with lint=on, in the trace and the log."""
+        for f in findings:
+            who = f"vcpu {vcpu}: " if vcpu is not None else ""
+            if self.options.lint:
+                print(f"p4pmu: finding: {who}{f.line()}", file=sys.stderr, flush=True)
+            self._write(f"# finding: {who}{f.line()}")
+            if self._trace is not None:
+                self._trace.finding(vcpu, where, f)
+
+    def _lint_write(self, vcpu: int, pmu, msr: int, value: int, counting: bool) -> None:
+        self._report(vcpu, self._here(vcpu), self._checker.write(pmu, msr, value, counting))
+
+    def _lint_c_records(self, vcpu: int, recs) -> None:
+        """The trace's records of what C served, each followed by what the checker says
+        about it: counter writes (the programmings C switches to were checked when Python
+        first saw them) and the LVT entry when a PMI was requested (P4_TR_LVT)."""
+        from p4pmu.emulator import checker as K
+        pmu = self.pmu_of(vcpu)
+        for rec in recs:
+            if self._trace is not None:
+                self._trace.c_records(vcpu, (rec,))
+            op, reg, value, _, cpl, pc, insns, clk, flags = rec
+            if op == 2:
+                self._checker.track(pmu, reg, value)
+            if op == 2 and getattr(pmu.registers.get(reg), "kind", None) == "counter":
+                found = self._checker.new(K.check_write(pmu, reg, value, bool(flags & 1)))
+            elif op == 7:
+                found = self._checker.lvt(value, reg > 0)
+            else:
+                continue
+            self._report(vcpu, (cpl, pc, insns, clk), found)
 
     def _enter(self, vcpu: int, pmu, feeder) -> None:
         """Start of a Python call that may use the PMU: the C fast path stops serving it."""
@@ -265,6 +309,8 @@ class Bridge:
         elif reg is not None and reg.kind == "cccr":
             old = int(pmu.cccr_raw[reg.index]) | int(pmu.ovf[reg.index]) << 31
         before = self._last_known(vcpu, msr)[1] if self._trace is not None else None
+        counting = self._checker is not None and reg is not None and reg.kind == "counter" \
+            and bool(pmu.running()[reg.index])
         try:
             pmu.wrmsr(vcpu % self.threads, msr, value)
         except self.PMUFault as f:
@@ -276,6 +322,8 @@ class Bridge:
                 self._leave(vcpu, pmu, feeder)
         if self._trace is not None:
             self._traced(vcpu, pmu, "wrmsr", msr, value, old=before)
+        if self._checker is not None and reg is not None:
+            self._lint_write(vcpu, pmu, msr, value, counting)
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: WRMSR 0x{msr:X}{self._name(pmu, msr)} <- "
                         f"0x{value:X}")
@@ -493,6 +541,12 @@ class Bridge:
             self._write(self.feeder.summary())
         self._write(f"# end: {n_rd} RDMSR, {n_wr} WRMSR, {n_pmc} RDPMC, {self.n_misc} "
                     f"MISC_ENABLE reads, {self.n_faults} faults, {self.n_errors} Python errors")
+        if self._checker is not None:
+            if self.feeder is not None and self.feeder.mirror_on:
+                for vcpu in self.feeder.mirror_vcpus():  # the registers C changed last
+                    self.feeder.disable_fast_path(vcpu, self.pmu_of(vcpu))
+            for core in sorted(self.pmus):
+                self._report(None, None, self._checker.idle(self.pmus[core]))
         if self._trace is not None:
             dropped = sum(int(t.dropped) for t in self._ctrace or ())
             self._trace.end(rdmsr=n_rd, wrmsr=n_wr, rdpmc=n_pmc, faults=self.n_faults,

@@ -148,7 +148,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
     }
     for (int n = 0; n < P4_NCOUNTERS; n++) {
         m->ctr[n] = v[n];
-        if (!m->ovf[n] && ovf[n]) trace_record(vi, P4_TR_OVERFLOW, (uint32_t)n, 0, 0);
+        if (!m->ovf[n] && ovf[n]) trace_record(vi, P4_TR_OVERFLOW, (uint32_t)n, 0, 0, 0);
         if (m->ovf[n] != ovf[n] || m->armed[n] != armed[n]) m->state_changes++;
         m->ovf[n] = ovf[n];
         m->armed[n] = armed[n];
@@ -256,7 +256,7 @@ static int mirror_rdmsr(unsigned vi, uint32_t msr, uint64_t *out)
     }
     mirror_after(vi, m);
     m->n_rdmsr++;
-    trace_record(vi, P4_TR_RDMSR, msr, *out, 0);
+    trace_record(vi, P4_TR_RDMSR, msr, *out, 0, 0);
     return P4_PY_OK;
 }
 
@@ -301,6 +301,7 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
         mirror_declined(vi);
         return 0;
     }
+    uint32_t counting = c >= 0 && m->run[c] ? P4_TR_COUNTING : 0;
     uint64_t old = c >= 0 ? m->ctr[c] : k >= 0 ?
         (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0) : m->escr[s];
     if (c >= 0) {
@@ -318,7 +319,7 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
     if (target >= 0) prog_switch(vi, m, target);
     mirror_after(vi, m);
     m->n_wrmsr++;
-    trace_record(vi, P4_TR_WRMSR, msr, value, old);
+    trace_record(vi, P4_TR_WRMSR, msr, value, old, counting);
     return P4_PY_OK;
 }
 
@@ -337,7 +338,7 @@ static int mirror_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
     *out = (ecx >> 31) ? (v & 0xFFFFFFFFull) : v;
     mirror_after(vi, m);
     m->n_rdpmc++;
-    trace_record(vi, P4_TR_RDPMC, ecx, *out, 0);
+    trace_record(vi, P4_TR_RDPMC, ecx, *out, 0, 0);
     return P4_PY_OK;
 }
 

@@ -86,6 +86,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("trace", TEXT, None, "write every PMU access and event to this file, one JSON "
            "object per line, decoded (docs/trace.md; read it with p4pmu trace)",
            nonempty=True, what="a file name", reader="both"),
+    Option("lint", BOOL, False, "report programming the hardware accepts silently but that "
+           "is almost certainly a mistake, once per finding and register, on stderr "
+           "(docs/checker.md)"),
     Option("threads", INT, 1, "logical processors per core: with 2, vCPUs 2k and 2k+1 share "
            "one PMU as logical processors 0 and 1", lo=1, hi=2, reader="both"),
     Option("pypath", TEXT, None, "site directories to add to sys.path inside QEMU (default: "

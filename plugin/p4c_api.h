@@ -4,8 +4,8 @@
  * (struct p4c_mirror) and the functions Python calls to reach them.
  *
  * Declared once: plugin/build.py hands the block between the BEGIN/END PYTHON API markers
- * (after the generated counter count) to cffi's cdef (which accepts the integer #defines and uses them as array lengths), and the C
- * units include this header.  Keep the block to what cdef parses: integer #defines, structs,
+ * (after the generated counter count) to cffi's cdef (which accepts the integer #defines and
+ * uses them as array lengths), and the C units include this header.  Keep the block to what cdef parses: integer #defines, structs,
  * prototypes, no other preprocessor lines.
  */
 #ifndef P4C_API_H
@@ -98,11 +98,14 @@ struct p4c_prog {
 #define P4_TR_PMI 5       /* an interrupt sent: reg = vector | delivery mode << 8 */
 #define P4_TR_PRIV 6      /* #GP by QEMU for CPL > 0: reg = MSR or ECX, value = 1 RDMSR,
                            * 2 WRMSR, 3 RDPMC (without CR4.PCE) */
+#define P4_TR_LVT 7       /* a PMI requested, the LVT entry `value` masked or invalid; reg: PMIs
+                           * delivered on this vCPU before (the checker: docs/checker.md) */
+#define P4_TR_COUNTING 1  /* flags of a P4_TR_WRMSR of a counter: it was counting */
 struct p4c_trec {
     uint32_t op, reg;
     uint64_t value, old;
     uint64_t pc, insns, clk;  /* guest address; time (struct p4c_trace) */
-    uint32_t cpl, pad;
+    uint32_t cpl, flags;
 };
 
 /* A vCPU's trace state (trace.c): the time and place of the access being served, and the
@@ -114,6 +117,7 @@ struct p4c_trace {
                                * blocks entered before it, clocks folded before it */
     uint32_t cpl;
     uint32_t n;               /* records in rec[] */
+    uint32_t pmis, lvt_noted; /* PMIs delivered; a P4_TR_LVT was recorded */
     uint64_t dropped;         /* records that found rec[] full (PMIs, faults) */
     struct p4c_trec rec[P4_TRACE_RECS];
 };

@@ -40,18 +40,24 @@ int pmi_deliver_here(unsigned vi)
     struct vcpu *v = bridge_vcpu(vi);
     uint32_t lvt, id;
     if (!apic_rd(v, APIC_LVT_PERF, &lvt)) return -1;
+    unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
+    struct p4c_trace *t = trace_of(vi);
+    if (t && !t->lvt_noted && ((lvt & LVT_MASKED) ? !t->pmis : mode == 0 && vec < 16)) {
+        t->lvt_noted = 1; /* for the checker (docs/checker.md, pmi-lvt) */
+        trace_record(vi, P4_TR_LVT, t->pmis, lvt, 0, 0);
+    }
     if (lvt & LVT_MASKED) {
         /* (the usual case of the look every PMI_RECHECK clocks while a request is
          * asserted: one APIC read) */
         return 0;
     }
     if (!apic_rd(v, APIC_ID_REG, &id)) return -1;
-    unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
+    if (t) t->pmis++;
     /* NetBurst sets the mask bit when it delivers (SDM 10.5.1) */
     apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
     /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
     DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u\n", vi, lvt, vec, mode);
-    trace_record(vi, P4_TR_PMI, vec | mode << 8, 0, 0); /* at the access or block entry */
+    trace_record(vi, P4_TR_PMI, vec | mode << 8, 0, 0, 0); /* at the access or block entry */
     return 1;
 }

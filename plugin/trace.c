@@ -63,7 +63,8 @@ void trace_access(unsigned vi, uint64_t linear, int cpl)
     t->clk = run.instrument ? run.per_vcpu[vi].clk_total : 0;
 }
 
-void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old)
+void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old,
+                  uint32_t flags)
 {
     struct p4c_trace *t = trace_of(vi);
     if (!t) return;
@@ -76,6 +77,7 @@ void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64
     r->reg = reg;
     r->value = value;
     r->old = old;
+    r->flags = flags;
     r->pc = t->pc;
     r->cpl = t->cpl;
     r->insns = t->insns;

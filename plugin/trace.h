@@ -30,7 +30,8 @@ static inline struct p4c_trace *trace_of(unsigned vi)
 /* The access at guest address `linear` (CPL `cpl`) is about to be served: note its time. */
 void trace_access(unsigned vi, uint64_t linear, int cpl);
 /* A record at the current access's time and place (ops: P4_TR_* in p4c_api.h). */
-void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old);
+void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old,
+                  uint32_t flags);
 /* A PMU access QEMU faults for its privilege level (op 1 RDMSR, 2 WRMSR, 3 RDPMC without
  * CR4.PCE): recorded with its place; its clk is the last fold's. */
 static inline void trace_privileged(unsigned vi, struct vcpu *v, uint64_t linear, uint32_t reg,
@@ -38,7 +39,7 @@ static inline void trace_privileged(unsigned vi, struct vcpu *v, uint64_t linear
 {
     if (!trace_of(vi)) return;
     trace_access(vi, linear, current_cpl(v));
-    trace_record(vi, P4_TR_PRIV, reg, (uint64_t)op, 0);
+    trace_record(vi, P4_TR_PRIV, reg, (uint64_t)op, 0, 0);
 }
 
 /* At the entry of the block at `pc`, before its inline operations (a deadline, a sibling's

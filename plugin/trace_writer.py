@@ -29,8 +29,8 @@ _TAILS_KEPT = 1 << 16  # cached record tails (TraceWriter.access)
 # struct p4c_trec (plugin/p4c_api.h), read as a whole buffer
 TREC = np.dtype([("op", "<u4"), ("reg", "<u4"), ("value", "<u8"), ("old", "<u8"),
                  ("pc", "<u8"), ("insns", "<u8"), ("clk", "<u8"), ("cpl", "<u4"),
-                 ("pad", "<u4")])
-TREC_FIELDS = ("op", "reg", "value", "old", "cpl", "pc", "insns", "clk")
+                 ("flags", "<u4")])
+TREC_FIELDS = ("op", "reg", "value", "old", "cpl", "pc", "insns", "clk", "flags")
 
 
 class TraceWriter:
@@ -124,9 +124,10 @@ class TraceWriter:
         self.n += 1
 
     def c_records(self, vcpu: int, recs) -> None:
-        """The records C made since the last call: (op, reg, value, old, cpl, pc, insns, clk)
-        tuples of struct p4c_trec (P4_TR_*), in their order."""
-        for op, reg, value, old, cpl, pc, insns, clk in recs:
+        """The records C made since the last call: (op, reg, value, old, cpl, pc, insns, clk,
+        flags) tuples of struct p4c_trec (P4_TR_*), in their order (P4_TR_LVT is the
+        checker's: Bridge._served)."""
+        for op, reg, value, old, cpl, pc, insns, clk, _ in recs:
             where = (cpl, pc, insns, clk)
             if op == 1:
                 self.access(vcpu, where, "rdmsr", reg, value, by="c")
@@ -167,6 +168,17 @@ class TraceWriter:
             self.counter_event(vcpu, where, "overflow", int(n))
         for n in np.flatnonzero(pmu.running() & ~pmu.enable & ~casc0):
             self.counter_event(vcpu, where, "cascade", int(n))
+
+    def finding(self, vcpu: int | None, where, f) -> None:
+        """A programming checker's finding (emulator/checker.py; docs/checker.md) shown by
+        the record at `where` (None: at the end of the run)."""
+        body = json.dumps({"rule": f.rule.key, "sdm": f.rule.sdm, "register": f.register,
+                           "text": f.text, "fix": f.fix}, separators=(",", ":"))[1:]
+        if vcpu is None or where is None:
+            self._f.write('{"k":"finding",' + body + "\n")
+        else:
+            self._f.write(self._head("finding", vcpu, where) + "," + body + "\n")
+        self.n += 1
 
     def note(self, vcpu: int | None, text: str) -> None:
         d = {"k": "note", "text": text}

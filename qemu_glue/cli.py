@@ -2,7 +2,8 @@
 
 Commands and the modules that do them: ``qemu`` (qemu_cmd.py), ``linux`` (linux.py),
 ``demo`` (demo.py; ``--replay``: demo_replay.py), ``bench`` (bench.py), ``events``
-(events_cmd.py), ``trace`` (trace_cmd.py), ``info`` (info_cmd.py), ``setup`` (setup_cmd.py).
+(events_cmd.py), ``trace`` (trace_cmd.py), ``lint`` (lint_cmd.py), ``info`` (info_cmd.py),
+``setup`` (setup_cmd.py).
 Every QEMU they start is a machine.P4Machine.  Here also: the checks of --plugin-opt and
 --model/--stepping that every command shares (one message for a bad model, whichever command).
 
@@ -253,6 +254,16 @@ def _add_trace(sub, fmt) -> None:
     tr.set_defaults(func=_command("trace_cmd"))
 
 
+def _add_lint(sub, fmt) -> None:
+    """The parser of `p4pmu lint`."""
+    from p4pmu.qemu_glue import lint_cmd  # p4pmu lint (qemu_glue/lint_cmd.py)
+    li = sub.add_parser("lint", formatter_class=fmt,
+                        help="the programming checker over a PMU access trace",
+                        description=lint_cmd.DESCRIPTION, epilog=lint_cmd.EPILOG)
+    lint_cmd.add_arguments(li)
+    li.set_defaults(func=_command("lint_cmd"))
+
+
 def _add_linux(sub, fmt) -> None:
     """The parser of `p4pmu linux`."""
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
@@ -296,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub, fmt)
     _add_events(sub, fmt)
     _add_trace(sub, fmt)
+    _add_lint(sub, fmt)
     _add_linux(sub, fmt)
     return ap
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from p4pmu.plugin.errors import is_error_line
 
 WARNING_PREFIX = b"p4pmu: warning:"  # the plugin's warnings (emulator/notices.py)
+FINDING_PREFIX = b"p4pmu: finding:"  # the programming checker's (lint=on: docs/checker.md)
 
 
 class HostOutput:
@@ -178,6 +179,6 @@ def read_qemu_stderr(stream, keep: bytearray, output: HostOutput) -> None:
     summary at exit) on to the host's stderr as they come."""
     for line in iter(stream.readline, b""):
         keep.extend(line)
-        if line.startswith(WARNING_PREFIX) or \
+        if line.startswith((WARNING_PREFIX, FINDING_PREFIX)) or \
                 is_error_line(line.decode("utf-8", "replace")):
             output.stderr(line)

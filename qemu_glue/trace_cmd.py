@@ -26,7 +26,7 @@ PROG = "p4pmu trace"
 FORMAT = "p4pmu-trace"  # the header's `format`
 VERSION = 1  # the newest header `version` this reader knows (docs/trace.md)
 ACCESS = ("rdmsr", "wrmsr", "rdpmc")
-KINDS = ("header", *ACCESS, "overflow", "cascade", "pmi", "note", "end")
+KINDS = ("header", *ACCESS, "overflow", "cascade", "pmi", "finding", "note", "end")
 KIND_GROUPS = {"access": set(ACCESS)}  # `fault` is not a kind: records with a `fault` key
 
 
@@ -184,6 +184,9 @@ def _event(rec: dict) -> str:
         return f"PMI vector {vec} mode {_dash(rec.get('mode'))}"
     if k == "note":
         return f"NOTE {rec.get('text', '')}"
+    if k == "finding":  # the programming checker (docs/checker.md)
+        return (f"FINDING {rec.get('register')}: {rec.get('text')} (SDM {rec.get('sdm')}); "
+                f"fix: {rec.get('fix')} [{rec.get('rule')}]")
     if k == "end":
         return "END totals: " + "  ".join(f"{n} {_dash(v)}" for n, v in rec.items() if n != "k")
     rest = {a: b for a, b in rec.items() if a != "k"}

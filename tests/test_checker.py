@@ -1,0 +1,95 @@
+"""The programming checker on the model alone (emulator/checker.py; docs/checker.md): every
+rule is raised by the programming that makes its mistake and by nothing in the correct
+version of the same programming, SDM Example 18-2 as printed gives the findings that explain
+its three mistakes (docs/checker.md), and the corrected example gives none."""
+from __future__ import annotations
+
+import pytest
+
+from guests.evscript import cccr_value, escr_value, preset
+from guests.mistakes import CASES, IDLE_WRONG, Case
+from p4pmu.emulator import checker as K
+from p4pmu.emulator.models import get_model
+from p4pmu.emulator.pmu import PMU
+
+
+def run(writes, model="0F_04", ht=False) -> list[K.Finding]:
+    """Apply `writes` to a fresh PMU as the bridge does; every finding, then the idle ones."""
+    pmu = PMU(get_model(model), ht=ht)
+    checker = K.Checker()
+    found = []
+    for msr, value in writes:
+        reg = pmu.registers[msr]
+        counting = reg.kind == "counter" and bool(pmu.running()[reg.index])
+        pmu.wrmsr(0, msr, value)
+        found += checker.write(pmu, msr, value, counting)
+    return found + checker.idle(pmu)
+
+
+def rules(found) -> set[str]:
+    return {f.rule.key for f in found}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.rule)
+def test_each_mistake_is_found_and_its_correct_form_is_clean(case: Case):
+    wrong = run(case.wrong, case.model)
+    assert case.rule in rules(wrong), [f.line() for f in wrong]
+    right = run(case.right, case.model)
+    assert right == [], [f.line() for f in right]
+
+
+def test_every_rule_has_a_case():
+    """The rules a guest or the model can show: every rule of the table but the LVT's (run
+    time only: tests/test_lint.py) and the idle ESCR's (below)."""
+    covered = {c.rule for c in CASES} | {"pmi-lvt", "escr-unselected", "unmodelled"}
+    assert covered == {r.key for r in K.RULES}
+
+
+def test_an_escr_nothing_selects_is_found_at_the_end():
+    assert rules(run(IDLE_WRONG)) == {"escr-unselected"}
+
+
+def test_unmodelled_event():
+    """An event this emulator does not model (a cache event) reads 0: said, not hidden."""
+    bsq = escr_value("BSQ_cache_reference", "RD_2ndL_HITS", t0_usr=True)
+    found = run([(0x3A0, bsq), (0x360, cccr_value(0, "MSR_BSU_ESCR0"))])
+    assert "unmodelled" in rules(found), [f.line() for f in found]
+
+
+EXAMPLE_18_2 = [(0x30C, 0), (0x3B8, 0x04000603), (0x36C, 0x04038800), (0x310, 0xFFFFF000),
+                (0x3CC, 0x0400060C), (0x370, 0x00039000)]
+
+
+@pytest.mark.parametrize("ht", (False, True), ids=("no HT", "HT"))
+def test_sdm_example_18_2_as_printed(ht):
+    """The three mistakes of the printed example (docs/checker.md): counter 16's CCCR selects
+    CRU_ESCR0 (ESCR_SELECT 4) so the programmed CRU_ESCR2 is unused; select 02h on CRU_ESCR2
+    is machine_clear, whose mask has no bit 1 (instr_retired is 02h on CRU_ESCR0/1); FFFFF000h
+    in a 40-bit counter is 00_FFFF_F000h.  Without HT, CRU_ESCR0's T1 bits count nothing."""
+    found = run(EXAMPLE_18_2, ht=ht)
+    by = {f.rule.key: f for f in found}
+    assert "MSR_CRU_ESCR0" in by["escr-unselected"].text + by["escr-unselected"].register
+    assert by["escr-unselected"].register == "MSR_CRU_ESCR2"
+    assert "ESCR_SELECT=5" in by["escr-unselected"].fix
+    assert "machine_clear" in by["mask-bits-undefined"].text
+    assert "instr_retired on MSR_CRU_ESCR0, MSR_CRU_ESCR1" in by["mask-bits-undefined"].text
+    assert by["counter-preset-32bit"].fix.startswith("write 0xfffffff000")
+    expected = {"escr-unselected", "mask-bits-undefined", "counter-preset-32bit"}
+    if not ht:
+        expected |= {"no-lp1", "reserved-bits"}
+    assert rules(found) == expected, [f.line() for f in found]
+
+
+def test_sdm_example_18_2_corrected_is_clean():
+    """The working form (tests/test_events_ht.py): LP 1 instructions after 4096 LP 0
+    branches, counter 16 through CRU_ESCR2 (select 5), a 40-bit preset."""
+    c0, c2 = "MSR_CRU_ESCR0", "MSR_CRU_ESCR2"
+    writes = [(0x30C, 0),
+              (0x3B8, escr_value("instr_retired", "NBOGUSNTAG", t1_usr=True)),
+              (0x36C, cccr_value(12, c0, enable=False, ext_cascade=True)),
+              (0x3CC, escr_value("branch_retired", "MMNP", "MMNM", "MMTP", "MMTM",
+                                 t0_usr=True)),
+              (0x310, preset(4096)),
+              (0x370, cccr_value(16, c2))]
+    found = run(writes, ht=True)
+    assert found == [], [f.line() for f in found]
