@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import events as EV
 from . import notices
 from . import tables as T
@@ -146,16 +148,6 @@ def _cccr_findings(pmu, n: int) -> list[Finding]:
                       f"CASCADE and ENABLE are both set: counter {n} counts from the start "
                       f"instead of when counter {c.cascade_from} overflows",
                       "clear ENABLE; set it only on the counter that starts the cascade"))
-    if pmu.cascade[n] and not pmu.enable[n] and not _may_count(pmu, int(pmu.alt[n])):
-        src = int(pmu.ext_src[n])
-        hint = (f"; counter {src} is enabled, but counters 16 and 17 start another only "
-                f"through extended cascading: {c.ext_cascade_name} (bit 11 of {c.cccr_name})"
-                if pmu.has_ext[n] and pmu.enable[src] else "")
-        out.append(_f("cascade-source-idle", c.cccr_name,
-                      f"CASCADE starts counter {n} when counter {c.cascade_from} overflows, "
-                      f"and counter {c.cascade_from} is not enabled{hint}",
-                      f"enable counter {c.cascade_from} ({T.COUNTERS[c.cascade_from].cccr_name})"
-                      f" with the event that should start it"))
     if T.CCCR_EXT_CASCADE.get(raw) and not pmu.has_ext[n]:
         where = (f"model {pmu.model.key} has no extended cascading" if
                  not pmu.model.extended_cascade else f"{c.cccr_name} has no such bit")
@@ -213,6 +205,21 @@ def check_escr(pmu, slot: int, counter: int | None = None) -> list[Finding]:
                       f"(ESCR bits {', '.join(str(9 + k) for k in undefined)}){hint}",
                       f"mask bits of {ev.name}: {', '.join(ev.mask.values())}"))
     return out
+
+
+def cascade_idle(pmu, n: int) -> Finding:
+    """Counter `n` had CASCADE (without ENABLE) and the counter that would start it never
+    counted meanwhile (SDM 18.15.5.6: each counter is started by its alternate only)."""
+    c = T.COUNTERS[n]
+    src = int(pmu.ext_src[n])
+    hint = (f"; counter {src} counted, but counters 16 and 17 start another only through "
+            f"extended cascading: {c.ext_cascade_name} (bit 11 of {c.cccr_name})"
+            if pmu.has_ext[n] and pmu.enable[src] else "")
+    return _f("cascade-source-idle", c.cccr_name,
+              f"CASCADE starts counter {n} when counter {c.cascade_from} overflows, and "
+              f"counter {c.cascade_from} was not enabled while CASCADE was set{hint}",
+              f"enable counter {c.cascade_from} ({T.COUNTERS[c.cascade_from].cccr_name}) "
+              "with the event that should start it")
 
 
 def _escr_findings(pmu, n: int, slot: int) -> list[Finding]:
@@ -338,6 +345,17 @@ def check_lvt(lvt: int, delivered_before: bool) -> Finding | None:
 
 # -- a run's findings, each once ----------------------------------------------------------------
 
+def _slot_table(pmu) -> np.ndarray:
+    """MSR 0-3FFh -> this PMU's ESCR slot, -1 for the other registers."""
+    t = getattr(pmu, "_checker_slots", None)
+    if t is None:
+        t = np.full(0x400, -1, dtype=np.int64)
+        for i, e in enumerate(pmu.escrs):
+            t[e.msr] = i
+        pmu._checker_slots = t
+    return t
+
+
 class Checker:
     """The findings of one run or trace, each (rule, register) once: the bridge feeds it the
     writes it serves, `p4pmu lint` the writes of a trace."""
@@ -346,6 +364,27 @@ class Checker:
         self.seen: set[tuple[str, str]] = set()
         # per PMU: ESCR slots programmed since a counter that may count last selected them
         self._pending: dict[int, set[int]] = {}
+        # per PMU: counters with CASCADE (no ENABLE) -> their source counted since
+        self._cascades: dict[int, dict[int, bool]] = {}
+
+    def _cascade(self, pmu, msr: int) -> list[Finding]:
+        """A CASCADE counter whose source never counted while CASCADE was set: found when
+        its CASCADE (or its whole programming) ends, or at the end (`idle`).  Not at the
+        write: SDM Example 18-1 sets up the cascaded counter before enabling its source."""
+        reg = pmu.registers.get(msr)
+        if reg is None or reg.kind != "cccr":
+            return []
+        watch = self._cascades.setdefault(id(pmu), {})
+        for m, seen in watch.items():
+            if not seen and int(pmu.alt[m]) == reg.index and pmu.enable[reg.index]:
+                watch[m] = True
+        n = reg.index
+        cascading = bool(pmu.cascade[n] and not pmu.enable[n])
+        if n in watch and not cascading:
+            return [] if watch.pop(n) else [cascade_idle(pmu, n)]
+        if cascading and n not in watch:
+            watch[n] = bool(pmu.enable[int(pmu.alt[n])])
+        return []
 
     def track(self, pmu, msr: int, value: int) -> None:
         """Note which ESCRs a write programs, or selects from a counter that may count
@@ -371,12 +410,40 @@ class Checker:
                 out.append(f)
         return out
 
+    def track_many(self, pmu, msrs, values) -> None:
+        """`track` for a run of writes at once (numpy arrays, in their order: the writes the
+        plugin's C side served): per ESCR, the last of its programming, clearing or
+        selection decides."""
+        msrs = np.asarray(msrs, dtype=np.int64)
+        values = np.asarray(values, dtype=np.uint64)
+        slot_of = _slot_table(pmu)
+        order, slots, kinds = [], [], []
+        e = np.flatnonzero(slot_of[np.clip(msrs, 0, 0x3FF)] >= 0)
+        order.append(e)
+        slots.append(slot_of[msrs[e]])
+        kinds.append(np.where(values[e] & np.uint64(_PROGRAMMED), 1, 0))
+        c = np.flatnonzero((msrs >= T.CCCR_BASE) & (msrs < T.CCCR_BASE + T.NUM_COUNTERS) &
+                           (values & np.uint64(_STARTS) != 0))
+        sel = (values[c] >> np.uint64(F["ESCR_SELECT"].lo)) & np.uint64(7)
+        cs = pmu.select_slot[msrs[c] - T.CCCR_BASE, sel.astype(np.int64)]
+        order.append(c[cs >= 0])
+        slots.append(cs[cs >= 0])
+        kinds.append(np.zeros(int((cs >= 0).sum()), dtype=np.int64))
+        idx, slot, kind = (np.concatenate(x) for x in (order, slots, kinds))
+        if not idx.size:
+            return
+        by_time = np.argsort(idx, kind="stable")[::-1]  # last first
+        last_slots, first = np.unique(slot[by_time], return_index=True)
+        pending = self._pending.setdefault(id(pmu), set())
+        for sl, k in zip(last_slots.tolist(), kind[by_time][first].tolist()):
+            (pending.add if k else pending.discard)(sl)
+
     def write(self, pmu, msr: int, value: int, counting: bool) -> list[Finding]:
         """The new findings of a WRMSR already applied to `pmu` (`counting`: a counter that
         counted when written): the write's own, then those of every counter it concerns (a
         CCCR's counter, the counters that select a written ESCR)."""
         self.track(pmu, msr, value)
-        found = check_write(pmu, msr, value, counting)
+        found = self._cascade(pmu, msr) + check_write(pmu, msr, value, counting)
         reg = pmu.registers.get(msr)
         if reg is not None and reg.kind == "cccr":
             found += check_counter(pmu, reg.index)
@@ -391,7 +458,9 @@ class Checker:
         selected since they were written (an ESCR a driver leaves programmed after disabling
         its counter is not a finding)."""
         names = {pmu.escrs[s].name for s in self._pending.get(id(pmu), ())}
-        return self.new(f for f in check_idle(pmu) if f.register in names)
+        idle = [cascade_idle(pmu, n) for n, seen in self._cascades.get(id(pmu), {}).items()
+                if not seen]
+        return self.new(idle + [f for f in check_idle(pmu) if f.register in names])
 
     def lvt(self, lvt: int, delivered_before: bool) -> list[Finding]:
         return self.new([check_lvt(lvt, delivered_before)])

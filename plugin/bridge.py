@@ -170,7 +170,7 @@ class Bridge:
         recs = list(zip(*(raw[f].tolist() for f in TREC_FIELDS)))
         t.n = 0
         if self._checker is not None:
-            self._lint_c_records(vcpu, recs)  # (writes the trace's records too, in order)
+            self._lint_c_records(vcpu, raw, recs)  # (writes the trace's records too)
         elif self._trace is not None:
             self._trace.c_records(vcpu, recs)
         if self._log is not None:
@@ -199,25 +199,37 @@ class Bridge:
     def _lint_write(self, vcpu: int, pmu, msr: int, value: int, counting: bool) -> None:
         self._report(vcpu, self._here(vcpu), self._checker.write(pmu, msr, value, counting))
 
-    def _lint_c_records(self, vcpu: int, recs) -> None:
+    def _lint_c_records(self, vcpu: int, raw, recs) -> None:
         """The trace's records of what C served, each followed by what the checker says
-        about it: counter writes (the programmings C switches to were checked when Python
-        first saw them) and the LVT entry when a PMI was requested (P4_TR_LVT)."""
+        about it: counter writes worth a look (made while counting, or a 32-bit preset; the
+        programmings C switches to were checked when Python first saw them), the LVT entry
+        when a PMI was requested (P4_TR_LVT), and which ESCRs the writes program or select
+        (for the findings at the end).  Vectorised: C serves up to 4,096 of them between
+        two Python calls."""
         from p4pmu.emulator import checker as K
+        from p4pmu.emulator import tables as T
         pmu = self.pmu_of(vcpu)
-        for rec in recs:
+        ops, regs, vals = raw["op"], raw["reg"].astype(np.int64), raw["value"]
+        writes = ops == 2
+        self._checker.track_many(pmu, regs[writes], vals[writes])
+        ctr = writes & (regs >= T.COUNTER_BASE) & (regs < T.COUNTER_BASE + T.NUM_COUNTERS)
+        odd = ((raw["flags"] & 1) != 0) | \
+            (((vals >> np.uint64(31)) & np.uint64(1)) == 1) & ((vals >> np.uint64(32)) == 0)
+        shown: list[tuple[int, list]] = []
+        for i in np.flatnonzero((ctr & odd) | (ops == 7)).tolist():
+            op, reg, value, _, cpl, pc, insns, clk, flags = recs[i]
+            found = self._checker.new(K.check_write(pmu, reg, value, bool(flags & 1))) \
+                if op == 2 else self._checker.lvt(value, reg > 0)
+            if found:
+                shown.append((i, found))
+        start = 0
+        for i, found in shown + [(len(recs) - 1, [])]:
             if self._trace is not None:
-                self._trace.c_records(vcpu, (rec,))
-            op, reg, value, _, cpl, pc, insns, clk, flags = rec
-            if op == 2:
-                self._checker.track(pmu, reg, value)
-            if op == 2 and getattr(pmu.registers.get(reg), "kind", None) == "counter":
-                found = self._checker.new(K.check_write(pmu, reg, value, bool(flags & 1)))
-            elif op == 7:
-                found = self._checker.lvt(value, reg > 0)
-            else:
-                continue
-            self._report(vcpu, (cpl, pc, insns, clk), found)
+                self._trace.c_records(vcpu, recs[start:i + 1])
+            start = i + 1
+            if found:
+                op, reg, value, _, cpl, pc, insns, clk, flags = recs[i]
+                self._report(vcpu, (cpl, pc, insns, clk), found)
 
     def _enter(self, vcpu: int, pmu, feeder) -> None:
         """Start of a Python call that may use the PMU: the C fast path stops serving it."""

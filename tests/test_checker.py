@@ -93,3 +93,25 @@ def test_sdm_example_18_2_corrected_is_clean():
               (0x370, cccr_value(16, c2))]
     found = run(writes, ht=True)
     assert found == [], [f.line() for f in found]
+
+
+def test_track_many_is_track_in_order():
+    """The vectorised bookkeeping of the writes C served (Checker.track_many) leaves the
+    same ESCRs pending as the writes one by one (Checker.track), on random sequences of ESCR
+    and CCCR writes."""
+    import random
+    from p4pmu.emulator import tables as T
+    rng = random.Random(2026)
+    pmu = PMU(get_model("0F_04"))
+    msrs = [e.msr for e in pmu.escrs[:8]] + [T.CCCR_BASE + n for n in range(T.NUM_COUNTERS)]
+    values = [0, INSTR_VALUE, 0x3000, 0x0003_9000, 0x0003_B000, 0x4003_8000, 0x0002_9000]
+    for _ in range(200):
+        seq = [(rng.choice(msrs), rng.choice(values)) for _ in range(rng.randint(1, 30))]
+        one, many = K.Checker(), K.Checker()
+        for msr, value in seq:
+            one.track(pmu, msr, value)
+        many.track_many(pmu, [m for m, _ in seq], [v for _, v in seq])
+        assert one._pending.get(id(pmu), set()) == many._pending.get(id(pmu), set()), seq
+
+
+INSTR_VALUE = escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True)

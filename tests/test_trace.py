@@ -223,3 +223,28 @@ def test_insns_is_the_instructions_between_accesses(run_guest, tmp_path):
     counted = int(reads[1]["value"], 16) - int(reads[0]["value"], 16)
     assert counted > 5000 * 5, counted
     assert reads[1]["insns"] - reads[0]["insns"] == counted, (reads, counted)
+
+
+def test_overflow_then_cascade_start(run_guest, tmp_path):
+    """SDM 18.15.5.6 (Example 18-1): X (counter 12) overflows after 1,000 instructions and
+    starts Y (counter 14, CASCADE): the trace has X's overflow, then Y's cascade start."""
+    s = EvScript()
+    s.wrmsr(escr_msr(C0), USR_INSTR)
+    s.wrmsr(escr_msr("MSR_CRU_ESCR1"), USR_INSTR)
+    s.wrmsr(counter_msr(12), preset(1000))
+    s.wrmsr(counter_msr(14), 0)
+    s.wrmsr(cccr_msr(14), cccr_value(14, "MSR_CRU_ESCR1", enable=False, cascade=True))
+    s.wrmsr(cccr_msr(12), cccr_value(12, C0))
+    s.loop("alu", 2000, user=True)
+    s.rdmsr(counter_msr(14), "y")
+    s.wrmsr(cccr_msr(12), 0)
+    s.wrmsr(cccr_msr(14), 0)
+    trace = tmp_path / "t.jsonl"
+    r = run_guest("events32", script=s, plugin_opts=(f"trace={trace}",), timeout=120)
+    r.require_completed()
+    recs = records(trace)
+    check_round_trip(recs)
+    events = [(x["k"], x["counter"]) for x in recs if x["k"] in ("overflow", "cascade")]
+    assert events[:2] == [("overflow", 12), ("cascade", 14)], events
+    y = [x for x in recs if x["k"] == "rdmsr" and x["reg"] == "MSR_IQ_COUNTER2"][0]
+    assert int(y["value"], 16) > 0
