@@ -212,9 +212,14 @@ def cascade_idle(pmu, n: int) -> Finding:
     counted meanwhile (SDM 18.15.5.6: each counter is started by its alternate only)."""
     c = T.COUNTERS[n]
     src = int(pmu.ext_src[n])
-    hint = (f"; counter {src} counted, but counters 16 and 17 start another only through "
-            f"extended cascading: {c.ext_cascade_name} (bit 11 of {c.cccr_name})"
-            if pmu.has_ext[n] and pmu.enable[src] else "")
+    if pmu.has_ext[n] and pmu.enable[src]:
+        hint = (f"; counter {src} counts, but counters 16 and 17 start another only through "
+                f"extended cascading: {c.ext_cascade_name} (bit 11 of {c.cccr_name})")
+    elif n in (14, 15) and pmu.enable[n + 2]:
+        hint = (f"; counter {n + 2} counts, but counter {n} cannot be cascaded from counter "
+                f"{n + 2} with the CASCADE bit")
+    else:
+        hint = ""
     return _f("cascade-source-idle", c.cccr_name,
               f"CASCADE starts counter {n} when counter {c.cascade_from} overflows, and "
               f"counter {c.cascade_from} was not enabled while CASCADE was set{hint}",

@@ -115,3 +115,16 @@ def test_track_many_is_track_in_order():
 
 
 INSTR_VALUE = escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True)
+
+
+def test_cascade_from_16_names_the_rule():
+    """SDM 18.15.5.6: counter 14 cannot be cascaded from counter 16 with the CASCADE bit.
+    A driver that enables 16 and sets CASCADE on 14 is told so when 14's cascade ends."""
+    c1 = "MSR_CRU_ESCR1"
+    found = run([(0x3B8, escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True)),
+                 (0x3B9, escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True)),
+                 (0x370, cccr_value(16, "MSR_CRU_ESCR0")),
+                 (0x36E, cccr_value(14, c1, enable=False, cascade=True)),
+                 (0x36E, 0)])
+    f = [x for x in found if x.rule.key == "cascade-source-idle"]
+    assert f and "cannot be cascaded from counter 16" in f[0].text, [x.line() for x in found]
