@@ -128,3 +128,27 @@ def test_cascade_from_16_names_the_rule():
                  (0x36E, 0)])
     f = [x for x in found if x.rule.key == "cascade-source-idle"]
     assert f and "cannot be cascaded from counter 16" in f[0].text, [x.line() for x in found]
+
+
+def test_p4pmu_lint_on_a_written_trace(tmp_path, capsys):
+    """`p4pmu lint` replays a trace's writes (here Example 18-2's, as the plugin would write
+    them): exit 1 with the findings; a file that is not a trace: exit 2 and why."""
+    import json
+    from p4pmu.qemu_glue import cli
+    path = tmp_path / "t.jsonl"
+    lines = [{"k": "header", "format": "p4pmu-trace", "version": 1, "model": "0F_04",
+              "stepping": 3, "threads": 2, "vcpus": 1, "strict": False}]
+    for i, (msr, value) in enumerate(EXAMPLE_18_2):
+        lines.append({"k": "wrmsr", "vcpu": 0, "core": 0, "lp": 0, "cpl": 0, "pc": "0x1000",
+                      "insns": i, "clk": i, "msr": f"{msr:#x}", "value": f"{value:#x}",
+                      "by": "python"})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert cli.main(["lint", str(path)]) == 1
+    out = capsys.readouterr().out
+    for rule in ("escr-unselected", "mask-bits-undefined", "counter-preset-32bit"):
+        assert f"[{rule}]" in out, out
+    assert "3 findings" in out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"k": "wrmsr"}\n')
+    assert cli.main(["lint", str(bad)]) == 2
+    assert "not a p4pmu trace" in capsys.readouterr().err
