@@ -73,19 +73,11 @@ class Bridge:
         self._factory = pmu_factory
         self.pmus: dict[int, object] = {}
         self._lock = threading.Lock()
-        self._log = None
         self.n_rdmsr = self.n_wrmsr = self.n_rdpmc = self.n_misc = 0
         self.n_faults = 0
         self.errors = RunErrors(self._write, options.log)  # plugin/errors.py
         self._said: set = set()  # keys of the notices already given (emulator/notices.py)
-        if options.log:
-            try:
-                self._log = open(options.log, "w", buffering=1, encoding="utf-8")
-            except OSError as e:
-                raise OptionError(f"option log={options.log!r}: {e.strerror}") from None
-            self._write(f"# p4pmu bridge: model {self.model.key} stepping {self.model.stepping}"
-                        f", threads={self.threads}, strict={'on' if options.strict else 'off'}"
-                        f", vCPUs {smp_vcpus} (max {self.max_vcpus})")
+        self._log = self._open_log(options)
         self._profile = None
         self._profiled = set()
         if os.environ.get("P4PMU_PYPROFILE"):  # development: profile the Python half
@@ -95,26 +87,41 @@ class Bridge:
         if native is not None and options.count != "off":
             from p4pmu.plugin.feeder import Feeder
             self.feeder = Feeder(self, *native)
-        self._trace = None  # the access trace (plugin/trace_writer.py), option trace=
+        self._open_driver_tools(options, native)
+
+    def _open_log(self, options: Options):
+        """The text log (option log=), with its first line."""
+        if not options.log:
+            return None
+        try:
+            log = open(options.log, "w", buffering=1, encoding="utf-8")
+        except OSError as e:
+            raise OptionError(f"option log={options.log!r}: {e.strerror}") from None
+        log.write(f"# p4pmu bridge: model {self.model.key} stepping {self.model.stepping}, "
+                  f"threads={self.threads}, strict={'on' if options.strict else 'off'}, "
+                  f"vCPUs {self.smp_vcpus} (max {self.max_vcpus})\n")
+        return log
+
+    def _open_driver_tools(self, options: Options, native) -> None:
+        """The access trace (option trace=, plugin/trace_writer.py), the programming checker
+        (lint=, or with a trace: emulator/checker.py) and the C side's records they and the
+        log read (struct p4c_trace)."""
+        self._trace = None
         if options.trace:
             try:
                 self._trace = TraceWriter(options.trace, self.model, self.threads,
-                                          smp_vcpus, options.strict,
+                                          self.smp_vcpus, options.strict,
                                           timed=native is not None and options.count != "off")
             except OSError as e:
                 raise OptionError(f"option trace={options.trace!r}: {e.strerror}") from None
-        # the programming checker (emulator/checker.py): on with lint= or a trace
         self._checker = None
         if options.lint or self._trace is not None:
             from p4pmu.emulator.checker import Checker
             self._checker = Checker()
-        # the C side's records (struct p4c_trace): kept while a trace, a log or the checker
-        # needs them
         self._ctrace = None
         if native is not None and (self._log is not None or self._trace is not None or
                                    self._checker is not None):
-            lib = native[1]
-            self._ffi = native[0]
+            self._ffi, lib = native
             self._ctrace = [lib.p4c_trace(v) for v in range(self.max_vcpus)]
             for t in self._ctrace:
                 t.on = 1
