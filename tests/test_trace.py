@@ -248,3 +248,23 @@ def test_overflow_then_cascade_start(run_guest, tmp_path):
     assert events[:2] == [("overflow", 12), ("cascade", 14)], events
     y = [x for x in recs if x["k"] == "rdmsr" and x["reg"] == "MSR_IQ_COUNTER2"][0]
     assert int(y["value"], 16) > 0
+
+
+@pytest.mark.slow
+def test_linux_hyper_threading_trace(tmp_path):
+    """Two logical processors sharing one PMU (--smp 2 --threads 2): both vCPUs' records,
+    each with its own time, the same invariants, and `p4pmu lint` reads it."""
+    trace = tmp_path / "t.jsonl"
+    cmd = [str(P4PMU), "linux", "--smp", "2", "--threads", "2", "--timeout", "400",
+           "--plugin-opt", f"trace={trace}", "--",
+           "perf stat -e instructions,cycles -- ls / >/dev/null"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = records(trace)
+    check_round_trip(recs)
+    assert recs[0]["threads"] == 2
+    lps = {(x["core"], x["lp"]) for x in recs if x["k"] in ACCESS}
+    assert lps == {(0, 0), (0, 1)}, lps
+    lint = subprocess.run([str(P4PMU), "lint", str(trace)], capture_output=True, text=True,
+                          timeout=120)
+    assert lint.returncode in (0, 1) and "finding" in lint.stdout, lint.stderr
