@@ -26,6 +26,26 @@ def register_name(msr: int, model: CpuModel | None = None) -> str | None:
             T.MSR_IA32_MISC_ENABLE: "IA32_MISC_ENABLE"}.get(msr)
 
 
+def register_msrs() -> dict[str, int]:
+    """Every PMU register's name, upper case without `MSR_`, -> its MSR (on some model; and
+    IA32_MISC_ENABLE): the inverse of `register_name`, for names users type."""
+    names = {}
+    for c in T.COUNTERS:
+        names[c.counter_name], names[c.cccr_name] = c.counter_msr, c.cccr_msr
+    for e in T.ESCRS:
+        names[e.name] = e.msr
+    for msr in (T.MSR_TC_PRECISE_EVENT, T.MSR_PEBS_ENABLE, T.MSR_PEBS_MATRIX_VERT,
+                T.MSR_IA32_MISC_ENABLE):
+        names[register_name(msr)] = msr
+    return {bare_name(n): m for n, m in names.items()}
+
+
+def bare_name(name: str) -> str:
+    """`msr_iq_cccr0` / `MSR_IQ_CCCR0` / `iq_cccr0` -> `IQ_CCCR0`."""
+    n = name.strip().upper()
+    return n[4:] if n.startswith("MSR_") else n
+
+
 def _flags(fields, value: int, skip=()) -> list[str]:
     out = []
     for f in fields:

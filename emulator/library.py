@@ -31,21 +31,10 @@ def _msr(reg) -> int:
     """An MSR number from a number or a register name (with or without MSR_, any case)."""
     if isinstance(reg, int):
         return reg
-    name = reg.upper()
-    name = name if name.startswith("MSR_") else "MSR_" + name
-    for c in T.COUNTERS:
-        if name == c.counter_name:
-            return c.counter_msr
-        if name == c.cccr_name:
-            return c.cccr_msr
-    e = T.ESCR_BY_NAME.get(name)
-    if e is not None:
-        return e.msr
-    extra = {"MSR_PEBS_ENABLE": T.MSR_PEBS_ENABLE, "MSR_PEBS_MATRIX_VERT":
-             T.MSR_PEBS_MATRIX_VERT, "MSR_TC_PRECISE_EVENT": T.MSR_TC_PRECISE_EVENT}
-    if name in extra:
-        return extra[name]
-    raise KeyError(f"no PMU register named {reg!r}")
+    msr = decode.register_msrs().get(decode.bare_name(reg))
+    if msr is None:
+        raise KeyError(f"no PMU register named {reg!r}")
+    return msr
 
 
 def _lines(events: dict | None, lp: int) -> dict:

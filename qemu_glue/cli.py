@@ -234,34 +234,21 @@ def _add_bench(sub, fmt) -> None:
     b.set_defaults(func=_command("bench"))
 
 
-def _add_events(sub, fmt) -> None:
-    """The parser of `p4pmu events`."""
-    from p4pmu.qemu_glue import events_cmd  # p4pmu events (qemu_glue/events_cmd.py)
-    ev = sub.add_parser("events", formatter_class=fmt,
-                        help="list NetBurst events; encode event:MASK:...:u for perf",
-                        description=events_cmd.DESCRIPTION, epilog=events_cmd.EPILOG)
-    events_cmd.add_arguments(ev)
-    ev.set_defaults(func=_command("events_cmd"))
+# commands whose module has DESCRIPTION, EPILOG, add_arguments and main (name, module, help)
+_SIMPLE_COMMANDS = (
+    ("events", "events_cmd", "list NetBurst events; encode event:MASK:...:u for perf"),
+    ("trace", "trace_cmd", "print a PMU access trace (--plugin-opt trace=FILE), decoded"),
+    ("lint", "lint_cmd", "the programming checker over a PMU access trace"),
+)
 
 
-def _add_trace(sub, fmt) -> None:
-    """The parser of `p4pmu trace`."""
-    from p4pmu.qemu_glue import trace_cmd  # p4pmu trace (qemu_glue/trace_cmd.py)
-    tr = sub.add_parser("trace", formatter_class=fmt,
-                        help="print a PMU access trace (--plugin-opt trace=FILE), decoded",
-                        description=trace_cmd.DESCRIPTION, epilog=trace_cmd.EPILOG)
-    trace_cmd.add_arguments(tr)
-    tr.set_defaults(func=_command("trace_cmd"))
-
-
-def _add_lint(sub, fmt) -> None:
-    """The parser of `p4pmu lint`."""
-    from p4pmu.qemu_glue import lint_cmd  # p4pmu lint (qemu_glue/lint_cmd.py)
-    li = sub.add_parser("lint", formatter_class=fmt,
-                        help="the programming checker over a PMU access trace",
-                        description=lint_cmd.DESCRIPTION, epilog=lint_cmd.EPILOG)
-    lint_cmd.add_arguments(li)
-    li.set_defaults(func=_command("lint_cmd"))
+def _add_simple(sub, fmt, name: str, module: str, help_text: str) -> None:
+    """The parser of `p4pmu NAME` from qemu_glue/MODULE.py (its help texts and arguments)."""
+    mod = importlib.import_module(f"p4pmu.qemu_glue.{module}")
+    p = sub.add_parser(name, formatter_class=fmt, help=help_text,
+                       description=mod.DESCRIPTION, epilog=mod.EPILOG)
+    mod.add_arguments(p)
+    p.set_defaults(func=_command(module))
 
 
 def _add_linux(sub, fmt) -> None:
@@ -305,9 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_setup(sub, fmt)
     _add_demo(sub, fmt)
     _add_bench(sub, fmt)
-    _add_events(sub, fmt)
-    _add_trace(sub, fmt)
-    _add_lint(sub, fmt)
+    for name, module, help_text in _SIMPLE_COMMANDS:
+        _add_simple(sub, fmt, name, module, help_text)
     _add_linux(sub, fmt)
     return ap
 

@@ -206,24 +206,6 @@ def format_record(rec: dict, model: CpuModel | None = None) -> str:
 # Filters
 
 
-def _bare(name: str) -> str:
-    n = name.strip().upper()
-    return n[4:] if n.startswith("MSR_") else n
-
-
-def register_names() -> dict[str, int]:
-    """Every PMU register's name without `MSR_` (upper case) -> its MSR (emulator/tables.py)."""
-    names = {}
-    for c in T.COUNTERS:
-        names[c.counter_name], names[c.cccr_name] = c.counter_msr, c.cccr_msr
-    for e in T.ESCRS:
-        names[e.name] = e.msr
-    for msr in (T.MSR_TC_PRECISE_EVENT, T.MSR_PEBS_ENABLE, T.MSR_PEBS_MATRIX_VERT,
-                T.MSR_IA32_MISC_ENABLE):
-        names[D.register_name(msr)] = msr
-    return {_bare(n): m for n, m in names.items()}
-
-
 def parse_reg(text: str) -> int:
     """A register name (with or without `MSR_`, any case) or an MSR number -> the MSR."""
     if text[:1].isdigit():
@@ -231,10 +213,10 @@ def parse_reg(text: str) -> int:
             return int(text, 0)
         except ValueError:
             raise TraceError(f"--reg {text}: not an MSR number (write hex as 0x36c)") from None
-    names = register_names()
-    if _bare(text) in names:
-        return names[_bare(text)]
-    close = difflib.get_close_matches(_bare(text), list(names), n=3)
+    names = D.register_msrs()
+    if D.bare_name(text) in names:
+        return names[D.bare_name(text)]
+    close = difflib.get_close_matches(D.bare_name(text), list(names), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise TraceError(f"--reg {text}: unknown register{hint}")
 

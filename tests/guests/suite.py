@@ -27,6 +27,7 @@ Tags (Op.tag) let each test look at its part of the one guest run:
 from __future__ import annotations
 
 from p4pmu.emulator import tables as T
+from p4pmu.emulator.decode import register_kind
 from p4pmu.qemu_glue.guests import layout as L
 from p4pmu.qemu_glue.guests.script import Script
 
@@ -46,18 +47,6 @@ FLAG_CASES = (
     (0x7FFF_FFFF, 0xFFFF_FFFF, 0x845),
     (0x1234_5678, 0x1234_5678, 0x094),
 )
-
-
-def register_kind(msr: int) -> str | None:
-    """What the tables say lives at `msr` on some model (ESCRs regardless of model)."""
-    if T.COUNTER_BASE <= msr < T.COUNTER_BASE + T.NUM_COUNTERS:
-        return "counter"
-    if T.CCCR_BASE <= msr < T.CCCR_BASE + T.NUM_COUNTERS:
-        return "cccr"
-    if msr in T.ESCR_BY_MSR:
-        return "escr"
-    return {T.MSR_TC_PRECISE_EVENT: "tc_precise_event", T.MSR_PEBS_ENABLE: "pebs_enable",
-            T.MSR_PEBS_MATRIX_VERT: "pebs_matrix_vert"}.get(msr)
 
 
 def present_msrs(model) -> set[int]:
