@@ -119,12 +119,28 @@ class Bridge:
             from p4pmu.emulator.checker import Checker
             self._checker = Checker()
         self._ctrace = None
-        if native is not None and (self._log is not None or self._trace is not None or
-                                   self._checker is not None):
-            self._ffi, lib = native
-            self._ctrace = [lib.p4c_trace(v) for v in range(self.max_vcpus)]
-            for t in self._ctrace:
-                t.on = 1
+        self._native = native
+        self._c_records_on()
+        self.findings: list[str] = []  # reported findings, for the control channel
+        self.control = None
+        if options.control and native is not None:  # plugin/control.py, docs/gdb.md
+            from p4pmu.plugin.control import ControlServer
+            self.control = ControlServer(self, options.control, options.qmp, *native)
+            try:
+                self.control.start()
+            except OSError as e:
+                raise OptionError(f"option control={options.control!r}: {e.strerror}") from None
+
+    def _c_records_on(self) -> None:
+        """The C side keeps its records (struct p4c_trace) while the log, a trace or the
+        checker reads them."""
+        on = self._log is not None or self._trace is not None or self._checker is not None
+        if self._native is None or not on or self._ctrace is not None:
+            return
+        self._ffi, lib = self._native
+        self._ctrace = [lib.p4c_trace(v) for v in range(self.max_vcpus)]
+        for t in self._ctrace:
+            t.on = 1
 
     @classmethod
     def from_args(cls, args: list[str], smp_vcpus: int, max_vcpus: int,
@@ -197,6 +213,8 @@ class Bridge:
         """New findings: on stderr with lint=on, in the trace and the log."""
         for f in findings:
             who = f"vcpu {vcpu}: " if vcpu is not None else ""
+            if len(self.findings) < 1000:
+                self.findings.append(f"{who}{f.line()}")
             if self.options.lint:
                 print(f"p4pmu: finding: {who}{f.line()}", file=sys.stderr, flush=True)
             self._write(f"# finding: {who}{f.line()}")
@@ -530,8 +548,66 @@ class Bridge:
         self.errors.record(kind, f"{kind} of vCPU {vcpu}", exc_info, "dropped")
         return 1
 
+    # -- the control channel's writes and trace (plugin/control_state.py) ---------------------
+
+    def control_vcpus(self) -> int:
+        return int(self._native[1].p4c_control_vcpus()) if self._native else self.smp_vcpus
+
+    def control_changed(self, vcpu: int) -> None:
+        """vCPU `vcpu` steps (deadline, PMI) at its next block entry."""
+        self._native[1].p4c_control_changed(vcpu)
+
+    def host_wrmsr(self, vcpu: int, msr: int, value: int) -> tuple[bool, int, str]:
+        """A write by the host (gdb's `p4pmu set`), validated as the guest's WRMSR: (done,
+        the value before, the reason the hardware would fault).  In the trace as a note."""
+        pmu = self.pmu_of(vcpu)
+        lp = vcpu % self.threads
+        feeder = self.feeder
+        if feeder is not None:
+            self._enter(vcpu, pmu, feeder)
+        try:
+            old = int(pmu.rdmsr(lp, msr)) & U64
+            pmu.wrmsr(lp, msr, value)
+        except self.PMUFault as f:
+            return False, 0, str(f)
+        finally:
+            if feeder is not None:
+                self._leave(vcpu, pmu, feeder)
+        line = f"host write (control channel): 0x{msr:X}{self._name(pmu, msr)} <- 0x{value:X}"
+        self._write(f"{self._who(vcpu)}: {line}")
+        if self._trace is not None:
+            self._trace.note(vcpu, line)
+            self._trace.flush()
+        return True, old, ""
+
+    def set_trace(self, path: str | None, on: bool) -> str | None:
+        """Start (to `path`, else the option trace='s file, else p4pmu-trace.jsonl) or end
+        the access trace; returns its file."""
+        if on:
+            if self._trace is not None:
+                raise ValueError(f"the trace is on already ({self._trace.path})")
+            path = path or self.options.trace or "p4pmu-trace.jsonl"
+            self._trace = TraceWriter(path, self.model, self.threads, self.smp_vcpus,
+                                      self.options.strict, timed=self.feeder is not None)
+            if self._checker is None:
+                from p4pmu.emulator.checker import Checker
+                self._checker = Checker()
+            self._c_records_on()
+            return path
+        if self._trace is None:
+            raise ValueError("the trace is off")
+        for vcpu in range(self.max_vcpus if self._ctrace is not None else 0):
+            self._served(vcpu)
+        path, tr = self._trace.path, self._trace
+        tr.end(ended_by="control channel")
+        tr.close()
+        self._trace = None
+        return path
+
     def close(self) -> None:
         """QEMU exits: the profile, the log's summary lines and the error summary."""
+        if self.control is not None:
+            self.control.close()
         try:
             self._close_profile_and_feeder()
         finally:

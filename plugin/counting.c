@@ -28,6 +28,7 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     run.plugin_id = id;
     run.count_mode = opt->count == P4_OPT_COUNT_OFF ? 0 : opt->count == P4_OPT_COUNT_ON ? 2 : 1;
     if (opt->trace && run.count_mode == 1) run.count_mode = 2; /* a time for every record */
+    if (opt->control && run.count_mode == 1) run.count_mode = 2; /* stops at block entries */
     run.pmi_on = opt->pmi;
     run.exact_on = opt->exact;
     run.lite_on = opt->lite;

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "deadline.h"
+#include "control.h"
 #include "blocks.h"
 #include "counting.h"
 #include "flush.h"
@@ -370,6 +371,7 @@ void cb_sched(unsigned int vi, void *ud)
     uint64_t *sb = c->sbase;
     uint32_t id = (uint32_t)(uintptr_t)ud;
     const struct blk *b = blocks.by_id[id];
+    if (__builtin_expect(c->force_fold, 0)) control_hold(vi); /* a stop on its way */
     c->cpl_os = b->os;
     if (trace_of(vi)) trace_block_entry(vi, b->vaddr);
     int need = 0;
@@ -442,9 +444,13 @@ static void deadline_step(unsigned vi, uint32_t id)
     struct vcpu_counting *c = &run.per_vcpu[vi];
     c->deadlines++;
     fold_at_entry(vi, id);
+    uint8_t ovf[P4_NCOUNTERS];
+    int watch = control_breaks();
+    if (watch) control_snap(vi, ovf);
     if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
         run.fold_out[vi].budget = 0;
     }
+    if (watch) control_overflows(vi, ovf, -1, blocks.by_id[id]->vaddr);
     if (after_python(vi, 0)) {
         /* take the interrupt before this block runs (its counting ops have not run yet);
          * the next batch starts with the handler's first block, not this one */

@@ -27,6 +27,7 @@
 #include "registers.h"
 #include "siblings.h"
 #include "trace.h"
+#include "control.h"
 
 P4PMU_EXPORT int qemu_plugin_version = P4PMU_QEMU_PLUGIN_VERSION;
 
@@ -77,11 +78,13 @@ static void on_idle(unsigned int vi, void *ud)
 {
     (void)ud;
     counting_halt_change(vi, 1);
+    control_idle(vi); /* parked: the control channel may use its PMU state */
 }
 
 static void on_resume(unsigned int vi, void *ud)
 {
     (void)ud;
+    control_resume(vi); /* (waits for a control request being served) */
     counting_halt_change(vi, 0); /* running again: its LVT may change */
 }
 
@@ -185,7 +188,8 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         return -1;
     }
     /* before Python starts: the PMU model's counter state lives in the mirrors */
-    if (mirror_setup(n_vcpus_max) < 0 || trace_setup(n_vcpus_max) < 0) {
+    if (mirror_setup(n_vcpus_max) < 0 || trace_setup(n_vcpus_max) < 0 ||
+        control_setup(n_vcpus_max) < 0) {
         return -1;
     }
     if (p4pmu_py_init(argc, argv, info->system.smp_vcpus, n_vcpus_max) != 1) {
@@ -207,10 +211,10 @@ void register_callbacks(void)
     qemu_plugin_register_vcpu_init_cb(id, vcpu_init, NULL);
     qemu_plugin_register_vcpu_tb_trans_cb(id, translate, NULL);
     qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_EXCEPTION, on_exception, NULL);
-    if (run.instrument) {
-        /* only while counting: QEMU's interrupt discontinuity callback has a cost for
-         * every block once registered (measured: about 10 % of plain QEMU with nothing
-         * enabled) */
+    if (run.instrument || p4c_control()->on) {
+        /* only while counting (or while the control channel parks vCPUs): QEMU's
+         * interrupt discontinuity callback has a cost for every block once registered
+         * (measured: about 10 % of plain QEMU with nothing enabled) */
         qemu_plugin_register_vcpu_discon_cb(id, P4_DISCON_INTERRUPT, on_interrupt, NULL);
         qemu_plugin_register_vcpu_idle_cb(id, on_idle, NULL);
         qemu_plugin_register_vcpu_resume_cb(id, on_resume, NULL);

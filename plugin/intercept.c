@@ -39,6 +39,7 @@
 
 #include "intercept.h"
 #include "access_times.h"
+#include "control.h"
 #include "counting.h"
 #include "cuts.h"
 #include "deadline.h"
@@ -269,7 +270,11 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     sibling_sync(vi, s.linear);
     int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
     trace_access(vi, s.linear, 0);
+    uint8_t ovf[P4_NCOUNTERS];
+    int watch = control_breaks(); /* breakpoints (control.c) */
+    if (watch) control_snap(vi, ovf);
     int r = pmu_wrmsr(vi, msr, value);
+    if (watch) control_after_access(vi, P4_TR_WRMSR, msr, value, s.linear, r, ovf);
     after_python(vi, rest);
     access_time_end(t0);
     if (!was && run.start_requested) {
@@ -305,7 +310,11 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         sibling_sync(vi, unpack_site(ud).linear);
         int64_t rest = run.instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
         trace_access(vi, unpack_site(ud).linear, 0);
+        uint8_t ovf[P4_NCOUNTERS];
+        int watch = control_breaks(); /* breakpoints (control.c) */
+        if (watch) control_snap(vi, ovf);
         int r = pmu_rdmsr(vi, msr, &value);
+        if (watch) control_after_access(vi, P4_TR_RDMSR, msr, value, unpack_site(ud).linear, r, ovf);
         after_python(vi, rest);
         access_time_end(t0);
         if (r == P4_PY_FAULT) {
@@ -384,7 +393,11 @@ static void cb_rdpmc(unsigned int vi, void *ud)
         sibling_sync(vi, s.linear);
         int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
         trace_access(vi, s.linear, cpl);
+        uint8_t ovf[P4_NCOUNTERS];
+        int watch = control_breaks(); /* breakpoints (control.c) */
+        if (watch) control_snap(vi, ovf);
         r = pmu_rdpmc(vi, (uint32_t)rcx, &value);
+        if (watch) control_after_access(vi, P4_TR_RDPMC, (uint32_t)rcx, value, s.linear, r, ovf);
         after_python(vi, rest);
         access_time_end(t0);
     }

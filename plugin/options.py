@@ -89,6 +89,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("lint", BOOL, False, "report programming the hardware accepts silently but that "
            "is almost certainly a mistake, once per finding and register, on stderr "
            "(docs/checker.md)"),
+    Option("control", TEXT, None, "serve the control channel on a Unix socket at this path "
+           "(gdb and scripts read and write the PMU, set breakpoints on its events: "
+           "docs/gdb.md; p4pmu qemu --gdb sets it)", nonempty=True, what="a socket path",
+           reader="both"),
+    Option("qmp", TEXT, None, "QEMU's QMP socket the control channel uses to stop the guest "
+           "at a breakpoint (a -qmp unix: socket of this QEMU; p4pmu qemu --gdb sets it)",
+           nonempty=True, what="a socket path"),
     Option("threads", INT, 1, "logical processors per core: with 2, vCPUs 2k and 2k+1 share "
            "one PMU as logical processors 0 and 1", lo=1, hi=2, reader="both"),
     Option("pypath", TEXT, None, "site directories to add to sys.path inside QEMU (default: "

@@ -163,11 +163,54 @@ struct p4c_mirror {
     uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks, n_switches;
 };
 
+
+/* The control channel's C half (control.c; docs/gdb.md): the breakpoints on PMU events that
+ * vCPU threads check, and the last stop they asked for.  Python (plugin/control.py) fills
+ * brk[] (kind last) and reads stop under p4c_control_enter. */
+#define P4_BREAKS 32
+#define P4_BRK_OVERFLOW 1
+#define P4_BRK_PMI 2
+#define P4_BRK_ACCESS 3
+struct p4c_break {
+    int32_t kind;        /* 0: free slot, else P4_BRK_* */
+    int32_t counter;     /* overflow: the counter 0-17, -1 any */
+    uint32_t msr;        /* access: the MSR (an RDPMC matches its counter's MSR), 0 any */
+    uint32_t number;     /* the user's number */
+    uint64_t hits;
+};
+struct p4c_stop {
+    uint64_t seq;        /* 0: none yet; bumped by every stop asked for */
+    int32_t vcpu, kind, number, counter;  /* counter: overflow */
+    uint32_t op, msr;    /* access: P4_TR_RDMSR/WRMSR/RDPMC and the MSR (RDPMC: ECX) */
+    uint32_t fault;      /* access: 1 it faulted (#GP) */
+    uint32_t vector;     /* pmi: vector | delivery mode << 8 */
+    uint64_t value, pc;  /* access: the value; every kind: the guest address of the access or
+                          * of the block entry where the event was found */
+    uint64_t later;      /* events that matched while this stop was pending */
+};
+struct p4c_control {
+    int on;              /* Python: the channel is served */
+    int wake_fd;         /* Python: a pipe's write end; a byte asks the channel for a stop */
+    int nbreaks;         /* Python: breakpoints in use (0: vCPUs check nothing) */
+    int holding;         /* vCPUs holding at a block entry until QEMU stops them */
+    struct p4c_break brk[P4_BREAKS];
+    struct p4c_stop stop;
+};
+
 struct p4c_out *p4c_out(unsigned vi);             /* vCPU vi's fold output */
 const uint8_t *p4c_kinds(uint32_t *n);            /* the clock kinds' fields, *n of them */
 struct p4c_mirror *p4c_mirror(unsigned vi);       /* vCPU vi's register mirror */
 struct p4c_trace *p4c_trace(unsigned vi);         /* vCPU vi's trace records */
 void p4c_prog_commit(unsigned vi, int slot);      /* progs[slot] filled in: hash it */
+struct p4c_control *p4c_control(void);            /* the control channel's C half */
+int p4c_control_enter(int vm_stopped); /* lock; 1: every vCPU parked or the VM stopped
+                                        * (state may be used), else 0 (unlocked) */
+void p4c_control_leave(void);    /* unlock */
+void p4c_control_fold(unsigned vi); /* (entered) fold vCPU vi's activity up to its stop */
+void p4c_control_changed(unsigned vi); /* (entered) vi steps at its next block entry */
+int p4c_control_lvt(unsigned vi, uint32_t *lvt); /* the LVT entry read at vi's last stop */
+int p4c_control_vcpus(void);     /* vCPUs that exist */
+void p4c_control_stopped(void);  /* QMP reported the VM stopped: the holds end */
 /* END PYTHON API */
 
 #endif

@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include "pmi.h"
+#include "control.h"
 #include "registers.h"
 #include "trace.h"
 
@@ -59,5 +60,6 @@ int pmi_deliver_here(unsigned vi)
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
     DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u\n", vi, lvt, vec, mode);
     trace_record(vi, P4_TR_PMI, vec | mode << 8, 0, 0, 0); /* at the access or block entry */
+    if (control_breaks()) control_pmi(vi, vec | mode << 8, reg_read(v, regs.rip));
     return 1;
 }

@@ -38,6 +38,7 @@ class TraceWriter:
 
     def __init__(self, path: str, model, threads: int, vcpus: int, strict: bool, timed: bool):
         self._f = open(path, "w", encoding="utf-8")  # flushed per Python call (flush())
+        self.path = path
         self.model = model
         self.timed = timed  # blocks are instrumented (count= is not off): insns and clk
         self.threads = threads

@@ -210,6 +210,8 @@ def test_p4pmu_qemu_passes_one_spelling():
 def _value_for_run(o, k: int, tmp_path: Path) -> str:
     if o.name in ("log", "trace"):
         return str(tmp_path / f"pmu{k}.{o.name}")
+    if o.name in ("control", "qmp"):  # sockets: the channel's is made, QMP's used lazily
+        return str(tmp_path / f"{o.name}{k}.sock")
     if o.name == "pypath":
         return SITE
     vals = allowed_values(o)

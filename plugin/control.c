@@ -1,0 +1,301 @@
+/*
+ * p4pmu: the C half of the control channel (docs/gdb.md): breakpoints on PMU events checked on
+ * the vCPU threads, the hold that keeps a vCPU at a block entry until QEMU stops it, and
+ * which vCPUs are parked, so that the channel (plugin/control.py, on its own thread) may read
+ * and write their PMU state.
+ *
+ * Parking.  With one thread per vCPU (multi-threaded TCG), QEMU calls the idle callback on a
+ * vCPU's thread when it stops running guest code (the VM stopped by gdb or QMP, or the vCPU
+ * halted) and the resume callback before it runs again, both with QEMU's BQL held.  A parked
+ * vCPU runs no guest code and no plugin code; the resume callback takes the channel's lock,
+ * so a request served under that lock (p4c_control_enter .. p4c_control_leave) sees every
+ * parked vCPU stand still until it is done.  The lock is never taken with Python's lock held
+ * by a vCPU thread, and the channel takes no QEMU lock while it holds it.  With one TCG
+ * thread for all vCPUs (-icount: the Linux guest's virtual clock), QEMU calls neither
+ * callback: the channel then asks QMP whether the VM is stopped (vm_stop returns only once
+ * every vCPU left translated code) and passes p4c_control_enter(1); a resume from elsewhere
+ * (another QMP client) during a request is not held back then (docs/gdb.md).
+ *
+ * Stops.  A breakpoint's event (an OVF flag 0 -> 1 found while the counting is brought up to
+ * date, a PMI sent, a PMU access served) is recorded in `stop` and a byte written to the
+ * channel's pipe; the channel asks QEMU's monitor to stop the VM (QMP "stop").  The vCPU does
+ * not wait for that in its callback (the stop waits for the vCPU to leave translated code):
+ * it forces a callback at the entry of the next block and holds there -- a short sleep, then
+ * qemu_plugin_set_pc to the block's own start, before any of the block's operations run --
+ * until QEMU stops it between two of those entries, at most HOLD_TIMEOUT_NS.  The hold ends
+ * at the resume callback or when QMP reports the stop (p4c_control_stopped).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <pthread.h>
+
+#include "control.h"
+#include "counting.h"
+#include "fold.h"
+#include "mirror.h"
+#include "pmi.h"
+#include "python_calls.h"
+#include "registers.h"
+
+#define HOLD_SLEEP_NS 200000ull            /* between two entries of the held block */
+#define HOLD_TIMEOUT_NS 3000000000ull       /* no stop came: the vCPU goes on (a warning) */
+
+struct control_vcpu {
+    int parked;          /* between the idle and the resume callback */
+    int hold;            /* hold at the next block entry (a stop was asked for) */
+    uint64_t hold_since; /* CLOCK_MONOTONIC ns */
+    int lvt_valid;
+    uint32_t lvt;        /* the LVT performance-counter entry read at the last idle */
+};
+
+static struct p4c_control ctl = {.wake_fd = -1};
+static struct control_vcpu *cv;
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int control_setup(int max_vcpus)
+{
+    cv = calloc((size_t)max_vcpus, sizeof(*cv));
+    if (!cv) {
+        fprintf(stderr, "p4pmu: out of memory for the control channel\n");
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int control_breaks(void)
+{
+    return __atomic_load_n(&ctl.nbreaks, __ATOMIC_ACQUIRE) > 0 && ctl.on;
+}
+
+/* make the next block entry call cb_sched (deadline.c arm keeps SB_FORCE_FIRE while
+ * force_fold is set) */
+static void force_entry(unsigned vi)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    if (!c->init || !c->sbase || c->force_fold) return;
+    c->force_fold = 1;
+    c->sbase[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
+}
+
+/* a breakpoint matched on vCPU vi: record the first stop, ask the channel to stop the VM */
+static void control_stop(unsigned vi, const struct p4c_break *b, const struct p4c_stop *what)
+{
+    pthread_mutex_lock(&ctl_lock);
+    __atomic_add_fetch(&((struct p4c_break *)b)->hits, 1, __ATOMIC_RELAXED);
+    if (cv[vi].hold || __atomic_load_n(&ctl.holding, __ATOMIC_ACQUIRE)) {
+        ctl.stop.later++; /* a stop is on its way already */
+        pthread_mutex_unlock(&ctl_lock);
+        return;
+    }
+    uint64_t seq = ctl.stop.seq + 1;
+    ctl.stop = *what;
+    ctl.stop.seq = seq;
+    ctl.stop.vcpu = (int32_t)vi;
+    ctl.stop.number = (int32_t)b->number;
+    ctl.stop.later = 0;
+    cv[vi].hold = 1;
+    cv[vi].hold_since = now_ns();
+    __atomic_add_fetch(&ctl.holding, 1, __ATOMIC_ACQ_REL);
+    force_entry(vi);
+    pthread_mutex_unlock(&ctl_lock);
+    char one = 's';
+    if (ctl.wake_fd >= 0 && write(ctl.wake_fd, &one, 1) != 1 && errno != EAGAIN) {
+        fprintf(stderr, "p4pmu: control channel: cannot ask for a stop: %s\n", strerror(errno));
+    }
+}
+
+/* the first breakpoint of `kind` that `match` accepts */
+static const struct p4c_break *find_break(int kind, int counter, uint32_t msr)
+{
+    for (int i = 0; i < P4_BREAKS; i++) {
+        const struct p4c_break *b = &ctl.brk[i];
+        if (__atomic_load_n(&b->kind, __ATOMIC_ACQUIRE) != kind) continue;
+        if (kind == P4_BRK_OVERFLOW && b->counter >= 0 && b->counter != counter) continue;
+        if (kind == P4_BRK_ACCESS && b->msr && b->msr != msr) continue;
+        return b;
+    }
+    return NULL;
+}
+
+/* the OVF flags of vCPU vi's PMU (its core's first vCPU's register file: Feeder.storage) */
+static const uint8_t *ovf_flags(unsigned vi)
+{
+    unsigned first = vi - vi % (unsigned)run.threads;
+    return mirrors ? mirrors[first].ovf : NULL;
+}
+
+void control_snap(unsigned vi, uint8_t snap[P4_NCOUNTERS])
+{
+    const uint8_t *o = ovf_flags(vi);
+    if (o) memcpy(snap, o, P4_NCOUNTERS);
+}
+
+/* after the counting was brought up to date (an access or a deadline at `pc`): every OVF
+ * 0 -> 1 since `snap`, except counter `skip`'s (a write to its CCCR sets OVF itself) */
+void control_overflows(unsigned vi, const uint8_t snap[P4_NCOUNTERS], int skip, uint64_t pc)
+{
+    const uint8_t *o = ovf_flags(vi);
+    if (!o) return;
+    for (int n = 0; n < P4_NCOUNTERS; n++) {
+        if (n == skip || snap[n] || !o[n]) continue;
+        const struct p4c_break *b = find_break(P4_BRK_OVERFLOW, n, 0);
+        if (!b) continue;
+        struct p4c_stop s = {.kind = P4_BRK_OVERFLOW, .counter = n, .pc = pc};
+        control_stop(vi, b, &s);
+    }
+}
+
+void control_after_access(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t pc,
+                          int r, const uint8_t snap[P4_NCOUNTERS])
+{
+    /* the MSRs of the counters and CCCRs, from the tables (written once by Python) */
+    const struct p4c_mirror *m = &mirrors[vi - vi % (unsigned)run.threads];
+    int skip = -1; /* a write to a CCCR may set its own OVF: not an overflow */
+    for (int n = 0; n < P4_NCOUNTERS && op == P4_TR_WRMSR; n++) {
+        if (m->cccr_msr[n] == reg) skip = n;
+    }
+    control_overflows(vi, snap, skip, pc);
+    if (r != P4_PY_OK && r != P4_PY_FAULT) return; /* not the PMU's (left to QEMU) */
+    uint32_t index = reg & 0x7FFFFFFFu; /* RDPMC: ECX[30:0] (SDM Vol. 2B, RDPMC) */
+    uint32_t msr = op != P4_TR_RDPMC ? reg : index < P4_NCOUNTERS ? m->ctr_msr[index] : 0;
+    const struct p4c_break *b = find_break(P4_BRK_ACCESS, -1, msr);
+    if (!b) return;
+    struct p4c_stop s = {.kind = P4_BRK_ACCESS, .op = op, .msr = reg,
+                         .value = r == P4_PY_FAULT ? 0 : value, .pc = pc,
+                         .fault = r == P4_PY_FAULT};
+    control_stop(vi, b, &s);
+}
+
+void control_pmi(unsigned vi, uint32_t vector, uint64_t pc)
+{
+    const struct p4c_break *b = find_break(P4_BRK_PMI, -1, 0);
+    if (!b) return;
+    struct p4c_stop s = {.kind = P4_BRK_PMI, .vector = vector, .pc = pc};
+    control_stop(vi, b, &s);
+}
+
+/* cb_sched, at a block entry before anything else: hold while a stop is on its way.  Does not
+ * return while holding (qemu_plugin_set_pc re-enters the block from its start). */
+void control_hold(unsigned vi)
+{
+    struct control_vcpu *h = &cv[vi];
+    if (!h->hold) return;
+    if (now_ns() - h->hold_since > HOLD_TIMEOUT_NS) {
+        fprintf(stderr, "p4pmu: control channel: QEMU did not stop vCPU %u within %llu s of "
+                "its breakpoint; it goes on\n", vi,
+                (unsigned long long)(HOLD_TIMEOUT_NS / 1000000000ull));
+        control_release(vi);
+        return;
+    }
+    uint32_t lvt; /* (with one TCG thread there is no idle callback to read it) */
+    cv[vi].lvt_valid = apic_rd(bridge_vcpu(vi), APIC_LVT_PERF, &lvt);
+    cv[vi].lvt = lvt;
+    struct timespec ts = {0, (long)HOLD_SLEEP_NS};
+    nanosleep(&ts, NULL);
+    /* (force_fold stays set, so W keeps firing at this entry) */
+    qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+}
+
+void control_release(unsigned vi)
+{
+    if (!cv[vi].hold) return;
+    cv[vi].hold = 0;
+    __atomic_sub_fetch(&ctl.holding, 1, __ATOMIC_ACQ_REL);
+}
+
+/* QEMU's idle callback (BQL held): the vCPU is parked; its LVT entry read now */
+void control_idle(unsigned vi)
+{
+    if (!ctl.on || !cv) return;
+    struct vcpu *v = bridge_vcpu(vi);
+    uint32_t lvt;
+    cv[vi].lvt_valid = apic_rd(v, APIC_LVT_PERF, &lvt);
+    cv[vi].lvt = lvt;
+    __atomic_store_n(&cv[vi].parked, 1, __ATOMIC_RELEASE);
+}
+
+/* QEMU's resume callback (BQL held): wait for a request being served, then run; the hold
+ * ends (QEMU stopped the vCPU, gdb continues it) */
+void control_resume(unsigned vi)
+{
+    if (!ctl.on || !cv) return;
+    pthread_mutex_lock(&ctl_lock);
+    __atomic_store_n(&cv[vi].parked, 0, __ATOMIC_RELEASE);
+    control_release(vi);
+    pthread_mutex_unlock(&ctl_lock);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Functions Python calls (declared with ffi.cdef in build.py)                               */
+/* ---------------------------------------------------------------------------------------- */
+
+struct p4c_control *p4c_control(void)
+{
+    return &ctl;
+}
+
+int p4c_control_vcpus(void)
+{
+    int n = 0;
+    for (int i = 0; i < n_vcpus_max; i++) n += run.per_vcpu && run.per_vcpu[i].init;
+    return n;
+}
+
+int p4c_control_enter(int vm_stopped)
+{
+    pthread_mutex_lock(&ctl_lock);
+    if (vm_stopped) return 1; /* QMP says so: every vCPU is out of translated code */
+    for (int i = 0; i < n_vcpus_max; i++) {
+        if (run.per_vcpu && run.per_vcpu[i].init &&
+            !__atomic_load_n(&cv[i].parked, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_unlock(&ctl_lock);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void p4c_control_leave(void)
+{
+    pthread_mutex_unlock(&ctl_lock);
+}
+
+/* between two blocks, as a sibling's request folds (fold.c fold_between_blocks); Python then
+ * consumes the batch (Bridge.deadline) */
+void p4c_control_fold(unsigned vi)
+{
+    if (!run.instrument || !run.per_vcpu[vi].init) return;
+    fold_between_blocks(vi);
+    force_entry(vi);
+}
+
+void p4c_control_changed(unsigned vi)
+{
+    force_entry(vi);
+}
+
+/* QEMU reported the VM stopped (QMP event STOP): every hold has done its job */
+void p4c_control_stopped(void)
+{
+    pthread_mutex_lock(&ctl_lock);
+    for (int i = 0; i < n_vcpus_max; i++) control_release((unsigned)i);
+    pthread_mutex_unlock(&ctl_lock);
+}
+
+int p4c_control_lvt(unsigned vi, uint32_t *lvt)
+{
+    *lvt = cv[vi].lvt;
+    return cv[vi].lvt_valid;
+}
