@@ -2,8 +2,8 @@
 
 Commands and the modules that do them: ``qemu`` (qemu_cmd.py), ``linux`` (linux.py),
 ``demo`` (demo.py; ``--replay``: demo_replay.py), ``bench`` (bench.py), ``events``
-(events_cmd.py), ``trace`` (trace_cmd.py), ``lint`` (lint_cmd.py), ``info`` (info_cmd.py),
-``setup`` (setup_cmd.py).
+(events_cmd.py), ``trace`` (trace_cmd.py), ``lint`` (lint_cmd.py), ``gdb`` (gdb_cmd.py),
+``info`` (info_cmd.py), ``setup`` (setup_cmd.py).
 Every QEMU they start is a machine.P4Machine.  Here also: the checks of --plugin-opt and
 --model/--stepping that every command shares (one message for a bad model, whichever command).
 
@@ -152,7 +152,8 @@ def _add_qemu(sub, fmt) -> None:
                "  p4pmu qemu --model 0F_02 -- -machine pc -m 256 -nographic -kernel vmlinux\n"
                "  p4pmu qemu --plugin-opt log=pmu.log --plugin-opt strict=on -- "
                "-smp 2,threads=2 ...\n"
-               "  p4pmu qemu --dry-run -- -display none      (print the command line)\n\n"
+               "  p4pmu qemu --dry-run -- -display none      (print the command line)\n"
+               "  p4pmu qemu --gdb -- -kernel guest.elf ...  (then, elsewhere: p4pmu gdb)\n\n"
                "QEMU_ARGS must not load the p4pmu plugin with -plugin (it would run twice and "
                "count\neverything twice): p4pmu adds it; choose a build with --plugin PATH, "
                "options with\n--plugin-opt. With --no-plugin such a -plugin is refused too "
@@ -170,6 +171,10 @@ def _add_qemu(sub, fmt) -> None:
                    help="use this plugin library instead of the built one")
     q.add_argument("--no-plugin", action="store_true",
                    help="run the model's CPU without the PMU plugin (for comparison)")
+    q.add_argument("--gdb", metavar="PORT", nargs="?", type=int, const=1234,
+                   help="start the guest stopped, waiting for gdb on localhost:PORT (default "
+                        "1234; 0: any free port), with the PMU control channel: attach with "
+                        "`p4pmu gdb` (docs/gdb.md)")
     q.add_argument("--dry-run", action="store_true",
                    help="print the QEMU command line instead of running it")
     q.add_argument("-v", "--verbose", action="store_true",
@@ -182,10 +187,11 @@ def _add_info(sub, fmt) -> None:
     i = sub.add_parser("info", formatter_class=fmt,
                        help="show QEMU, the plugin and the known CPU models",
                        description="Show the QEMU p4pmu would use (without downloading it), "
-                                   "the plugin and whether it is built, and the CPU models.")
+                                   "the plugin and whether it is built, the gdb extension's "
+                                   "file, and the CPU models.")
     i.add_argument("--json", action="store_true",
                    help="machine-readable output (keys: qemu, qemu_version, plugin, "
-                        "plugin_built, models, ...)")
+                        "plugin_built, gdb_script, models, ...)")
     i.set_defaults(func=_command("info_cmd"))
 
 
@@ -251,6 +257,19 @@ def _add_simple(sub, fmt, name: str, module: str, help_text: str) -> None:
     p.set_defaults(func=_command(module))
 
 
+def _add_gdb(sub, fmt) -> None:
+    """The parser of `p4pmu gdb` (qemu_glue/gdb_cmd.py: its help texts and arguments)."""
+    from p4pmu.qemu_glue import gdb_cmd
+    g = sub.add_parser("gdb", formatter_class=fmt,
+                       help="gdb on a running `p4pmu qemu --gdb` / `p4pmu linux --gdb`, "
+                            "with the PMU extension",
+                       usage="p4pmu gdb [ELF] [--port N] [--batch] [-ex CMD]... "
+                             "[-- GDB_ARGS...]",
+                       description=gdb_cmd.DESCRIPTION, epilog=gdb_cmd.EPILOG)
+    gdb_cmd.add_arguments(g)
+    g.set_defaults(func=_cmd_gdb)
+
+
 def _add_linux(sub, fmt) -> None:
     """The parser of `p4pmu linux`."""
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
@@ -294,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub, fmt)
     for name, module, help_text in _SIMPLE_COMMANDS:
         _add_simple(sub, fmt, name, module, help_text)
+    _add_gdb(sub, fmt)
     _add_linux(sub, fmt)
     return ap
 
@@ -316,8 +336,14 @@ def _cmd_linux(a: argparse.Namespace, command_words: list[str]) -> int:
     return linux.main(a, command_words)
 
 
+def _cmd_gdb(a: argparse.Namespace, gdb_args: list[str]) -> int:
+    from p4pmu.qemu_glue import gdb_cmd
+    return gdb_cmd.main(a, gdb_args)
+
+
 def _split_at_dashes(argv: list[str]) -> tuple[list[str], list[str]]:
-    """`p4pmu qemu [opts] -- QEMU_ARGS`: everything after the first `--` is the command's."""
+    """`p4pmu qemu [opts] -- QEMU_ARGS` (and linux, demo, gdb): everything after the first
+    `--` is the command's."""
     if "--" in argv:
         k = argv.index("--")
         return argv[:k], argv[k + 1:]
@@ -331,9 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     sp = ap._subparsers._group_actions[0].choices[a.command]  # type: ignore[union-attr]
     if extra:
         hint = {"qemu": "; QEMU's own arguments go after `--`",
-                "linux": "; the guest's COMMAND goes after `--`"}.get(a.command, "")
+                "linux": "; the guest's COMMAND goes after `--`",
+                "gdb": "; gdb's own arguments go after `--`"}.get(a.command, "")
         sp.error("unrecognized arguments: " + " ".join(extra) + hint)
-    if a.command not in ("qemu", "linux", "demo") and rest:
+    if a.command not in ("qemu", "linux", "demo", "gdb") and rest:
         sp.error("unrecognized arguments after `--`: " + " ".join(rest))
     try:
         return a.func(a, rest)

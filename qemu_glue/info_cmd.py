@@ -1,5 +1,5 @@
 """`p4pmu info`: the QEMU p4pmu would use (never downloaded here), the plugin and whether it
-is built, and the CPU models (as text, or JSON with --json)."""
+is built, the gdb extension's file, and the CPU models (as text, or JSON with --json)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ import sys
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel
 from p4pmu.qemu_glue import cpu as cpumod
+from p4pmu.qemu_glue.gdb_cmd import extension_path
 from p4pmu.qemu_glue.plugin_lib import plugin_status, site_packages
 from p4pmu.qemu_glue.provision import ProvisionError, find_qemu
 
@@ -65,6 +66,7 @@ def collect_info() -> dict:
     out["plugin_built"] = built
     if err is not None:
         out["plugin_error"] = err
+    out["gdb_script"] = str(extension_path())
     out["default_model"] = DEFAULT_MODEL
     out["models"] = [model_info(m) for m in MODELS.values()]
     return out
@@ -85,6 +87,7 @@ def _print_text(info: dict) -> None:
     else:
         w(f"plugin:  unavailable: {info['plugin_error']}")
     w(f"python:  {info['python']} (pypath {info['pypath']})")
+    w(f"gdb:     {info['gdb_script']} (in gdb: `source` it; or run `p4pmu gdb`)")
     w("models:")
     for m in info["models"]:
         feats = [k for k, v in m["features"].items() if v and k not in ("emulate_errata",)]

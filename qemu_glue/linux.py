@@ -35,6 +35,7 @@ dies with p4pmu (qemu_glue/machine.py), also when p4pmu is SIGKILLed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import re
@@ -57,6 +58,7 @@ from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
 from p4pmu.qemu_glue.errors import UsageError
+from p4pmu.qemu_glue.gdb_launch import DEFAULT_PORT as DEFAULT_GDB_PORT, GdbSetup
 from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
                                       relay)
 from p4pmu.qemu_glue.machine import P4Machine
@@ -154,6 +156,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"guest memory (default {DEFAULT_MEMORY_MB})")
     p.add_argument("--append", metavar="ARGS", action="append", default=[],
                    help="extra kernel command-line arguments")
+    p.add_argument("--gdb", metavar="PORT", nargs="?", type=int, const=DEFAULT_GDB_PORT,
+                   help=f"start the guest stopped, waiting for gdb on localhost:PORT (default "
+                        f"{DEFAULT_GDB_PORT}; 0: any free port), with the PMU control channel: "
+                        f"attach with `p4pmu gdb` (docs/gdb.md); --timeout then does not apply")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print the QEMU command line on stderr")
 
@@ -345,7 +351,7 @@ def _start_copies(machine: P4Machine, rfds, sinks, qerr: bytearray,
 
 
 def run_guest(machine: P4Machine, sinks, rfds: tuple[int, int, int], timeout: float | None,
-              output: HostOutput) -> GuestEnd:
+              output: HostOutput, started=None) -> GuestEnd:
     """Launch QEMU, copy the three pipes into ``sinks`` (console, stdout, stderr) until QEMU
     is gone, the timeout expires, the host's stdout closes or p4pmu gets a stop signal
     (then _Stop)."""
@@ -362,6 +368,8 @@ def run_guest(machine: P4Machine, sinks, rfds: tuple[int, int, int], timeout: fl
                     os.close(fd)
                 raise
             threads = _start_copies(machine, rfds, sinks, qerr, output)
+            if started is not None:
+                started(machine.pid)  # (--gdb: the session is recorded for p4pmu gdb)
             ended = _watch(machine, timeout, noted, output)
         finally:
             machine.shutdown()
@@ -447,6 +455,11 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     clock = resolve_clock(a.clock, a.smp)
     if a.no_plugin and (a.plugin_opt or a.plugin):
         raise UsageError("--no-plugin cannot go with --plugin or --plugin-opt")
+    gdb = getattr(a, "gdb", None)
+    if gdb is not None and a.no_plugin:
+        raise UsageError("--gdb needs the plugin (its control channel): drop --no-plugin")
+    if gdb is not None and ({"control", "qmp"} & set(popts)):
+        raise UsageError("--gdb sets the plugin options control= and qmp= itself")
     plugin_arg = Path(a.plugin).expanduser().absolute() if a.plugin else None
     if plugin_arg is not None and not plugin_arg.is_file():
         raise UsageError(f"--plugin {a.plugin}: no such file")
@@ -472,8 +485,10 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
 
 
 def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: LinuxImage,
-          nonce: str, log, output: HostOutput) -> tuple[GuestEnd, Console]:
-    """Give the machine its guest (initramfs in memory, three UART pipes) and run it."""
+          nonce: str, log, output: HostOutput,
+          gdb: GdbSetup | None = None) -> tuple[GuestEnd, Console]:
+    """Give the machine its guest (initramfs in memory, three UART pipes) and run it
+    (with --gdb: stopped, waiting for gdb)."""
     initrd = machine.add_memfd_from("initrd", [image.initrd],
                                     run_archive(run.command, nonce, run.adds))
     pipes = [os.pipe() for _ in range(3)]
@@ -481,6 +496,8 @@ def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: Linux
     uarts = tuple(machine.pass_fd(w) for _, w in pipes)
     machine.qemu_args = guest_qemu_args(image, a.smp, a.threads, a.memory, initrd, a.append,
                                         uarts, run.clock)  # type: ignore[arg-type]
+    if gdb is not None:
+        machine.qemu_args += gdb.qemu_args
     try:
         if a.verbose:
             print(f"p4pmu: {shlex.join(machine.command)}", file=sys.stderr, flush=True)
@@ -490,7 +507,9 @@ def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: Linux
         raise
     console = Console(log, a.show_kernel, output)
     sinks = (console.feed, LineSink(output.stdout), LineSink(output.stderr))
-    end = run_guest(machine, sinks, rfds, a.timeout or None, output)  # type: ignore[arg-type]
+    timeout = None if gdb is not None else a.timeout or None
+    end = run_guest(machine, sinks, rfds, timeout, output,  # type: ignore[arg-type]
+                    started=gdb.started if gdb is not None else None)
     if end.qemu_stderr.strip():
         log.write(b"\n--- QEMU's standard error ---\n" + end.qemu_stderr.encode())
     return end, console
@@ -534,10 +553,15 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str],
     t0 = time.monotonic()
     nonce = secrets.token_hex(8)
     log = open(run.log_path, "wb") if run.log_path else io.BytesIO()
-    with log, P4Machine(qemu, run.model, plugin=plugin, plugin_opts=run.plugin_opts,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                        own_session=True) as machine:
-        end, console = _boot(a, run, machine, image, nonce, log, output)
+    gdb = GdbSetup(a.gdb, "linux") if getattr(a, "gdb", None) is not None else None
+    popts = {**run.plugin_opts, **(gdb.plugin_opts if gdb is not None else {})}
+    with log, contextlib.ExitStack() as stack, \
+            P4Machine(qemu, run.model, plugin=plugin, plugin_opts=popts,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                      own_session=True) as machine:
+        if gdb is not None:
+            stack.enter_context(gdb)
+        end, console = _boot(a, run, machine, image, nonce, log, output, gdb)
         for line in bookkeeping_errors(end.qemu_stderr):  # a plugin bug: not only in the log
             print(line, file=sys.stderr, flush=True)
         lines = console.lines()

@@ -201,10 +201,10 @@ class P4Machine:
 
     # -- signals ----------------------------------------------------------------------------
 
-    def run_forwarding(self) -> int:
+    def run_forwarding(self, started=None) -> int:
         """Launch QEMU, forward FORWARDED_SIGNALS to it, wait, return its exit status.  A
         QEMU killed by a signal makes this process die of the same signal (as a shell would
-        report it)."""
+        report it).  ``started(pid)`` is called once QEMU runs."""
         pending: list[int] = []
 
         def forward(signum, _frame):
@@ -219,6 +219,8 @@ class P4Machine:
             self.launch()
             for s in pending:
                 self.send_signal(s)
+            if started is not None:
+                started(self.pid)
             rc = self.wait()
         if rc < 0:
             _die_of(-rc)

@@ -7,12 +7,14 @@ exit status is p4pmu's (machine.P4Machine.run_forwarding).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
 
 from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
 from p4pmu.qemu_glue.errors import UsageError
+from p4pmu.qemu_glue.gdb_launch import GdbSetup, kernel_elf
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
@@ -38,14 +40,36 @@ def main(a: argparse.Namespace, qargs: list[str]) -> int:
         raise UsageError("--no-plugin cannot go with --plugin or --plugin-opt")
     plugin_arg = Path(a.plugin).expanduser().absolute() if a.plugin else None
     refuse_own_plugin(qargs, a.no_plugin, plugin_arg)
-    # check what can be checked before provisioning anything
-    compose_qemu_command(NoQemu(), model, qargs, popts, None)
-    qemu = ensure_qemu(progress=True)
-    with P4Machine(qemu, model, qargs, plugin=_plugin(a), plugin_opts=popts,
-                   stdin=None) as machine:
-        if a.dry_run or a.verbose:
-            print(shlex.join(machine.command), file=sys.stdout if a.dry_run else sys.stderr,
-                  flush=True)
-        if a.dry_run:
-            return 0
-        return machine.run_forwarding()
+    gdb = _gdb_setup(a, qargs, popts)
+    with contextlib.ExitStack() as stack:
+        if gdb is not None:
+            stack.enter_context(gdb)
+            qargs = [*qargs, *gdb.qemu_args]
+            popts = {**popts, **gdb.plugin_opts}
+        # check what can be checked before provisioning anything
+        compose_qemu_command(NoQemu(), model, qargs, popts, None)
+        qemu = ensure_qemu(progress=True)
+        with P4Machine(qemu, model, qargs, plugin=_plugin(a), plugin_opts=popts,
+                       stdin=None) as machine:
+            if a.dry_run or a.verbose:
+                print(shlex.join(machine.command), file=sys.stdout if a.dry_run else sys.stderr,
+                      flush=True)
+            if a.dry_run:
+                return 0
+            return machine.run_forwarding(started=gdb.started if gdb is not None else None)
+
+
+def _gdb_setup(a: argparse.Namespace, qargs: list[str], popts: dict) -> GdbSetup | None:
+    """--gdb[=PORT]: the session's directory, arguments and options (qemu_glue/gdb_launch.py),
+    after the checks that need nothing made."""
+    port = getattr(a, "gdb", None)
+    if port is None:
+        return None
+    if a.no_plugin:
+        raise UsageError("--gdb needs the plugin (its control channel): drop --no-plugin")
+    if {"control", "qmp"} & set(popts):
+        raise UsageError("--gdb sets the plugin options control= and qmp= itself")
+    for own in ("-gdb", "-s", "-S", "-qmp"):
+        if own in qargs:
+            raise UsageError(f"--gdb gives QEMU {own} itself: drop it from QEMU's arguments")
+    return GdbSetup(port, "qemu", kernel_elf(qargs))
