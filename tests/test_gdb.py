@@ -25,6 +25,7 @@ from guests.evscript import (LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC
 
 from p4pmu.emulator import decode
 from p4pmu.qemu_glue import sessions
+from p4pmu.qemu_glue.gdb_launch import free_port
 from p4pmu.qemu_glue.gdb_session import GdbError, GdbSession
 from p4pmu.qemu_glue.guests import build as guest_build
 
@@ -327,3 +328,36 @@ def test_a_killed_p4pmu_takes_qemu_along_and_its_files_go_at_the_next_look(guest
         assert not Path(d).exists(), "the dead session's sockets are left behind"
     finally:
         s.close()
+
+
+def test_p4pmu_gdb_attaches_to_the_running_session_with_the_extension_and_symbols(guest,
+                                                                                  tmp_path):
+    """The interactive path as a user types it: `p4pmu qemu --gdb`, then `p4pmu gdb`."""
+    elf, script, _ = guest
+    port = free_port()
+    qemu = subprocess.Popen(
+        [sys.executable, "-m", "p4pmu.qemu_glue.cli", "qemu", f"--gdb={port}", "--", *MACHINE,
+         "-serial", f"file:{tmp_path / 'serial.txt'}", "-kernel", str(elf), "-initrd",
+         str(script)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(x["p4pmu_pid"] == qemu.pid for x in sessions.live_sessions()):
+            assert qemu.poll() is None, qemu.stdout.read()
+            assert time.monotonic() < deadline, "no session recorded within 60 s"
+            time.sleep(0.1)
+        r = subprocess.run(
+            [sys.executable, "-m", "p4pmu.qemu_glue.cli", "gdb", "--port", str(port),
+             "--batch", "-ex", "p4pmu break pmi", "-ex", "continue", "-ex", "info p4pmu",
+             "-ex", "kill"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=120)
+        out = r.stdout + r.stderr
+        assert "in isr2 ()" in out, out  # the ELF's symbols (the session's -kernel)
+        assert "stopped by P4PMU breakpoint 1: PMI delivered (NMI)" in out, out
+        assert "IQ_COUNTER0" in out and "instr_retired" in out, out
+        assert qemu.wait(timeout=30) == 0  # gdb's kill ends QEMU, p4pmu cleans up
+        assert "the guest waits for gdb" in qemu.stdout.read()
+        assert all(x["p4pmu_pid"] != qemu.pid for x in sessions.live_sessions())
+    finally:
+        if qemu.poll() is None:
+            os.killpg(qemu.pid, 9)
