@@ -361,3 +361,29 @@ def test_p4pmu_gdb_attaches_to_the_running_session_with_the_extension_and_symbol
     finally:
         if qemu.poll() is None:
             os.killpg(qemu.pid, 9)
+
+
+def test_two_logical_processors_sharing_a_pmu(guest, tmp_path):
+    """-smp 2,threads=2: both vCPUs parked at a stop, `info p4pmu` of gdb's selected thread
+    (thread N is vCPU N-1) shows its logical processor of the one PMU, and the run's output
+    equals that of the same run without gdb."""
+    elf, script, _ = guest
+    plain = tmp_path / "plain.txt"
+    subprocess.run([sys.executable, "-m", "p4pmu.qemu_glue.cli", "qemu", "--", *MACHINE,
+                    "-smp", "2,threads=2", "-serial", f"file:{plain}", "-kernel", str(elf),
+                    "-initrd", str(script)], check=False, timeout=120, stdin=subprocess.DEVNULL)
+    serial = tmp_path / "serial.txt"
+    with GdbSession.bare_metal(str(elf), qemu_args=["-smp", "2,threads=2", "-serial",
+                                                    f"file:{serial}", "-initrd", str(script)],
+                               start_timeout=60) as s:
+        stop = s.wait_for("overflow", counter=CTR, timeout=30)
+        assert stop.p4pmu["vcpu"] == 0
+        both = s.control.request("state")["vcpus"]
+        assert [(v["vcpu"], v["core"], v["lp"]) for v in both] == [(0, 0, 0), (1, 0, 1)]
+        assert both[0]["counters"][CTR]["value"] == both[1]["counters"][CTR]["value"]
+        s.console("thread 2")
+        assert "vCPU 1 (core 0, logical processor 1)" in s.console("info p4pmu")
+        s.console("thread 1")
+        assert "vCPU 0 (core 0, logical processor 0)" in s.console("info p4pmu")
+        got = _finish(s, serial)
+    assert got == plain.read_text()
