@@ -149,6 +149,7 @@ class GdbSession:
         self.session = self._wait_for_session()
         self.control = ControlClient(self.session["control"])
         self.gdb = GdbController(command=[self.gdb_binary, "--nx", "-q", "--interpreter=mi3"])
+        self._mi("-gdb-set mi-async on")  # commands (an interrupt) while the guest runs
         self.console(f"source {gdb_cmd.extension_path()}")
         self.console(f"set p4pmu socket {self.session['control']}")
         # qemu-system-x86_64's gdbstub sends 64-bit registers, also for a 32-bit guest ELF

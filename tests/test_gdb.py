@@ -26,7 +26,7 @@ from guests.evscript import (LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC
 from p4pmu.emulator import decode
 from p4pmu.qemu_glue import sessions
 from p4pmu.qemu_glue.gdb_launch import free_port
-from p4pmu.qemu_glue.gdb_session import GdbError, GdbSession
+from p4pmu.qemu_glue.gdb_session import GdbError, GdbSession, GdbTimeout
 from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
@@ -387,3 +387,32 @@ def test_two_logical_processors_sharing_a_pmu(guest, tmp_path):
         assert "vCPU 0 (core 0, logical processor 0)" in s.console("info p4pmu")
         got = _finish(s, serial)
     assert got == plain.read_text()
+
+
+def test_state_is_refused_while_the_guest_runs_and_breakpoints_can_be_set_meanwhile(guests,
+                                                                                   tmp_path):
+    s_path = tmp_path / "long.txt"
+    s_path.write_text("w 0x3b8 0x4000204\nw 0x36c 0x39000\nloop alu 2000000000 u\n")
+    elf = guest_build.guest_path("events32")
+    with GdbSession.bare_metal(str(elf), qemu_args=["-initrd", str(s_path)],
+                               start_timeout=60) as s:
+        s._mi("-exec-continue")  # and do not wait
+        deadline = time.monotonic() + 10
+        while s.control.request("status")["stopped"]:  # until the vCPU runs
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(GdbError, match="the guest is running"):
+            s.pmu_state()
+        with pytest.raises(GdbError, match="the guest is running"):
+            s.pmu_write("IQ_COUNTER0", 1)
+        number = s.pmu_break("access")  # served at any time
+        s.interrupt()
+        assert s.control.request("status")["stopped"]
+        assert s.pmu_state()["counters"][CTR]["counting"]
+        step = s.stepi()
+        assert step.reason == "end-stepping-range" and step.p4pmu is None, step
+        assert s.control.request("breaks")["breaks"][0]["number"] == number
+        with pytest.raises(GdbTimeout, match="did not stop within 1 s"):
+            s.cont(timeout=1)  # the loop makes no PMU access
+        assert s.control.request("status")["stopped"]  # interrupted: still usable
+        assert s.pmu_counter(CTR) > 0
