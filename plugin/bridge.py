@@ -551,7 +551,8 @@ class Bridge:
     # -- the control channel's writes and trace (plugin/control_state.py) ---------------------
 
     def control_vcpus(self) -> int:
-        return int(self._native[1].p4c_control_vcpus()) if self._native else self.smp_vcpus
+        """The guest's vCPUs (QEMU's -smp; at -S some may not have started yet)."""
+        return self.smp_vcpus
 
     def control_changed(self, vcpu: int) -> None:
         """vCPU `vcpu` steps (deadline, PMI) at its next block entry."""

@@ -246,13 +246,6 @@ struct p4c_control *p4c_control(void)
     return &ctl;
 }
 
-int p4c_control_vcpus(void)
-{
-    int n = 0;
-    for (int i = 0; i < n_vcpus_max; i++) n += run.per_vcpu && run.per_vcpu[i].init;
-    return n;
-}
-
 int p4c_control_enter(int vm_stopped)
 {
     pthread_mutex_lock(&ctl_lock);
@@ -274,11 +267,12 @@ void p4c_control_leave(void)
 
 /* between two blocks, as a sibling's request folds (fold.c fold_between_blocks); Python then
  * consumes the batch (Bridge.deadline) */
-void p4c_control_fold(unsigned vi)
+int p4c_control_fold(unsigned vi)
 {
-    if (!run.instrument || !run.per_vcpu[vi].init) return;
+    if ((int)vi >= n_vcpus_max || !run.instrument || !run.per_vcpu[vi].init) return 0;
     fold_between_blocks(vi);
     force_entry(vi);
+    return 1;
 }
 
 void p4c_control_changed(unsigned vi)

@@ -368,7 +368,7 @@ class ControlServer:
     def op_hello(self, req) -> dict:
         b = self.bridge
         return {"version": 1, "model": b.model.key, "model_name": b.model.codename,
-                "vcpus": self.lib.p4c_control_vcpus(), "threads": b.threads,
+                "vcpus": b.control_vcpus(), "threads": b.threads,
                 "pid": os.getpid()}
 
     def op_status(self, req) -> dict:

@@ -19,9 +19,9 @@ def sync(bridge, lib) -> None:
     """Every vCPU's activity up to its stop folded and counted (the deadline's work)."""
     if bridge.feeder is None:
         return
-    for vcpu in range(lib.p4c_control_vcpus()):
-        lib.p4c_control_fold(vcpu)
-        bridge.deadline(vcpu)
+    for vcpu in range(bridge.control_vcpus()):
+        if lib.p4c_control_fold(vcpu):  # (a vCPU not started yet has nothing to fold)
+            bridge.deadline(vcpu)
 
 
 def register(bridge, reg) -> int:

@@ -206,10 +206,10 @@ struct p4c_control *p4c_control(void);            /* the control channel's C hal
 int p4c_control_enter(int vm_stopped); /* lock; 1: every vCPU parked or the VM stopped
                                         * (state may be used), else 0 (unlocked) */
 void p4c_control_leave(void);    /* unlock */
-void p4c_control_fold(unsigned vi); /* (entered) fold vCPU vi's activity up to its stop */
+int p4c_control_fold(unsigned vi);  /* (entered) fold vCPU vi's activity up to its stop;
+                                     * 0: vi has not started (nothing to fold) */
 void p4c_control_changed(unsigned vi); /* (entered) vi steps at its next block entry */
 int p4c_control_lvt(unsigned vi, uint32_t *lvt); /* the LVT entry read at vi's last stop */
-int p4c_control_vcpus(void);     /* vCPUs that exist */
 void p4c_control_stopped(void);  /* QMP reported the VM stopped: the holds end */
 /* END PYTHON API */
 

@@ -352,6 +352,7 @@ def test_p4pmu_gdb_attaches_to_the_running_session_with_the_extension_and_symbol
              "-ex", "kill"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
             timeout=120)
         out = r.stdout + r.stderr
+        assert "1 vCPU," in out, out  # (QEMU's -smp, also before the vCPU thread started)
         assert "in isr2 ()" in out, out  # the ELF's symbols (the session's -kernel)
         assert "stopped by P4PMU breakpoint 1: PMI delivered (NMI)" in out, out
         assert "IQ_COUNTER0" in out and "instr_retired" in out, out
@@ -376,6 +377,7 @@ def test_two_logical_processors_sharing_a_pmu(guest, tmp_path):
     with GdbSession.bare_metal(str(elf), qemu_args=["-smp", "2,threads=2", "-serial",
                                                     f"file:{serial}", "-initrd", str(script)],
                                start_timeout=60) as s:
+        assert s.control.request("hello")["vcpus"] == 2
         stop = s.wait_for("overflow", counter=CTR, timeout=30)
         assert stop.p4pmu["vcpu"] == 0
         both = s.control.request("state")["vcpus"]
