@@ -14,6 +14,7 @@ private directory the socket is made in).  Nothing here ever blocks a vCPU threa
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -21,6 +22,7 @@ import socket
 import struct
 import sys
 import threading
+import traceback
 
 from p4pmu.plugin import control_state as cs
 from p4pmu.plugin.control_state import RequestError
@@ -92,11 +94,16 @@ class Qmp:
         self._send({"execute": "query-status"})
         return not self._until_return("running")["running"]
 
-    def readable(self) -> None:
-        """The selector saw data: the complete messages are read (events handled)."""
+    def readable(self) -> bool:
+        """The selector saw data: the complete messages are read (events handled).  False:
+        QEMU closed the socket (it is closed here too)."""
         self.sock.settimeout(0)
         try:
-            self._buf += self.sock.recv(65536)
+            data = self.sock.recv(65536)
+            if not data:
+                self.close()
+                return False
+            self._buf += data
         except BlockingIOError:
             pass
         while b"\n" in self._buf:
@@ -104,6 +111,7 @@ class Qmp:
             m = json.loads(line)
             if "event" in m:
                 self.on_event(m)
+        return True
 
     def close(self) -> None:
         if self.sock is not None:
@@ -178,10 +186,9 @@ class ControlServer:
             for key, events in self.sel.select(timeout=1.0):
                 try:
                     self._event(key, events)
-                except Exception as e:  # never let the thread die: report and go on
-                    self.bridge.errors.record_text(
-                        "control channel", "control channel", f"{type(e).__name__}: {e}",
-                        "the request is dropped")
+                except Exception:  # never let the thread die: report and go on
+                    self.bridge.errors.record_text("control channel", "control channel",
+                                                   traceback.format_exc(), "dropped")
         for key in list(self.sel.get_map().values()):
             if isinstance(key.data, _Client):
                 key.data.sock.close()
@@ -194,7 +201,9 @@ class ControlServer:
         elif key.data == "wake":
             self._wake()
         elif key.data == "qmp":
-            self.qmp.readable()
+            sock = self.qmp.sock
+            if not self.qmp.readable():
+                self.sel.unregister(sock)
         else:
             client = key.data
             if events & selectors.EVENT_READ:
@@ -337,33 +346,25 @@ class ControlServer:
             return self._answer(rid, error=str(e))
         except Exception as e:  # a bug here: reported (plugin/errors.py), and answered
             self.bridge.errors.record_text("control channel", "control channel",
-                                           f"{type(e).__name__}: {e}", "an error answer")
+                                           traceback.format_exc(), "an error answer")
             return self._answer(rid, error=f"internal error: {type(e).__name__}: {e}")
 
     @classmethod
     def op_names(cls) -> list[str]:
         return sorted(n[3:] for n in dir(cls) if n.startswith("op_"))
 
+    @contextlib.contextmanager
     def _stopped(self):
-        """Context: every vCPU parked, each one's counting brought up to date."""
-        server = self
-
-        class _Entered:
-            def __enter__(self):
-                if not server.lib.p4c_control_enter(0) and \
-                        not (server._vm_stopped() and server.lib.p4c_control_enter(1)):
-                    raise RequestError(RUNNING)
-                try:
-                    cs.sync(server.bridge, server.lib)
-                except BaseException:
-                    server.lib.p4c_control_leave()
-                    raise
-                return self
-
-            def __exit__(self, *exc):
-                server.lib.p4c_control_leave()
-                return False
-        return _Entered()
+        """While no vCPU runs guest code (plugin/control.c, "Parking"), each one's counting
+        brought up to date; else RequestError(RUNNING)."""
+        if not self.lib.p4c_control_enter(0) and \
+                not (self._vm_stopped() and self.lib.p4c_control_enter(1)):
+            raise RequestError(RUNNING)
+        try:
+            cs.sync(self.bridge, self.lib)
+            yield
+        finally:
+            self.lib.p4c_control_leave()
 
     def op_hello(self, req) -> dict:
         b = self.bridge
