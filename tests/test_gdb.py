@@ -144,9 +144,8 @@ def test_break_stops_within_a_block_and_continue_keeps_every_count(guest, tmp_pa
             stop = s.cont(timeout=30)
             assert stop.signal == "SIGINT" and stop.p4pmu["kind"] == kind, stop
             pcs.append((stop.pc, stop.p4pmu["pc"]))
-            st = s.pmu_state()
-            assert st["counters"][CTR]["ovf"] and st["pmi_pending"] == (kind == "overflow") \
-                or kind == "pmi", st["counters"][CTR]
+            st = s.pmu_state()  # before the handler clears it, OVF is set either way
+            assert st["counters"][CTR]["ovf"] and st["counters"][CTR]["counting"], st
             assert s.register("rip") == stop.pc
         why = s.console("p4pmu why")
         assert f"P4PMU breakpoint 1" in why, why
