@@ -43,6 +43,7 @@ FAULT = 2
 
 U64 = (1 << 64) - 1
 MSR_MISC_ENABLE = 0x1A0
+MAX_FINDINGS_KEPT = 1000  # for the control channel's `state` (stderr and the trace have all)
 
 
 class Bridge:
@@ -213,7 +214,7 @@ class Bridge:
         """New findings: on stderr with lint=on, in the trace and the log."""
         for f in findings:
             who = f"vcpu {vcpu}: " if vcpu is not None else ""
-            if len(self.findings) < 1000:
+            if len(self.findings) < MAX_FINDINGS_KEPT:
                 self.findings.append(f"{who}{f.line()}")
             if self.options.lint:
                 print(f"p4pmu: finding: {who}{f.line()}", file=sys.stderr, flush=True)

@@ -171,10 +171,8 @@ def _add_qemu(sub, fmt) -> None:
                    help="use this plugin library instead of the built one")
     q.add_argument("--no-plugin", action="store_true",
                    help="run the model's CPU without the PMU plugin (for comparison)")
-    q.add_argument("--gdb", metavar="PORT", nargs="?", type=int, const=1234,
-                   help="start the guest stopped, waiting for gdb on localhost:PORT (default "
-                        "1234; 0: any free port), with the PMU control channel: attach with "
-                        "`p4pmu gdb` (docs/gdb.md)")
+    from p4pmu.qemu_glue import gdb_launch  # (--gdb: the same for p4pmu linux)
+    gdb_launch.add_argument(q)
     q.add_argument("--dry-run", action="store_true",
                    help="print the QEMU command line instead of running it")
     q.add_argument("-v", "--verbose", action="store_true",

@@ -22,6 +22,30 @@ from p4pmu.qemu_glue.errors import UsageError
 DEFAULT_PORT = 1234  # QEMU's -s
 
 
+def add_argument(p, note: str = "") -> None:
+    """--gdb[=PORT] on a command's parser (p4pmu qemu, p4pmu linux)."""
+    p.add_argument("--gdb", metavar="PORT", nargs="?", type=int, const=DEFAULT_PORT,
+                   help=f"start the guest stopped, waiting for gdb on localhost:PORT (default "
+                        f"{DEFAULT_PORT}; 0: any free port), with the PMU control channel: "
+                        f"attach with `p4pmu gdb` (docs/gdb.md){note}")
+
+
+def check_request(port: int | None, no_plugin: bool, plugin_opts: dict,
+                  qemu_args: list[str] = ()) -> None:
+    """What --gdb cannot go with (UsageError), before anything is made."""
+    if port is None:
+        return
+    if no_plugin:
+        raise UsageError("--gdb needs the plugin (its control channel): drop --no-plugin")
+    if {"control", "qmp"} & set(plugin_opts):
+        raise UsageError("--gdb sets the plugin options control= and qmp= itself")
+    for own in ("-gdb", "-s", "-S", "-qmp"):
+        if own in qemu_args:
+            raise UsageError(f"--gdb gives QEMU {own} itself: drop it from QEMU's arguments")
+    if port:
+        check_port(port)  # (again when the session is made: GdbSetup)
+
+
 def free_port() -> int:
     """A TCP port on localhost that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -58,7 +58,8 @@ from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
 from p4pmu.qemu_glue.errors import UsageError
-from p4pmu.qemu_glue.gdb_launch import DEFAULT_PORT as DEFAULT_GDB_PORT, GdbSetup
+from p4pmu.qemu_glue import gdb_launch
+from p4pmu.qemu_glue.gdb_launch import GdbSetup
 from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
                                       relay)
 from p4pmu.qemu_glue.machine import P4Machine
@@ -156,10 +157,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"guest memory (default {DEFAULT_MEMORY_MB})")
     p.add_argument("--append", metavar="ARGS", action="append", default=[],
                    help="extra kernel command-line arguments")
-    p.add_argument("--gdb", metavar="PORT", nargs="?", type=int, const=DEFAULT_GDB_PORT,
-                   help=f"start the guest stopped, waiting for gdb on localhost:PORT (default "
-                        f"{DEFAULT_GDB_PORT}; 0: any free port), with the PMU control channel: "
-                        f"attach with `p4pmu gdb` (docs/gdb.md); --timeout then does not apply")
+    gdb_launch.add_argument(p, "; --timeout then does not apply")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print the QEMU command line on stderr")
 
@@ -455,11 +453,7 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     clock = resolve_clock(a.clock, a.smp)
     if a.no_plugin and (a.plugin_opt or a.plugin):
         raise UsageError("--no-plugin cannot go with --plugin or --plugin-opt")
-    gdb = getattr(a, "gdb", None)
-    if gdb is not None and a.no_plugin:
-        raise UsageError("--gdb needs the plugin (its control channel): drop --no-plugin")
-    if gdb is not None and ({"control", "qmp"} & set(popts)):
-        raise UsageError("--gdb sets the plugin options control= and qmp= itself")
+    gdb_launch.check_request(getattr(a, "gdb", None), a.no_plugin, popts)
     plugin_arg = Path(a.plugin).expanduser().absolute() if a.plugin else None
     if plugin_arg is not None and not plugin_arg.is_file():
         raise UsageError(f"--plugin {a.plugin}: no such file")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
 from p4pmu.qemu_glue.errors import UsageError
-from p4pmu.qemu_glue.gdb_launch import GdbSetup, kernel_elf
+from p4pmu.qemu_glue import gdb_launch
+from p4pmu.qemu_glue.gdb_launch import GdbSetup
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
@@ -63,13 +64,5 @@ def _gdb_setup(a: argparse.Namespace, qargs: list[str], popts: dict) -> GdbSetup
     """--gdb[=PORT]: the session's directory, arguments and options (qemu_glue/gdb_launch.py),
     after the checks that need nothing made."""
     port = getattr(a, "gdb", None)
-    if port is None:
-        return None
-    if a.no_plugin:
-        raise UsageError("--gdb needs the plugin (its control channel): drop --no-plugin")
-    if {"control", "qmp"} & set(popts):
-        raise UsageError("--gdb sets the plugin options control= and qmp= itself")
-    for own in ("-gdb", "-s", "-S", "-qmp"):
-        if own in qargs:
-            raise UsageError(f"--gdb gives QEMU {own} itself: drop it from QEMU's arguments")
-    return GdbSetup(port, "qemu", kernel_elf(qargs))
+    gdb_launch.check_request(port, a.no_plugin, popts, qargs)
+    return None if port is None else GdbSetup(port, "qemu", gdb_launch.kernel_elf(qargs))

@@ -246,3 +246,21 @@ def test_extension_loads_twice():
     assert r.stderr == ""
     assert 'The p4pmu control socket is "/tmp/p4pmu-test.sock" (not connected).' in r.stdout
     assert "Say which P4PMU breakpoint last stopped the guest." in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["qemu", "--gdb", "--no-plugin", "--", "-display", "none"], "--gdb needs the plugin"),
+    (["qemu", "--gdb", "--", "-S"], "--gdb gives QEMU -S itself"),
+    (["qemu", "--gdb", "--plugin-opt", "control=/tmp/x.sock", "--", "-display", "none"],
+     "--gdb sets the plugin options control= and qmp= itself"),
+    (["qemu", "--gdb=70000", "--", "-display", "none"], "a TCP port is 1-65535"),
+    (["linux", "--gdb", "--no-plugin", "--", "true"], "--gdb needs the plugin"),
+    (["linux", "--gdb=0x10", "--", "true"], "invalid int value"),
+    (["linux", "--gdb=65536", "--", "true"], "a TCP port is 1-65535"),
+    (["linux", "--gdb", "--plugin-opt", "qmp=/tmp/q.sock", "--", "true"],
+     "--gdb sets the plugin options control= and qmp= itself"),
+])
+def test_gdb_options_refuse_what_they_cannot_go_with(capsys, args, message):
+    """One check for both commands (qemu_glue/gdb_launch.py), before anything is made."""
+    status, _, err = _p4pmu(capsys, *args)
+    assert status == 2 and message in err, err
