@@ -2,7 +2,9 @@
 
 Every configuration boots the default Linux guest (`p4pmu linux`, the host clock, so that the
 guest's own clock measures what the host spends) and runs the same workloads, each timed in
-the guest with /proc/uptime around it.  The configurations of one round run one after the
+the guest with /proc/uptime around it: inside the command perf runs, so that the time is the
+program's while perf counts or samples it, and, separately, around the whole perf command
+(perf's own start-up and exit, its build-id pass after `perf record` included).  The configurations of one round run one after the
 other, and a ratio is always a configuration's time over plain QEMU's in the same round;
 the report gives the median and the spread over the rounds (docs/performance.md).
 
@@ -14,7 +16,10 @@ Configurations:
 * L2     -- ``perf stat`` with cycles, instructions, branches and branch-misses;
 * L3     -- ``perf stat`` with more events than fit at once (perf multiplexes);
 * L4     -- ``perf record -F 1000``;
-* L5     -- ``perf record -c 100000 -e instructions``.
+* L5     -- ``perf record -c 100000 -e instructions``;
+* R4     -- a reference: plain QEMU under ``perf record -F 1000 -e cpu-clock`` (the kernel's
+            timer samples, no PMU): what sampling costs a one-vCPU guest anyway (perf's own
+            process runs beside the workload, every sample is an interrupt and a record).
 
 The guest-side stress of unusual programming is `p4pmu bench`'s (g), a bare-metal guest
 (qemu_glue/bench_stress.py): the Linux image has no way for a user program to write MSRs (no
@@ -38,7 +43,8 @@ from p4pmu.qemu_glue.linux_io import HostOutput
 INPUT = "/tmp/p4pmu-bench-input"
 MAX_RATIO = 20  # a configuration's boot is stopped after this many times plain QEMU's run
 MIN_PLAIN_S = 0.05  # shorter plain times are not compared: /proc/uptime counts in 10 ms
-MARK = "P4PMU-BENCH"
+MARK = "P4PMU-BENCH"  # the workload alone, timed inside perf's command
+MARK_WHOLE = "P4PMU-BENCH-WHOLE"  # the whole command, perf's start-up and exit included
 
 
 @dataclass(frozen=True)
@@ -77,33 +83,46 @@ CONFIGS = (
     Config("L4", "perf record -F 1000", True, "perf record -q -F 1000 -o /tmp/p.data --"),
     Config("L5", "perf record -c 100000 -e instructions", True,
            "perf record -q -c 100000 -e instructions -o /tmp/p.data --"),
+    # a reference, not a target: what sampling costs the guest without the PMU (perf record's
+    # own process shares the one vCPU with the workload; a timer samples instead of the PMU)
+    Config("R4", "plain QEMU, perf record -F 1000 -e cpu-clock (reference)", False,
+           "perf record -q -F 1000 -e cpu-clock -o /tmp/p.data --"),
 )
 
 
+def _timed(marker: str, i: int, command: str) -> str:
+    """`command` between two readings of the guest's clock, then one marker line."""
+    return (f"read t0 x < /proc/uptime; {command}; rc=$?; read t1 x < /proc/uptime; "
+            f"echo \"{marker} {i} $rc $t0 $t1\"")
+
+
 def guest_script(config: Config, size: int) -> str:
-    """The guest's command: the input file, then every workload timed with /proc/uptime."""
+    """The guest's command: the input file, then every workload timed with /proc/uptime,
+    inside perf's command (MARK) and around it (MARK_WHOLE)."""
     lines = [f"head -c {size} /usr/bin/perf > {INPUT}"]
     for i, w in enumerate(WORKLOADS):
-        run = f"{config.wrap} sh -c '{w.command}'" if config.wrap else w.command
-        lines.append(f"t0=$(cut -d' ' -f1 /proc/uptime); {run}; rc=$?; "
-                     f"t1=$(cut -d' ' -f1 /proc/uptime); echo \"{MARK} {i} $rc $t0 $t1\"")
+        inner = _timed(MARK, i, w.command)
+        run = f"{config.wrap} sh -c '{inner}'" if config.wrap else inner
+        lines.append(_timed(MARK_WHOLE, i, run))
     return "\n".join(lines)
 
 
-def parse_times(text: str) -> dict[int, float]:
-    """Workload index -> seconds, from the guest's marker lines (a failed workload: absent)."""
+def parse_times(text: str, marker: str = MARK) -> dict[int, float]:
+    """Workload index -> seconds, from the guest's `marker` lines (a failed workload:
+    absent)."""
     out = {}
     for line in text.splitlines():
         f = line.split()
-        if len(f) == 5 and f[0] == MARK and f[2] == "0":
+        if len(f) == 5 and f[0] == marker and f[2] == "0":
             out[int(f[1])] = float(f[4]) - float(f[3])
     return out
 
 
-def run_config(config: Config, size: int, model: str,
-               timeout: float = 1800) -> tuple[dict[int, float], str, bool]:
-    """Boot the guest once for `config`; (workload index -> seconds, the guest's stderr,
-    whether `timeout` stopped it: then only the workloads it finished are there)."""
+def run_config(config: Config, size: int, model: str, timeout: float = 1800
+               ) -> tuple[dict[int, float], dict[int, float], str, bool]:
+    """Boot the guest once for `config`; (workload index -> seconds of the workload alone,
+    the same for the whole command with perf, the guest's stderr, whether `timeout` stopped
+    it: then only the workloads it finished are there)."""
     from p4pmu.qemu_glue import linux
     ap = argparse.ArgumentParser(prog="p4pmu linux")
     linux.add_arguments(ap)
@@ -114,31 +133,33 @@ def run_config(config: Config, size: int, model: str,
     rc = linux.main(ap.parse_args(argv), [guest_script(config, size)],
                     HostOutput(stdout=out.extend, stderr=err.extend))
     text = out.decode(errors="replace")
-    if rc == 124:
-        return parse_times(text), err.decode(errors="replace"), True
-    if rc != 0:
+    if rc not in (0, 124):
         raise RuntimeError(f"{config.key}: the guest run failed (status {rc}):\n"
                            f"{err.decode(errors='replace')[-2000:]}")
-    return parse_times(text), err.decode(errors="replace"), False
+    return (parse_times(text), parse_times(text, MARK_WHOLE), err.decode(errors="replace"),
+            rc == 124)
 
 
 def measure(rounds: int, size: int, model: str, progress=print) -> dict:
-    """All configurations, `rounds` times; times[config][round][workload] in seconds."""
+    """All configurations, `rounds` times; times[config][round][workload] in seconds (the
+    workload alone), whole[config][round][workload] (perf's whole command)."""
     times: dict[str, list[dict[int, float]]] = {c.key: [] for c in CONFIGS}
+    whole: dict[str, list[dict[int, float]]] = {c.key: [] for c in CONFIGS}
     for r in range(rounds):
         limit = 1800.0
         for c in CONFIGS:
             progress(f"bench --linux: round {r + 1}/{rounds}: {c.key} ({c.what})")
             t0 = time.monotonic()
-            got, _, stopped = run_config(c, size, model, limit)
+            got, got_whole, _, stopped = run_config(c, size, model, limit)
             times[c.key].append(got)
+            whole[c.key].append(got_whole)
             if c.key == "plain":  # a configuration over MAX_RATIO x plain QEMU is stopped
                 limit = MAX_RATIO * (time.monotonic() - t0) + 60
             progress(f"    {sum(got.values()):.1f} s of workloads "
                      f"({time.monotonic() - t0:.0f} s with the boot)"
                      + (f"; stopped after {limit:.0f} s: {len(WORKLOADS) - len(got)} "
                         "workload(s) not finished" if stopped else ""))
-    return {"rounds": rounds, "size": size, "model": model, "times": times}
+    return {"rounds": rounds, "size": size, "model": model, "times": times, "whole": whole}
 
 
 def ratios(res: dict, key: str, workload: int | None) -> list[float]:
@@ -168,7 +189,7 @@ def report(res: dict) -> str:
     plain = res["times"]["plain"]
     lines = [f"p4pmu bench --linux: model {res['model']}, {res['rounds']} round(s), input "
              f"{res['size']:,} bytes of /usr/bin/perf; the guest's clock (host time) around "
-             "each workload; ratio to plain QEMU in the same round: median (range); "
+             "each workload, inside perf's command; ratio to plain QEMU in the same round: median (range); "
              f"stopped: not finished within {MAX_RATIO} x plain QEMU's run; too short: under "
              f"{MIN_PLAIN_S} s in plain QEMU (/proc/uptime counts in 10 ms)", ""]
     head = "| configuration | all workloads | " + " | ".join(w.name for w in WORKLOADS) + " |"
@@ -182,7 +203,22 @@ def report(res: dict) -> str:
                 [_cell(ratios(res, c.key, i), secs[i] < MIN_PLAIN_S)
                  for i in range(len(WORKLOADS))]
         lines.append(f"| {c.key}: {c.what} | " + " | ".join(cells) + " |")
+    extra = [f"{c.key} {statistics.median(x):.2f} s" for c in CONFIGS[1:]
+             if (x := perf_own_seconds(res, c.key))]
+    if extra:
+        lines += ["", "perf's own start-up and exit (its whole command less the workloads, all "
+                      "workloads, median over rounds): " + ", ".join(extra)]
     return "\n".join(lines)
+
+
+def perf_own_seconds(res: dict, key: str) -> list[float]:
+    """Per round in which every workload finished: the seconds of `key`'s whole commands
+    less those of its workloads alone (perf's own start-up and exit; 0 without perf)."""
+    out = []
+    for inner, whole in zip(res["times"][key], res.get("whole", {}).get(key, [])):
+        if inner and set(inner) == set(whole) == set(range(len(WORKLOADS))):
+            out.append(sum(whole.values()) - sum(inner.values()))
+    return out
 
 
 def main(a: argparse.Namespace) -> int:

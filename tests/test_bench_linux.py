@@ -9,22 +9,38 @@ import pytest
 from p4pmu.qemu_glue import bench_linux as B
 
 
-def test_guest_script_times_every_workload_under_the_configuration():
-    l2 = next(c for c in B.CONFIGS if c.key == "L2")
-    script = B.guest_script(l2, 123)
+def test_guest_script_times_every_workload_inside_and_around_perf():
+    """The workload alone is timed inside the command perf runs (perf's start-up and its
+    build-id pass after `perf record` are not the program's time); the whole command
+    separately."""
+    l4 = next(c for c in B.CONFIGS if c.key == "L4")
+    script = B.guest_script(l4, 123)
     assert script.splitlines()[0] == f"head -c 123 /usr/bin/perf > {B.INPUT}"
-    timed = [ln for ln in script.splitlines() if B.MARK in ln]
+    timed = script.splitlines()[1:]
     assert len(timed) == len(B.WORKLOADS)
     for i, (line, w) in enumerate(zip(timed, B.WORKLOADS)):
-        assert f"{l2.wrap} sh -c '{w.command}'" in line and f"{B.MARK} {i} $rc" in line
+        inner = f"{B.MARK} {i} $rc"
+        assert f"{l4.wrap} sh -c 'read t0 x < /proc/uptime; {w.command}; " in line
+        assert line.index(inner) < line.index("'; rc=$?") < line.index(f"{B.MARK_WHOLE} {i}")
     plain = B.guest_script(B.CONFIGS[0], 123)
-    assert "perf stat" not in plain and B.WORKLOADS[0].command in plain
+    assert "perf" not in plain.replace("/usr/bin/perf", "").replace("perf bench", "")
+    assert B.WORKLOADS[0].command in plain and B.MARK_WHOLE in plain
 
 
 def test_marker_lines_parsed_and_failed_workloads_left_out():
     text = (f"noise\n{B.MARK} 0 0 10.50 12.75\n{B.MARK} 1 1 12.75 13.00\n"
             f"{B.MARK} 2 0 13.00 13.25\nnot {B.MARK} 3 0 1 2\n")
     assert B.parse_times(text) == {0: pytest.approx(2.25), 2: pytest.approx(0.25)}
+    whole = f"{B.MARK} 0 0 1.00 2.00\n{B.MARK_WHOLE} 0 0 0.50 2.75\n"
+    assert B.parse_times(whole) == {0: pytest.approx(1.0)}
+    assert B.parse_times(whole, B.MARK_WHOLE) == {0: pytest.approx(2.25)}
+
+
+def test_perf_own_time_is_the_whole_commands_less_the_workloads():
+    n = len(B.WORKLOADS)
+    res = {"times": {"L4": [{i: 1.0 for i in range(n)}, {0: 1.0}]},
+           "whole": {"L4": [{i: 1.5 for i in range(n)}, {0: 3.0}]}}
+    assert B.perf_own_seconds(res, "L4") == [pytest.approx(0.5 * n)]  # round 2 incomplete
 
 
 def test_ratios_pair_each_round_with_plain_qemu():
