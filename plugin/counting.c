@@ -38,12 +38,17 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     cond_tab.trace = run.branch_trace != NULL;
     run.per_vcpu = aligned_alloc(64, (size_t)max_vcpus * sizeof(*run.per_vcpu));
     run.core_clock = calloc((size_t)max_vcpus / 2 + 1, sizeof(*run.core_clock));
-    memset(run.per_vcpu, 0, (size_t)max_vcpus * sizeof(*run.per_vcpu));
+    if (run.per_vcpu) memset(run.per_vcpu, 0, (size_t)max_vcpus * sizeof(*run.per_vcpu));
     run.fold_out = calloc((size_t)max_vcpus, sizeof(*run.fold_out));
     for (int i = 0; run.fold_out && i < max_vcpus; i++) {
         run.fold_out[i].tmask = (1u << P4_NCOUNTERS) - 1;
     }
     run.penalty_sums = calloc((size_t)max_vcpus, sizeof(*run.penalty_sums));
+    run.dirty_sums = calloc((size_t)max_vcpus, sizeof(*run.dirty_sums));
+    if (!run.per_vcpu || !run.fold_out || !run.penalty_sums || !run.dirty_sums) {
+        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' counting state\n", max_vcpus);
+        return -1;
+    }
     run.scoreboard = qemu_plugin_scoreboard_new(sizeof(uint64_t) * SB_WORDS);
     cond_tables_fill();
     uint8_t f[KF_N];

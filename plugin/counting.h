@@ -31,6 +31,7 @@ struct counting_run {
     FILE *branch_trace;       /* P4PMU_BRANCH_TRACE=PATH: every resolved branch (debugging) */
     struct p4c_out *fold_out; /* [max_vcpus]: what Python reads (p4c_api.h) */
     struct pensum *penalty_sums; /* [max_vcpus] (deadline.c) */
+    struct dirty_sums *dirty_sums; /* [max_vcpus] (deadline.c) */
     /* one translation-cache flush at a time (qemu_plugin_reset drops a second request while
      * one is under way): it installs what is wanted when it runs (flush.c) */
     volatile int flush_pending;

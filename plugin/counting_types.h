@@ -255,6 +255,7 @@ struct vcpu_counting {
     volatile int hlt_halted;
     pthread_t thread;      /* the host thread running this vCPU */
     uint64_t folds, deadlines, fast_deadlines;
+    uint64_t fast_checks, fast_scanned; /* C deadline checks, dirty blocks they looked at */
     uint64_t clk_total;    /* clocks folded since counting began (the trace's time) */
     uint64_t insn_total;   /* instructions of the block executions folded (the same) */
     /* silent branch outcomes: per-group state, the block whose outcome was pending at the

@@ -255,37 +255,104 @@ static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
     return p;
 }
 
+/* The dirty-block sums of vCPU vi for the table and watched counters of `o`, emptied when
+ * they were made for another table, watch list or batch. */
+static struct dirty_sums *dirty_sums_for(unsigned vi, const struct vcpu_counting *c,
+                                         const struct p4c_out *o)
+{
+    struct dirty_sums *d = &run.dirty_sums[vi];
+    int same = d->winc == o->winc && d->nkext == o->nkext && d->nw == o->nwatch &&
+               d->folds == c->folds &&
+               !memcmp(d->widx, o->widx, sizeof(int32_t) * (size_t)o->nwatch);
+    if (!same) {
+        d->winc = o->winc;
+        d->nkext = o->nkext;
+        d->nw = o->nwatch;
+        memcpy(d->widx, o->widx, sizeof(int32_t) * (size_t)o->nwatch);
+        d->folds = c->folds;
+        d->n = 0;
+    }
+    return d;
+}
+
+/* Entry `i` of d: the events block b adds to each watched counter per execution (static part)
+ * and per final-clock variant, then a mask of the parts whose kinds are beyond the table
+ * (bit 4: the static part, bit v: variant v).  Returns 0 when out of memory. */
+#define DS_STRIDE(nw) (5 * (size_t)(nw) + 1)
+static int dirty_sums_fill(struct dirty_sums *d, uint32_t i, const struct blk *b,
+                           const struct p4c_out *o, const struct pensum *pen)
+{
+    const int nw = d->nw;
+    const size_t stride = DS_STRIDE(nw);
+    size_t need = stride * ((size_t)i + 1);
+    if (need > d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 4096;
+        while (cap < need) cap *= 2;
+        int64_t *v = realloc(d->v, sizeof(int64_t) * cap);
+        if (!v) return 0;
+        d->v = v;
+        d->cap = cap;
+    }
+    int64_t *e = d->v + stride * i;
+    memset(e, 0, sizeof(int64_t) * stride);
+    const int32_t *inc = o->winc;
+    for (uint32_t k = 0; k < b->nk; k++) {
+        uint32_t x = ext(b->hk[k], b->os);
+        if (x >= o->nkext) {
+            e[stride - 1] |= 16;
+            break;
+        }
+        const int32_t *row = inc + (size_t)x * P4_NCOUNTERS;
+        for (int w = 0; w < nw; w++) e[w] += (int64_t)b->hc[k] * row[d->widx[w]];
+    }
+    for (unsigned v = 0; v < 4 && b->res; v++) {
+        uint32_t x = ext(b->var[v], b->os);
+        if (x >= o->nkext) {
+            e[stride - 1] |= 1 << v;
+            continue;
+        }
+        const int32_t *row = inc + (size_t)x * P4_NCOUNTERS;
+        for (int w = 0; w < nw; w++) {
+            e[nw * (1 + v) + w] = row[d->widx[w]] +
+                                  ((v & 1) ? pen->v[b->os ? 1 : 0][d->widx[w]] : 0);
+        }
+    }
+    return 1;
+}
+
 /* U[w]: the events of watched counter w in the activity not yet folded (dirty blocks,
- * their counted outcomes, the accumulators), from the per-kind table.  Returns 0 when a kind
- * is beyond the table. */
+ * their counted outcomes, the accumulators), from the per-kind table.  Each dirty block's
+ * per-execution events are summed once per batch (dirty_sums): a long batch of many blocks,
+ * checked often (a sampling counter with a short period), is not re-summed kind by kind at
+ * every check.  Returns 0 when a kind is beyond the table. */
 static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const struct p4c_out *o,
                            const struct pensum *pen, int64_t *U)
 {
     const int32_t *inc = o->winc;
     const int nw = o->nwatch;
     const uint32_t nk = o->nkext;
+    struct dirty_sums *d = dirty_sums_for(vi, c, o);
     for (uint32_t i = 0; i < c->ndirty; i++) {
         uint32_t id = c->dirty[i];
         const struct blk *b = blocks.by_id[id];
+        if (i >= d->n) {
+            if (!dirty_sums_fill(d, i, b, o, pen)) return 0;
+            d->n = i + 1;
+        }
+        const int64_t *e = d->v + DS_STRIDE(nw) * i;
+        const int64_t beyond = e[DS_STRIDE(nw) - 1];
         int64_t n = (int64_t)en_total(c, id);
-        for (uint32_t k = 0; k < b->nk && n; k++) {
-            uint32_t e = ext(b->hk[k], b->os);
-            if (e >= nk) return 0;
-            const int32_t *row = inc + (size_t)e * P4_NCOUNTERS;
-            for (int w = 0; w < nw; w++) U[w] += n * (int64_t)b->hc[k] * row[o->widx[w]];
+        if (n) {
+            if (beyond & 16) return 0;
+            for (int w = 0; w < nw; w++) U[w] += n * e[w];
         }
         if (!b->res) continue;
         const struct block_outcomes *r = &b->res[vi];
         for (unsigned v = 0; v < 4; v++) {
-            if (!r->n[v]) continue;
-            uint32_t e = ext(b->var[v], b->os);
-            if (e >= nk) return 0;
-            for (int w = 0; w < nw; w++)
-                U[w] += (int64_t)r->n[v] * inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
-            if (v & 1) {
-                for (int w = 0; w < nw; w++)
-                    U[w] += (int64_t)r->n[v] * pen->v[b->os ? 1 : 0][o->widx[w]];
-            }
+            int64_t m = (int64_t)r->n[v];
+            if (!m) continue;
+            if (beyond & (1 << v)) return 0;
+            for (int w = 0; w < nw; w++) U[w] += m * e[nw * (1 + v) + w];
         }
     }
     for (uint32_t i = 0; i < c->ntouched; i++) {
@@ -337,6 +404,8 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     struct p4c_out *o = &run.fold_out[vi];
     int nw = o->nwatch;
     if (nw <= 0 || !o->winc) return 0;
+    c->fast_checks++;
+    c->fast_scanned += c->ndirty;
     silent_catch_up_all(vi); /* the silent branch outcomes so far */
     const struct pensum *pen = pen_sum(vi, o);
     if (!pen->ok) return 0;

@@ -105,6 +105,8 @@ static void debug_report(int i)
         fprintf(stderr, "p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
                 "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
                 lite.active ? "on" : "off", lite.installs, lite.removals, (ull)c->memi_cuts);
+        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu C deadline checks looked at %llu dirty "
+                "blocks\n", i, (ull)c->fast_checks, (ull)c->fast_scanned);
     }
     if (i == 0)
         fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
