@@ -109,8 +109,11 @@ struct blk {
     uint32_t maxclk;            /* most clocks one execution can add (maxclk()) */
     uint32_t final_k;           /* the final clock before the outcome (dynamic ends) */
     uint32_t clocks_add;              /* W increment per execution (static clocks + final clock) */
-    uint32_t exact_add;             /* W2 increment per execution: the most events of the exact-
-                                 * deadline counter one execution can add (0: no W2 ops) */
+    uint32_t exact_add;         /* W2 increment per execution: the most events of the exact-
+                                 * deadline counter one execution can add without a
+                                 * misprediction's penalty (added when the outcome is known) */
+    uint32_t exact_max;         /* W2 margin of the check at entry: exact_add and this block's
+                                 * own possible penalty (0: no W2 operations) */
     uint64_t xval;              /* SB_SILENT_NEXT stored at entry: where the silent outcome goes */
 };
 
@@ -162,6 +165,7 @@ struct vcpu_counting {
     int res_v;             /* res_n == RES_LAZY: the variant of res_b's last outcome */
     volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
     int init;
+    uint32_t exact_pen;    /* W2 events per misprediction penalty while exact_on, else 0 */
     /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
      * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
      * the 2-bit counter; indirect: the target); conditional entries: per group (group_chunks) */
@@ -336,6 +340,7 @@ struct exact_signature {
     const int32_t *col;/* [ext] increment per clock of that kind (malloc'ed, kept) */
     int64_t rate;      /* the most per clock (ext kinds >= nk) */
     int64_t pen[2];    /* the penalty clocks after a misprediction, summed, per CPL */
+    int64_t pen_max;   /* the larger of the two: W2's penalty (an upper bound) */
 };
 
 /* the exact deadlines of the run (flush.c) */

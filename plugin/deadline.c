@@ -119,6 +119,7 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
     }
     if (!c->exact_key_ok) return -1;
     c->exact_on = 1;
+    c->exact_pen = (uint32_t)(exact.sig.pen_max > 0 ? exact.sig.pen_max : 0);
     c->exact_slot = slot;
     c->exact_left = o->whead[slot];
     c->exact_fresh = 1;
@@ -130,6 +131,7 @@ void exact_update(unsigned vi)
     struct vcpu_counting *c = &run.per_vcpu[vi];
     const struct p4c_out *o = &run.fold_out[vi];
     c->exact_on = 0;
+    c->exact_pen = 0;
     c->w_driver = -1;
     if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
     /* the counter that drives the clock deadline */
@@ -480,7 +482,7 @@ void cb_sched(unsigned int vi, void *ud)
     deadline_step(vi, id);
 }
 
-/* block entry, conditional on W2 >= 2^62 - exact_add: the exact-deadline counter may reach its
+/* block entry, conditional on W2 >= 2^62 - exact_max: the exact-deadline counter may reach its
  * limit in this block (W2's increments are upper bounds): decide exactly */
 void cb_exact_deadline(unsigned int vi, void *ud)
 {

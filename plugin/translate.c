@@ -25,25 +25,34 @@
 /* per host thread: the Capstone mode that decoded the previous block (tried first) */
 static __thread int tl_mode_pref = -1;
 
-/* the most events of the exact-deadline counter one execution of b can add (fast_check's
- * bound for the next block; kinds the signature does not know at its rate); REP iterations
- * are added when the REP resolves (rep_resolve) */
-static uint32_t exact_weight(const struct blk *b)
+static uint32_t clamp_u32(int64_t n)
+{
+    if (n < 0) return 0;
+    return n > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+/* The events of the exact-deadline counter one execution of b may add (kinds the signature
+ * does not know at its rate): b->exact_add, W2's inline increment, and b->exact_max, the
+ * margin of the check at b's entry, with b's own possible misprediction penalty.  The
+ * increment has the penalty only for a silent-capable block, whose silent outcomes no
+ * callback sees; every other dynamic end is resolved at the next block's entry, before that
+ * block's check, and the resolution adds the penalty (c->exact_pen) when it mispredicted.
+ * (W reserves the silent penalties of every group instead: W2's periods are events of one
+ * counter, often shorter than those reservations.)  REP iterations are added when the REP
+ * resolves (rep_resolve). */
+static void exact_weight(struct blk *b)
 {
     const struct exact_signature *g = &exact.sig;
     int64_t n = 0;
     for (uint32_t k = 0; k < b->nk; k++) n += exact_increment(g, ext(b->hk[k], b->os), b->hc[k]);
-    if (b->res) {
-        int64_t m = 0;
-        for (unsigned v = 0; v < 4; v++) {
-            int64_t x = exact_increment(g, ext(b->var[v], b->os), 1) +
-                        ((v & 1) ? g->pen[b->os ? 1 : 0] : 0);
-            if (x > m) m = x;
-        }
-        n += m;
+    int64_t fin = 0, pen = 0;
+    for (unsigned v = 0; v < 4 && b->res; v++) {
+        int64_t x = exact_increment(g, ext(b->var[v], b->os), 1);
+        if (x > fin) fin = x;
+        if (v & 1) pen = g->pen_max;
     }
-    if (n < 0) n = 0;
-    return n > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    b->exact_add = clamp_u32(n + fin + (b->gate ? pen : 0));
+    b->exact_max = clamp_u32(n + fin + pen);
 }
 
 /* Classify the n instructions of a block in Capstone mode mi (16, 32 or 64 bit); returns how
@@ -145,11 +154,11 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
                                                   sibling, 0, ud);
     }
-    if (b->exact_add) {
+    if (b->exact_max) {
         /* fires when this block might take the exact-deadline counter to its limit */
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_exact_deadline, P4_CB_RW_REGS_PC,
                                                   P4_COND_GE, exact_events,
-                                                  SB_FIRES_AT - b->exact_add, ud);
+                                                  SB_FIRES_AT - b->exact_max, ud);
     }
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, clocks,
                                                       b->clocks_add);
@@ -196,7 +205,7 @@ uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v)
     uint32_t id = block_new(qemu_plugin_tb_vaddr(tb), (unsigned)n, ins, os, mode, lt);
     if (!id) return 0;
     if (__atomic_load_n(&exact.active, __ATOMIC_ACQUIRE)) {
-        blocks.by_id[id]->exact_add = exact_weight(blocks.by_id[id]);
+        exact_weight(blocks.by_id[id]);
     }
     register_block_ops(tb, n, id, lt);
     return id;

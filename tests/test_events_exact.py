@@ -187,3 +187,26 @@ def test_the_signature_moves_to_the_counter_that_drives_the_deadline(run_guest, 
     assert pmis[0] >= 4 and pmis[1] >= 200, pmis
     assert st_on["signatures"] == 2 and st_on["counter"] == 12, st_on
     assert st_on["checks"] <= 0.5 * st_off["checks"], (st_on, st_off)
+
+
+@pytest.mark.parametrize("mirror", ("on", "off"))
+def test_clock_sampling_over_calls_returns_and_indirect_branches(run_guest, mirror):
+    """A clock counter (global_power_events RUNNING, whose clocks include the misprediction
+    penalties) samples every 700 clocks of loops ending in calls, returns, indirect jumps
+    and conditional branches that change direction, some of them mispredicted every
+    iteration (`swing`: an indirect jump between two targets, returns beyond the return
+    stack buffer's depth).  W2 adds a call's, return's or indirect
+    jump's penalty when its outcome is resolved, not in the block's increment: the
+    interrupts and counts must still be those of clock deadlines alone, with fewer checks."""
+    clocks = escr_value("global_power_events", "RUNNING", t0_usr=True)
+    s = EvScript()
+    for loop, tag in (("callret", "c_callret"), ("indirect", "c_indirect"),
+                      ("phases", "c_phases"), ("swing", "c_swing")):
+        _sampling(s, 0, "MSR_FSB_ESCR0", clocks, 700, loop, 3000, tag)
+    on, st_on = _run(run_guest, s, "on", mirror, 32)
+    off, st_off = _run(run_guest, s, "off", mirror, 32)
+    _same(on, off)
+    pmis = [c[0] for c in parse_events(on).pmi_counts]
+    assert len(pmis) == 4 and min(pmis) >= 20, pmis
+    assert st_on["signatures"] >= 1 and st_on["counter"] == 0, st_on
+    assert st_on["checks"] < st_off["checks"], (st_on, st_off)

@@ -258,6 +258,45 @@ indirect_end:
 indirect_fn:
 	ret
 
+/* ---- swing: branches the predictor gets wrong every iteration: an indirect JMP whose target
+ * alternates (the BTB predicts the last one), and a chain of 24 CALLs, deeper than the
+ * 16-entry return stack buffer, whose 8 outermost RETs find it empty --------------------- */
+LOOP(swing)
+	PROLOGUE
+	movl $swing_a, %edx
+	movl $swing_b, %esi
+	.globl swing_body
+swing_body:
+	xchg RDX, RSI
+	jmp *RDX
+	.globl swing_a
+swing_a:
+	jmp swing_call
+	.globl swing_b
+swing_b:
+	nop
+	.globl swing_call
+swing_call:
+	movl $24, %edi
+	call swing_fn
+	decl %ecx
+	.globl swing_br
+swing_br:
+	jnz swing_body
+	.globl swing_end
+swing_end:
+	EPILOGUE
+	xorl %eax, %eax
+	ret
+	.globl swing_fn
+swing_fn:
+	decl %edi
+	jz swing_ret
+	call swing_fn
+	.globl swing_ret
+swing_ret:
+	ret
+
 /* ---- x87: arithmetic, register moves, a load and a store per iteration ----------------- */
 LOOP(x87)
 	PROLOGUE
