@@ -76,12 +76,11 @@ static void acc_seq(struct vcpu_counting *c, const uint32_t *s, unsigned n, int 
 void acc_portion(struct vcpu_counting *c, const struct blk *b, unsigned a, unsigned e, int ends,
                  int sign)
 {
-    uint32_t *s;
+    const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
     acc_seq(c, s, n, b->os, sign);
     if (a == 0) c->firsts[b->os ? 1 : 0] += sign;
     if (ends && n) acc_last_add(c, ext(s[n - 1], b->os), sign);
-    free(s);
 }
 
 void vcpu_counting_init(struct vcpu_counting *c)

@@ -39,7 +39,7 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
     if (e < pos_insn(a)) e = pos_insn(a);
     acc_portion(c, b, a, b->n, !dyn_end(b), -1);
     acc_portion(c, b, a, e, 1, +1);
-    uint32_t *s;
+    const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
     c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
     if (a) {
@@ -49,7 +49,6 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
         c->next_first = n ? ext(s[0], b->os) + 1 : 0;
         c->next_first_bubble = 0;
     }
-    free(s);
     if (pending && b->end == BRK_COND) {
         b->res[vi].acc++; /* this execution has no outcome (not a silent one either) */
     }

@@ -286,7 +286,7 @@ void fold_at_entry(unsigned vi, uint32_t id)
         en_total(c, prev) == 1 &&
         (!dyn_end(blocks.by_id[prev]) || (c->res_b == prev && c->res_n > 0))) {
         const struct blk *b = blocks.by_id[prev];
-        uint32_t *s;
+        const uint32_t *s;
         unsigned n = portion_seq(b, 0, b->n, &s);
         unsigned need = n + (dyn_end(b) ? (unsigned)c->res_n : 0);
         if (need > c->seq_cap) {
@@ -297,7 +297,6 @@ void fold_at_entry(unsigned vi, uint32_t id)
         if (dyn_end(b)) {
             for (int i = 0; i < c->res_n; i++) c->seq[nseq++] = c->res_seq[i];
         }
-        free(s);
     }
     if (!prev) {
         last = c->cut_last;
@@ -335,17 +334,15 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
     if ((unsigned)i < pos_insn(a)) i = (int)pos_insn(a);
     acc_portion(c, b, a, b->n, !dyn_end(b), -1);
     acc_portion(c, b, a, (unsigned)i, 0, +1);
-    uint32_t *s;
+    const uint32_t *s;
     unsigned n = portion_seq(b, a, (unsigned)i, &s);
     uint32_t last = n ? ext(s[n - 1], b->os) + 1 : 0;
-    free(s);
     fold_close(vi, last, 0);
     /* the rest of this execution is credited to the next batch */
     acc_portion(c, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
     n = portion_seq(b, (unsigned)i + 1, b->n, &s);
     c->next_first = n ? ext(s[0], b->os) + 1 : 0;
     c->next_first_bubble = 0;
-    free(s);
     c->open_b = id;
     c->open_a = (unsigned)i + 1;
     c->open_stamp = en_total(c, id);

@@ -143,7 +143,7 @@ struct pseq_entry {
 
 static __thread struct pseq_entry tl_pseq[PSEQ_CACHE];
 
-unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, uint32_t **seq)
+unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, const uint32_t **seq)
 {
     uintptr_t h = ((uintptr_t)b >> 4) * 31u + a * 7u + e;
     struct pseq_entry *x = &tl_pseq[h % PSEQ_CACHE];
@@ -154,9 +154,7 @@ unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, uint32_t **seq
         x->a = a;
         x->e = e;
     }
-    uint32_t *s = malloc(sizeof(*s) * (x->n ? x->n : 1));
-    memcpy(s, x->s, sizeof(*s) * x->n);
-    *seq = s;
+    *seq = x->s;
     return x->n;
 }
 

@@ -27,7 +27,9 @@ uint32_t kind_intern(const uint8_t *f);
 unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
                   unsigned cap);
 unsigned sched_cap(const struct blk *b);
-unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, uint32_t **seq);
+/* the kind sequence of [a, e) of b from this thread's cache: valid until this thread's next
+ * portion_seq call (do not free it) */
+unsigned portion_seq(const struct blk *b, unsigned a, unsigned e, const uint32_t **seq);
 unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t **seq);
 
 #endif
