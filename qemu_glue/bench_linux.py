@@ -19,7 +19,13 @@ Configurations:
 * L5     -- ``perf record -c 100000 -e instructions``;
 * R4     -- a reference: plain QEMU under ``perf record -F 1000 -e cpu-clock`` (the kernel's
             timer samples, no PMU): what sampling costs a one-vCPU guest anyway (perf's own
-            process runs beside the workload, every sample is an interrupt and a record).
+            process runs beside the workload, every sample is an interrupt and a record);
+* R0, R2 -- references: the plugin with the NMI watchdog off (``nmi_watchdog=0``), nothing
+            counting (R0), and ``perf stat`` of the raw event instr_retired:NBOGUSNTAG (R2),
+            which reads no branch outcome, so the plugin translates at its outcome-free level
+            (docs/guest-events.md).  (Linux's own `instructions` includes the bogus
+            instructions retired after a misprediction, and its `cycles` the misprediction
+            penalty: both depend on outcomes.)
 
 The guest-side stress of unusual programming is `p4pmu bench`'s (g), a bare-metal guest
 (qemu_glue/bench_stress.py): the Linux image has no way for a user program to write MSRs (no
@@ -69,6 +75,7 @@ class Config:
     what: str
     plugin: bool
     wrap: str  # put in front of every workload's command (perf)
+    append: str = ""  # extra kernel command-line arguments
 
 
 _L3_EVENTS = ",".join(f"{e}{m}" for m in ("", ":u") for e in
@@ -83,10 +90,17 @@ CONFIGS = (
     Config("L4", "perf record -F 1000", True, "perf record -q -F 1000 -o /tmp/p.data --"),
     Config("L5", "perf record -c 100000 -e instructions", True,
            "perf record -q -c 100000 -e instructions -o /tmp/p.data --"),
-    # a reference, not a target: what sampling costs the guest without the PMU (perf record's
-    # own process shares the one vCPU with the workload; a timer samples instead of the PMU)
+    # references, not targets: what sampling costs the guest without the PMU (perf record's
+    # own process shares the one vCPU with the workload; a timer samples instead of the
+    # PMU), and the plugin's cost when no counter depends on branch outcomes (the NMI
+    # watchdog off: nothing counts, then instructions only, at the outcome-free level)
     Config("R4", "plain QEMU, perf record -F 1000 -e cpu-clock (reference)", False,
            "perf record -q -F 1000 -e cpu-clock -o /tmp/p.data --"),
+    Config("R0", "the plugin, NMI watchdog off: nothing counts (reference)", True, "",
+           "nmi_watchdog=0"),
+    Config("R2", "perf stat -e instr_retired:NBOGUSNTAG, NMI watchdog off: the outcome-free "
+           "level (reference)", True,
+           "perf stat -o /dev/null -e $(p4event instr_retired:NBOGUSNTAG) --", "nmi_watchdog=0"),
 )
 
 
@@ -129,6 +143,8 @@ def run_config(config: Config, size: int, model: str, timeout: float = 1800
     argv = ["--clock", "host", "--model", model, "--timeout", str(int(timeout))]
     if not config.plugin:
         argv.append("--no-plugin")
+    if config.append:
+        argv += ["--append", config.append]
     out, err = bytearray(), bytearray()
     rc = linux.main(ap.parse_args(argv), [guest_script(config, size)],
                     HostOutput(stdout=out.extend, stderr=err.extend))
