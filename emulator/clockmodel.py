@@ -14,6 +14,9 @@ Model (documented in docs/guest-events.md):
   the next instruction starts a new clock.
 * A clock's lines are the sums over the instructions retiring in it (instructions, branch
   outcome, uop classes, loads/stores); uops_retired counts the uops retiring in that clock.
+* A microcoded instruction (more than `ms_rom_above` uops, or a REP string instruction)
+  counts one transfer to the microcode ROM in the clock it retires in, and its uops as ROM
+  uops in the clocks they retire in; every other uop was delivered by the trace cache.
 * A mispredicted branch is followed by `bp_penalty` clocks without non-bogus retirement; the
   first of them retire `bogus_insns` one-uop bogus instructions, `retire_width` per clock.
 * Halted logical processors produce no clocks.
@@ -43,6 +46,10 @@ PARAMS = {
     "cond_entries": 0,  # conditional-branch 2-bit counters
     "btb_entries": 0,  # indirect-branch targets
     "rsb_depth": 16,  # return stack buffer depth
+    # an instruction of more uops than this, and every REP string instruction, is delivered
+    # by the microcode ROM, not the trace cache (Intel's Pentium 4 optimisation manual:
+    # "instructions of more than 4 uops come from the microcode ROM")
+    "ms_rom_above": 4,
 }
 
 # Branch kinds (IC.Insn.branch and the BR field of a clock)
@@ -53,7 +60,7 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # Fields of a clock (the C kind struct has the same order; all 0..255, lines cap at 15)
 FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
           "misp", "x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld",
-          "bogus_instr", "bogus_uops")
+          "bogus_instr", "bogus_uops", "ms", "ms_uops")
 NF = len(FIELDS)
 FI = {n: i for i, n in enumerate(FIELDS)}
 FP_FIELDS = ("x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld")
@@ -157,9 +164,16 @@ class Predictor:
 # --------------------------------------------------------------------------------------------
 
 
-def _attrs(c: Clock, insn) -> None:
+def microcoded(insn, params=None) -> bool:
+    """Does the microcode ROM deliver this instruction's uops (PARAMS["ms_rom_above"])?"""
+    p = dict(PARAMS, **(params or {}))
+    return insn.rep or insn.uops > p["ms_rom_above"]
+
+
+def _attrs(c: Clock, insn, ms: bool) -> None:
     f = c.f
     f[FI["instr"]] += 1
+    f[FI["ms"]] += ms
     ld, st = insn.loads > 0, insn.stores > 0
     f[FI["instr_ld"]] += ld
     f[FI["instr_st"]] += st
@@ -178,6 +192,7 @@ def schedule(insns, params=None) -> list[Clock]:
     out: list[Clock] = []
     cur = None
     for insn in insns:
+        ms = microcoded(insn, p)
         if (insn.align or insn.latency) and cur is not None:
             out.append(cur)
             cur = None
@@ -188,12 +203,14 @@ def schedule(insns, params=None) -> list[Clock]:
                 cur = Clock()
             take = min(width - cur.f[FI["uops"]], u)
             cur.f[FI["uops"]] += take
+            if ms:
+                cur.f[FI["ms_uops"]] += take
             u -= take
             if u == 0:
                 break
             out.append(cur)
             cur = None
-        _attrs(cur, insn)
+        _attrs(cur, insn, ms)
         if cur.f[FI["uops"]] == width or insn.align:
             out.append(cur)
             cur = None
@@ -255,7 +272,7 @@ FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "
             "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
             "rbt_uncond", "rbt_cond", "rbt_call", "rbt_ret", "rbt_ind",
             "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
-            "running") + FP_FIELDS
+            "running", "ms", "ms_uops", "tc_uops") + FP_FIELDS
 NFEAT = len(FEATURES)
 FE = {n: i for i, n in enumerate(FEATURES)}
 
@@ -266,8 +283,9 @@ def features(fields: np.ndarray) -> np.ndarray:
     K = f.shape[0]
     out = np.zeros((K, NFEAT))
     for n in ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "bogus_instr",
-              "bogus_uops") + FP_FIELDS:
+              "bogus_uops", "ms", "ms_uops") + FP_FIELDS:
         out[:, FE[n]] = f[:, FI[n]]
+    out[:, FE["tc_uops"]] = f[:, FI["uops"]] - f[:, FI["ms_uops"]]
     br = f[:, FI["br"]]
     isbr = br != BR_NONE
     t = f[:, FI["taken"]] > 0
@@ -317,6 +335,15 @@ _DIRECT = {
     ("scalar_DP_uop", "ALL"): "sdp", ("64bit_MMX_uop", "ALL"): "mmx64",
     ("128bit_MMX_uop", "ALL"): "mmx128", ("x87_SIMD_moves_uop", "ALLP0"): "movst",
     ("x87_SIMD_moves_uop", "ALLP2"): "movld",
+    # instructions completed: this model has no re-started instructions, so they are the
+    # instructions retired (models 0F_03, 0F_04, 0F_06 have the event)
+    ("instr_completed", "NBOGUS"): "instr", ("instr_completed", "BOGUS"): "bogus_instr",
+    # the front end: transfers to the microcode ROM, and the uops it writes into the uop
+    # queue by source (at retirement, non-bogus only: the wrong path's uops are not
+    # delivered in this model; FROM_TC_BUILD needs a trace-cache model and stays 0)
+    ("tc_ms_xfer", "CISC"): "ms",
+    ("uop_queue_writes", "FROM_TC_DELIVER"): "tc_uops",
+    ("uop_queue_writes", "FROM_ROM"): "ms_uops",
 }
 
 

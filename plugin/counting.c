@@ -68,6 +68,7 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     cond_tab.pen = (uint8_t)kinds.n_penalty;
     memset(f, 0, sizeof(f));
     f[KF_UOPS] = P4P_RETIRE_WIDTH;
+    f[KF_MS_UOPS] = P4P_RETIRE_WIDTH; /* REP iterations come from the microcode ROM */
     kinds.rep_full = kind_intern(f);
     run.instrument = run.count_mode == 2;
     return 0;

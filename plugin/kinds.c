@@ -61,12 +61,19 @@ uint32_t kind_intern(const uint8_t *f)
     return k;
 }
 
-static void attrs(struct clock_fields *c, const struct insn_info *in)
+/* clockmodel.microcoded: the microcode ROM delivers this instruction's uops */
+static inline int microcoded(const struct insn_info *in)
+{
+    return (in->flags & CI_REP) || in->uops > P4P_MS_ROM_ABOVE;
+}
+
+static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
 {
     int ld = in->loads > 0, st = in->stores > 0;
 #define ADDF(k, v) \
     do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
     ADDF(KF_INSTR, 1);
+    ADDF(KF_MS, ms);
     ADDF(KF_INSTR_LD, ld);
     ADDF(KF_INSTR_ST, st);
     ADDF(KF_INSTR_LDST, ld && st);
@@ -98,6 +105,7 @@ unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct cl
             }
         }
         unsigned u = in->uops;
+        int ms = microcoded(in);
         for (;;) {
             if (!open) {
                 memset(&cur, 0, sizeof(cur));
@@ -106,12 +114,13 @@ unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct cl
             unsigned take = P4P_RETIRE_WIDTH - cur.f[KF_UOPS];
             if (take > u) take = u;
             cur.f[KF_UOPS] += take;
+            if (ms) cur.f[KF_MS_UOPS] += take;
             u -= take;
             if (!u) break;
             if (n < cap) out[n++] = cur;
             open = 0;
         }
-        attrs(&cur, in);
+        attrs(&cur, in, ms);
         if (cur.f[KF_UOPS] == P4P_RETIRE_WIDTH || (in->flags & CI_ALIGN)) {
             if (n < cap) out[n++] = cur;
             open = 0;

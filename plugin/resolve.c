@@ -33,8 +33,14 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, const struct blk *
     struct clock_fields f;
     memset(&f, 0, sizeof(f));
     f.f[KF_UOPS] = (uint8_t)(uops - P4P_RETIRE_WIDTH * nfull);
+    /* a REP string instruction is microcoded (clockmodel.microcoded): every uop comes from
+     * the microcode ROM (kinds.rep_full too), and its transfer to the ROM is counted once,
+     * in the clock where it retires (QEMU may run its iterations in several executions of
+     * the block; one interrupted and resumed counts one transfer too) */
+    f.f[KF_MS_UOPS] = f.f[KF_UOPS];
     if (done) {
         f.f[KF_INSTR] = 1;
+        f.f[KF_MS] = 1;
         f.f[KF_INSTR_LD] = r->loads > 0;
         f.f[KF_INSTR_ST] = r->stores > 0;
         f.f[KF_INSTR_LDST] = r->loads > 0 && r->stores > 0;

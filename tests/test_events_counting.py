@@ -64,6 +64,18 @@ SETUPS = [
         Ctr(8, F0, "x87_SIMD_moves_uop", ("ALLP2",), os=True, usr=True),
         Ctr(10, F1, "x87_SIMD_moves_uop", ("ALLP0", "ALLP2"), usr=True),
     ]),
+    # the front end: transfers to the microcode ROM and the uop queue's writes by source;
+    # instructions completed
+    Setup("ucode", [
+        Ctr(4, "MSR_MS_ESCR0", "tc_ms_xfer", ("CISC",), os=True, usr=True),
+        Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_ROM",), usr=True),
+        Ctr(12, C0, "instr_completed", ("NBOGUS",), os=True, usr=True),
+    ]),
+    Setup("ucode2", [
+        Ctr(4, "MSR_MS_ESCR0", "uop_queue_writes", ("FROM_TC_DELIVER",), os=True, usr=True),
+        Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes",
+            ("FROM_TC_BUILD", "FROM_TC_DELIVER", "FROM_ROM"), os=True),
+    ]),
     # predicted / mispredicted, bogus instructions
     Setup("mispred", [
         Ctr(12, C0, "instr_retired", ("NBOGUSNTAG", "NBOGUSTAG", "BOGUSNTAG", "BOGUSTAG"),
@@ -83,6 +95,7 @@ SETUPS = [
     ]),
     Setup("mispred3", [
         Ctr(12, C0, "uops_retired", ("BOGUS",), usr=True),
+        Ctr(14, C1, "instr_completed", ("NBOGUS", "BOGUS"), os=True, usr=True),
         Ctr(13, C2, "branch_retired", ("MMNP", "MMTP"), os=True, usr=True),
         Ctr(15, C3, "branch_retired", ("MMNM", "MMTM"), os=True),
         Ctr(4, TB0, "retired_mispred_branch_type", ("CALL",), os=True, usr=True),
@@ -109,7 +122,8 @@ SETUPS = [
         Ctr(12, C0, "instr_retired", ("NBOGUSNTAG", "NBOGUSTAG"), os=True, usr=True),
     ]),
 ]
-STAGE2 = ("basic", "uops", "types", "simd", "moves", "tagload", "tagstore", "exectag")
+STAGE2 = ("basic", "uops", "types", "simd", "moves", "tagload", "tagstore", "exectag", "ucode",
+          "ucode2")
 STAGE3 = ("mispred", "mispred2", "mispred3")
 
 PLAN = Plan(SETUPS, list(TRACEABLE), rings=(0, 3), ns=(120, 1200))
@@ -209,3 +223,41 @@ def test_the_loops_are_what_the_expectations_assume():
             assert first >> 12 == last >> 12, f"{bits}-bit loop {loop} crosses a page"
         assert len(model.img.body("alu")) == 8
         assert len(model.img.body("nop4")) == 4
+
+
+@pytest.mark.parametrize("bits", (32, 64))
+def test_rep_string_instructions_come_from_the_microcode_rom(run_guest, bits):
+    """A REP MOVSB of 16 bytes per iteration (loop `repmov`, which ends its translated block
+    at the REP: not in TRACEABLE): one transfer to the microcode ROM per REP instruction and
+    all its uops from the ROM -- 2 + 16 iterations of (1 + loads + 2 stores) uops
+    (insn_classes: REP string instructions) --, the other instructions' uops from the trace
+    cache; instructions retired and completed count the REP once."""
+    from p4pmu.emulator import insn_classes as IC
+    setups = [
+        Setup("rep", [
+            Ctr(4, "MSR_MS_ESCR0", "tc_ms_xfer", ("CISC",), os=True, usr=True),
+            Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_ROM",), os=True, usr=True),
+            Ctr(12, C0, "instr_retired", ("NBOGUSNTAG",), os=True, usr=True),
+            Ctr(14, C1, "instr_completed", ("NBOGUS",), os=True, usr=True),
+        ]),
+        Setup("rep2", [
+            Ctr(4, "MSR_MS_ESCR0", "uop_queue_writes", ("FROM_TC_DELIVER",), os=True,
+                usr=True),
+        ]),
+    ]
+    plan = Plan(setups, ["repmov"], rings=(0, 3), ns=(50, 250))
+    r = run_guest(f"events{bits}", script=plan.script(), timeout=120)
+    r.require_completed()
+    out = parse_events(r.out.lines)
+    model = LoopModel(guest_build.BUILD_DIR / f"events{bits}.elf", bits)
+    body = [model.ic(i) for i in model.img.body("repmov")]
+    (rep,) = [i for i in body if i.rep]
+    others = [i for i in body if not i.rep]
+    assert rep.rep_per_iter == 4 and not any(i.uops > 4 for i in others), body
+    n = 250 - 50
+    want = {("rep", 4): n, ("rep", 6): n * (rep.uops + 16 * rep.rep_per_iter),
+            ("rep", 12): n * len(body), ("rep", 14): n * len(body),
+            ("rep2", 4): n * sum(i.uops for i in others)}
+    for ring in (0, 3):
+        got = {(st, c): plan.delta(out, st, "repmov", ring, c) for st, c in want}
+        assert got == want, (ring, got, want)

@@ -98,7 +98,12 @@ class LoopModel:
         for s in trace:
             i = self.ic(s.insn)
             c["instr_retired.NBOGUSNTAG"] += 1  # tagging: see lines_tagged
+            c["instr_completed.NBOGUS"] += 1
             c["uops_retired.NBOGUS"] += i.uops
+            ms = int(_models()[0].microcoded(i))
+            c["tc_ms_xfer.CISC"] += ms
+            c["uop_queue_writes.FROM_ROM" if ms else "uop_queue_writes.FROM_TC_DELIVER"] += \
+                i.uops
             if s.branch:
                 c["branch_retired.ANY"] += 1
                 c["branch_retired.TAKEN" if s.taken else "branch_retired.NOTTAKEN"] += 1
@@ -320,6 +325,7 @@ def expect_delta(model: LoopModel, setup, ctr, loop: str, ring: int, n1: int, n2
     need_pred = ev_name in ("branch_retired", "mispred_branch_retired",
                             "retired_mispred_branch_type") or \
         (ev_name == "instr_retired" and "BOGUSNTAG" in bits) or \
+        (ev_name == "instr_completed" and "BOGUS" in bits) or \
         (ev_name == "uops_retired" and "BOGUS" in bits)
     bl = model.cached(("branch", loop, n1, n2),
                       lambda: model.delta_branch_lines(loop, n1, n2)) if need_pred else Counter()
@@ -339,8 +345,11 @@ def expect_delta(model: LoopModel, setup, ctr, loop: str, ring: int, n1: int, n2
                          "retired_mispred_branch_type") or \
                 key in ("instr_retired.BOGUSNTAG", "uops_retired.BOGUS"):
             total += bl[key]
-        elif ev_name in ("instr_retired", "uops_retired", "retired_branch_type"):
-            total += lines[key]
+        elif key == "instr_completed.BOGUS":
+            total += bl["instr_retired.BOGUSNTAG"]  # no re-started instructions: the same
+        elif ev_name in ("instr_retired", "uops_retired", "retired_branch_type",
+                         "instr_completed", "tc_ms_xfer", "uop_queue_writes"):
+            total += lines[key]  # uop_queue_writes.FROM_TC_BUILD: 0 (no trace-cache model)
         else:
             raise AssertionError(f"no expectation rule for {key}")
     return total

@@ -297,6 +297,48 @@ swing_fn:
 swing_ret:
 	ret
 
+/* ---- ucode: microcoded instructions (more than 4 uops: delivered by the microcode ROM):
+ * ENTER and POPF, with LEAVE and PUSHF (which are not) to balance the stack ------------- */
+LOOP(ucode)
+	PROLOGUE
+	.globl ucode_body
+ucode_body:
+	enter $0, $0
+	leave
+	pushf
+	popf
+	decl %ecx
+	.globl ucode_br
+ucode_br:
+	jnz ucode_body
+	.globl ucode_end
+ucode_end:
+	EPILOGUE
+	xorl %eax, %eax
+	ret
+
+/* ---- repmov: a REP MOVSB of 16 bytes within loop_data per iteration (microcoded; its
+ * iterations are counted at run time) ------------------------------------------------------ */
+LOOP(repmov)
+	PROLOGUE
+	cld
+	movl %ecx, %ebx
+	.globl repmov_body
+repmov_body:
+	movl $loop_data, %esi
+	movl $loop_data + 128, %edi
+	movl $16, %ecx
+	rep movsb
+	decl %ebx
+	.globl repmov_br
+repmov_br:
+	jnz repmov_body
+	.globl repmov_end
+repmov_end:
+	EPILOGUE
+	xorl %eax, %eax
+	ret
+
 /* ---- x87: arithmetic, register moves, a load and a store per iteration ----------------- */
 LOOP(x87)
 	PROLOGUE
