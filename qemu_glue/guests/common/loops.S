@@ -298,15 +298,17 @@ swing_ret:
 	ret
 
 /* ---- ucode: microcoded instructions (more than 4 uops: delivered by the microcode ROM):
- * ENTER and POPF, with LEAVE and PUSHF (which are not) to balance the stack ------------- */
+ * ENTER (with LEAVE, which is not, to balance the stack) and CMPXCHG8B on loop_data.  (Not
+ * POPF: QEMU ends its translated block after it, and the loops keep one block per
+ * iteration.) ------------------------------------------------------------------------------ */
 LOOP(ucode)
 	PROLOGUE
+	movl $loop_data, %esi
 	.globl ucode_body
 ucode_body:
 	enter $0, $0
 	leave
-	pushf
-	popf
+	cmpxchg8b (RSI)
 	decl %ecx
 	.globl ucode_br
 ucode_br:
