@@ -353,13 +353,29 @@ class Tagging:
 
     tag_loads / tag_stores: front-end tagging (uop_type TAGLOADS / TAGSTORES on RAT_ESCR0/1
     with this LP's T-bit for this CPL).  exec_tags: feature name -> 4-bit tag value (the OR
-    over the FIRM ESCRs that select that uop event with TAG_ENABLE and qualify this LP/CPL)."""
+    over the FIRM ESCRs that select that uop event with TAG_ENABLE and qualify this LP/CPL).
+    replay: the features whose uops replay tagging tags (the metrics MSR_PEBS_ENABLE and
+    MSR_PEBS_MATRIX_VERT select that this model drives: REPLAY_FEATURES)."""
     tag_loads: bool = False
     tag_stores: bool = False
     exec_tags: tuple = ()  # ((feature, tagbits), ...)
+    replay: tuple = ()  # (feature, ...), sorted
 
 
 NO_TAGGING = Tagging()
+
+# Replay-tagging metrics (events.REPLAY_METRICS) the clock model drives, and the feature whose
+# uops they tag: a mispredicted branch's uop (SDM Table 19-33, Tagged_mispred_branch).  The
+# others tag uops that miss a cache or TLB, split or replay in the memory order buffer: no
+# model here, replay_event reads 0 for them.
+REPLAY_FEATURES = {"Tagged_mispred_branch": "misp"}
+
+
+def replay_tagging(pebs_enable: int, matrix_vert: int) -> tuple:
+    """Tagging.replay for these MSR values."""
+    return tuple(sorted({REPLAY_FEATURES[m.name] for m in EV.replay_metrics(pebs_enable,
+                                                                            matrix_vert)
+                         if m.name in REPLAY_FEATURES}))
 
 
 @functools.lru_cache(maxsize=256)
@@ -390,6 +406,8 @@ def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
         for k in range(4):
             if bits >> k & 1:
                 add("execution_event", f"NBOGUS{k}", feat)
+    for feat in tagging.replay:  # replay-tagged uops at retirement (SDM 18.15.7)
+        add("replay_event", "NBOGUS", feat)
     ids = np.array(sorted(cols), dtype=np.int64)
     M = np.stack([cols[i] for i in ids], axis=1) if len(ids) else np.zeros((NFEAT, 0))
     keep = np.abs(M).sum(axis=0) > 0
@@ -426,7 +444,7 @@ def modelled_classes() -> frozenset:
     front_end_event, execution_event's tag bits).  Every other class (cache, TLB, bus,
     replay and similar memory-side events) reads 0 in this emulator whatever the guest does."""
     every_tag = Tagging(True, True, tuple((f, 0xF) for f in sorted(
-        set(UOP_EVENT_FEATURES.values()))))
+        set(UOP_EVENT_FEATURES.values()))), tuple(sorted(set(REPLAY_FEATURES.values()))))
     return frozenset(int(i) for i in line_matrix(NO_TAGGING)[0]) | \
         frozenset(int(i) for i in line_matrix(every_tag)[0])
 
@@ -474,4 +492,4 @@ def with_params(**kw) -> dict:
 __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_clock",
            "penalty_clocks", "features", "line_matrix", "OUTCOME_FEATURES", "outcome_classes",
            "clock_lines", "clock_kind", "Tagging", "with_params", "replace", "modelled_classes",
-           "is_modelled"]
+           "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging"]

@@ -210,3 +210,46 @@ def class_id(event: str, bit) -> int:
 def line_id(cls: int, lp: int, priv: int) -> int:
     """Column of an activity line: class `cls` caused by logical processor `lp` at `priv`."""
     return cls * 4 + lp * 2 + priv
+
+
+# --------------------------------------------------------------------------------------------
+# Replay tagging: the metrics replay_event counts (SDM Vol. 3B 18.15.7, Table 19-33)
+# --------------------------------------------------------------------------------------------
+
+PEBS_UOP_TAG = 1 << 24  # MSR_PEBS_ENABLE bit 24: replay tagging on
+
+
+@dataclass(frozen=True)
+class ReplayMetric:
+    """One row of SDM Table 19-33: replay_event (NBOGUS) counts the retired uops tagged
+    under these MSR_PEBS_ENABLE metric bits (all of them set, with UOP_TAG) and uop types
+    (any of these MSR_PEBS_MATRIX_VERT bits set).  `upstream`: the extra ESCR programming
+    the SDM asks for, as text."""
+    name: str
+    pebs: int
+    vert: int
+    upstream: str = ""
+
+
+REPLAY_METRICS: tuple[ReplayMetric, ...] = (
+    ReplayMetric("1stL_cache_load_miss_retired", 1 << 0, 1 << 0),
+    ReplayMetric("2ndL_cache_load_miss_retired", 1 << 1, 1 << 0),
+    ReplayMetric("DTLB_load_miss_retired", 1 << 2, 1 << 0),
+    ReplayMetric("DTLB_store_miss_retired", 1 << 2, 1 << 1),
+    ReplayMetric("DTLB_all_miss_retired", 1 << 2, (1 << 0) | (1 << 1)),
+    ReplayMetric("Tagged_mispred_branch", (1 << 15) | (1 << 16), 1 << 4),
+    ReplayMetric("MOB_load_replay_retired", 1 << 9, 1 << 0,
+                 "MOB_load_replay with PARTIAL_DATA and UNALGN_ADDR"),
+    ReplayMetric("split_load_retired", 1 << 10, 1 << 0,
+                 "load_port_replay SPLIT_LD on SAAT_ESCR1"),
+    ReplayMetric("split_store_retired", 1 << 10, 1 << 1,
+                 "store_port_replay SPLIT_ST on SAAT_ESCR0"),
+)
+
+
+def replay_metrics(pebs_enable: int, matrix_vert: int) -> tuple[ReplayMetric, ...]:
+    """The metrics MSR_PEBS_ENABLE and MSR_PEBS_MATRIX_VERT select (none without UOP_TAG)."""
+    if not pebs_enable & PEBS_UOP_TAG:
+        return ()
+    return tuple(m for m in REPLAY_METRICS
+                 if pebs_enable & m.pebs == m.pebs and matrix_vert & m.vert)

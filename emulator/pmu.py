@@ -264,8 +264,10 @@ class PMU:
         elif k == "pebs_enable":
             self.pebs_enable = value
             self.pebs_enable_writer = lp
+            self.config_version += 1  # the replay-tagging metrics replay_event counts
         else:
             self.pebs_matrix_vert = value
+            self.config_version += 1
 
     def rdpmc(self, lp: int, ecx: int) -> int:
         """RDPMC (SDM Vol. 2B RDPMC): ECX[30:0] = counter 0-17, ECX[31] = fast read

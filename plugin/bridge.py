@@ -365,13 +365,18 @@ class Bridge:
         if self._log is not None:
             self._write(f"{self._who(vcpu)}: WRMSR 0x{msr:X}{self._name(pmu, msr)} <- "
                         f"0x{value:X}")
-        if reg is not None and reg.kind in ("cccr", "escr"):
+        if reg is not None and reg.kind in ("cccr", "escr", "pebs_enable", "pebs_matrix_vert"):
             self._check_programming(vcpu, pmu, reg, old)
         return OK
 
     def _check_programming(self, vcpu: int, pmu, reg, old: int) -> None:
-        """Say once what a CCCR or ESCR write makes untrustworthy (emulator/notices.py)."""
+        """Say once what a CCCR, ESCR or replay-tagging write makes untrustworthy
+        (emulator/notices.py)."""
         from p4pmu.emulator import notices
+        if reg.kind.startswith("pebs"):  # what replay_event counts changed
+            for c in pmu.enable.nonzero()[0]:
+                self._say(vcpu, notices.unmodelled(pmu, int(c)))
+            return
         if reg.kind == "cccr":
             self._say(vcpu, notices.cccr_changed_under(pmu, reg.index, old))
             self._say(vcpu, notices.unmodelled(pmu, reg.index))

@@ -160,7 +160,8 @@ class Feeder:
                     feat = CM.UOP_EVENT_FEATURES.get((ev.name, bit))
                     if feat and mask >> bit & 1:
                         tags[feat] = tags.get(feat, 0) | int(pmu.tag_value[slot])
-        t = CM.Tagging(tl, ts, tuple(sorted(tags.items())))
+        t = CM.Tagging(tl, ts, tuple(sorted(tags.items())),
+                       CM.replay_tagging(pmu.pebs_enable, pmu.pebs_matrix_vert))
         if len(self._tag_cache) > 64:
             self._tag_cache.clear()
         self._tag_cache[key] = t
@@ -472,9 +473,14 @@ class Feeder:
         prog = self._prog_cache.get(id(pmu))
         if prog is None or prog[0] != pmu.config_version:
             prog = (pmu.config_version, (pmu.cccr_raw & ~np.uint64(1 << 31)).tobytes() +
-                    pmu.escr_raw.tobytes())
+                    pmu.escr_raw.tobytes() + self.pebs_key(pmu))
             self._prog_cache[id(pmu)] = prog
         return (prog[1], nk, vcpu % self.threads, oth)
+
+    @staticmethod
+    def pebs_key(pmu) -> bytes:
+        """The replay-tagging MSRs, part of every programming (Tagging.replay)."""
+        return np.array([pmu.pebs_enable, pmu.pebs_matrix_vert], dtype=np.uint64).tobytes()
 
     def programming_key(self, vcpu: int, pmu, o) -> bytes:
         """The programming a per-kind table is made for: the CCCRs without OVF and the ESCRs

@@ -34,6 +34,7 @@ class Programs:
         self._quiet: dict[bytes, bool] = {}  # programming -> raises no notice
         self._ready: set[int] = set()
         self._views: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        self._pebs: dict[int, bytes] = {}  # vcpu -> the replay-tagging MSRs of its slots
         self.registered = 0
 
     # -- Python -> C ----------------------------------------------------------------------
@@ -52,6 +53,10 @@ class Programs:
         mv.escr[:ne] = pmu.escr_raw
         mv.cccr_decoded = mv.cccr & ~_OVF
         mv.prog_seen = int(m.prog_changes)
+        pebs = self.feeder.pebs_key(pmu)
+        if self._pebs.get(vcpu, pebs) != pebs:
+            self._forget(vcpu, m, o)  # C matches CCCR and ESCR images only
+        self._pebs[vcpu] = pebs
         m.cur = self._register(vcpu, pmu, mv, o)
 
     def _register(self, vcpu: int, pmu, mv, o) -> int:
@@ -101,6 +106,18 @@ class Programs:
         if gone is not None and o.winc == self.ffi.cast("int32_t *", gone[1].ctypes.data):
             o.winc, o.nkext = self.ffi.NULL, 0
         return slot
+
+    def _forget(self, vcpu: int, m, o) -> None:
+        """Drop every programming registered for this vCPU: the replay-tagging MSRs changed,
+        and C, which finds a programming by its CCCR and ESCR images, would switch to a
+        per-kind table made under the old ones."""
+        slots = self._slots.pop(vcpu, {})
+        tables = self._tables.pop(vcpu, {})
+        for slot in slots.values():
+            m.progs[slot].hash = 0
+            gone = tables.get(slot)
+            if gone is not None and o.winc == self.ffi.cast("int32_t *", gone[1].ctypes.data):
+                o.winc, o.nkext = self.ffi.NULL, 0
 
     def _is_quiet(self, pmu, key: bytes) -> bool:
         """No enabled counter of this programming counts mask bits the emulator does not

@@ -25,3 +25,24 @@ def test_a_notice_is_said_once_on_stderr_and_in_the_log(tmp_path, capsys):
     text = log.read_text()
     assert text.count("# warning:") == 2
     assert b.rdmsr(0, BPU_CCCR0) == (OK, CCCR_ON & ~(1 << 12))  # the guest sees no difference
+
+
+def test_replay_event_for_an_unmodelled_metric_is_said(capsys):
+    """Linux's L1-dcache-load-misses: replay_event NBOGUS with the 1stL_cache_load_miss_retired
+    metric (MSR_PEBS_ENABLE 01000001h, MATRIX_VERT 1): no cache model, a warning that names
+    the metric.  The tagged mispredicted-branch metric is modelled: no warning; and
+    replay_event with no metric selected reads 0 on silicon too: no warning."""
+    PEBS_ENABLE, MATRIX_VERT, CRU_ESCR2, IQ_CCCR1 = 0x3F1, 0x3F2, 0x3CC, 0x36D
+    replay_escr = (0x09 << 25) | (1 << 9) | (1 << 2) | (1 << 3)  # replay_event NBOGUS, T0 OS+USR
+    cccr = (1 << 12) | (5 << 13) | (3 << 16)  # ENABLE, ESCR_SELECT 5 (CRU_ESCR2), ANY thread
+    b = Bridge(Options())
+    assert b.wrmsr(0, CRU_ESCR2, replay_escr) == OK
+    assert b.wrmsr(0, IQ_CCCR1, cccr) == OK  # no metric: no warning
+    for pebs, vert in ((0x0101_8000, 0x10), (0x0100_0001, 0x1)):
+        assert b.wrmsr(0, PEBS_ENABLE, pebs) == OK
+        assert b.wrmsr(0, MATRIX_VERT, vert) == OK
+        assert b.wrmsr(0, IQ_CCCR1, cccr) == OK
+    b.close()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("p4pmu: warning:")]
+    assert len(err) == 1, err
+    assert "1stL_cache_load_miss_retired" in err[0] and "contribute 0" in err[0], err

@@ -101,6 +101,16 @@ SETUPS = [
         Ctr(4, TB0, "retired_mispred_branch_type", ("CALL",), os=True, usr=True),
         Ctr(6, TB1, "retired_mispred_branch_type", ("RETURN",), os=True, usr=True),
     ]),
+    # replay tagging (MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT; SDM Table 19-33): the tagged
+    # mispredicted-branch metric as Linux's driver writes it, and a cache metric (no model)
+    Setup("replay", [
+        Ctr(13, C2, "replay_event", ("NBOGUS",), os=True, usr=True),
+        Ctr(14, C1, "mispred_branch_retired", ("NBOGUS",), os=True, usr=True),
+    ], msr_writes=[(0x3F1, 0x0101_8000), (0x3F2, 0x10)]),
+    Setup("replay2", [
+        Ctr(13, C2, "replay_event", ("NBOGUS", "BOGUS"), usr=True),
+        Ctr(15, C3, "replay_event", ("NBOGUS",), os=True),
+    ], msr_writes=[(0x3F1, 0x0100_0001), (0x3F2, 0x1)]),
     # tagging: front-end (uop_type) and execution (FIRM tag enable)
     Setup("tagload", [
         Ctr(12, C0, "instr_retired", ("NBOGUSTAG",), os=True, usr=True),
@@ -124,7 +134,7 @@ SETUPS = [
 ]
 STAGE2 = ("basic", "uops", "types", "simd", "moves", "tagload", "tagstore", "exectag", "ucode",
           "ucode2")
-STAGE3 = ("mispred", "mispred2", "mispred3")
+STAGE3 = ("mispred", "mispred2", "mispred3", "replay", "replay2")
 
 PLAN = Plan(SETUPS, list(TRACEABLE), rings=(0, 3), ns=(120, 1200))
 

@@ -215,6 +215,44 @@ def test_context_switch_programmings_are_switched_in_c(run_guest, tmp_path, bits
         assert said in text
 
 
+def test_replay_tagging_change_drops_the_registered_programmings(run_guest, tmp_path):
+    """replay_event counts the tagged mispredicted branches while MSR_PEBS_ENABLE and
+    MSR_PEBS_MATRIX_VERT select that metric (SDM Table 19-33), nothing once PEBS_ENABLE is
+    cleared.  The CCCR and ESCR images that enable the counter are the same both times, so
+    C, which finds a registered programming by those images alone, must not switch back to
+    the per-kind table made under the old tagging: Python drops the registered programmings
+    when the replay-tagging MSRs change.  Counts equal with and without the mirror."""
+    replay = escr_value("replay_event", "NBOGUS", t0_os=True, t0_usr=True)
+    s = EvScript()
+    # counter 12 counts mispredicted branches all along: the plugin stays at its full level
+    # (with only replay_event and no metric it may drop to the outcome-free level, where a
+    # stale table would count nothing either)
+    s.wrmsr(escr_msr(C0), escr_value("mispred_branch_retired", "NBOGUS", t0_os=True,
+                                     t0_usr=True))
+    s.wrmsr(counter_msr(12), 0)
+    s.wrmsr(cccr_msr(12), cccr_value(12, C0))
+    s.wrmsr(0x3F1, 0x0101_8000)
+    s.wrmsr(0x3F2, 0x10)
+    s.wrmsr(escr_msr(C2), replay)
+    s.wrmsr(counter_msr(13), 0)
+    # PEBS_ENABLE in each phase; the first phase runs every code path once (no new clock
+    # kinds after it: C would switch to a registered programming's table without asking)
+    pebs = (0x0101_8000, 0x0101_8000, 0, 0x0101_8000)
+    for phase, value in enumerate(pebs):
+        for _ in range(3):  # enable and disable again: the images C switches between
+            s.wrmsr(cccr_msr(13), cccr_value(13, C2))
+            s.loop("alt", 300, user=True)
+            s.wrmsr(cccr_msr(13), 0)
+        s.rdmsr(counter_msr(13), f"after{phase}")
+        s.wrmsr(0x3F1, pebs[(phase + 1) % len(pebs)])
+    served, lines = both(run_guest, tmp_path, s)
+    out = parse_events(lines)
+    d = [out["after0"]] + [out[f"after{i}"] - out[f"after{i - 1}"] for i in range(1, 4)]
+    assert min(d[0], d[1], d[3]) >= 3 * 300 // 2, d  # alt mispredicts every other branch
+    assert d[2] == 0, d  # no metric: nothing tagged
+    assert served.switches > 0, served
+
+
 def test_compare_threshold_complement_without_edge_are_mirrored(run_guest, tmp_path):
     """COMPARE/THRESHOLD/COMPLEMENT without EDGE are exact per-clock functions of the clock
     kind: the mirror serves them (clocks-and-filters setup of test_events_clocks, without its

@@ -6,6 +6,7 @@ import pytest
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import notices as N
+from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import get_model
 from p4pmu.emulator.pmu import PMU
 
@@ -34,7 +35,8 @@ def test_modelled_classes_are_the_clock_models_lines():
     assert CM.is_modelled("branch_retired", "MMTM")
     assert CM.is_modelled("front_end_event", "NBOGUS")  # through load/store tagging
     assert not CM.is_modelled("BSQ_cache_reference", "RD_2ndL_MISS")
-    assert not CM.is_modelled("replay_event", "NBOGUS")
+    assert CM.is_modelled("replay_event", "NBOGUS")  # through the mispredicted-branch metric
+    assert not CM.is_modelled("replay_event", "BOGUS")
     assert not CM.is_modelled("uop_type", "TAGLOADS")  # tags, never counts
     assert all(0 <= c < EV.NUM_CLASSES for c in CM.modelled_classes())
 
@@ -56,7 +58,10 @@ def test_modelled_events_and_the_every_clock_filter_are_not_reported():
     p.wrmsr(0, CRU_ESCR0, INSTR_ESCR)
     p.wrmsr(0, IQ_CCCR0, cccr(4))
     assert N.unmodelled(p, 12) is None
-    # replay_event (not modelled) under COMPARE+COMPLEMENT threshold 15 counts every clock
+    # replay_event for a metric without a model (DTLB_load_miss_retired) under
+    # COMPARE+COMPLEMENT threshold 15 counts every clock
+    p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0004)
+    p.wrmsr(0, T.MSR_PEBS_MATRIX_VERT, 0x1)
     p.wrmsr(0, CRU_ESCR2, 0x1200_020C)
     p.wrmsr(0, IQ_CCCR0, cccr(5, compare=True, complement=True, threshold=15))
     assert N.unmodelled(p, 12) is None
@@ -96,3 +101,24 @@ def test_counter_rewritten_names_the_61_driver():
     n = N.counter_rewritten(0x30C, (1 << 40) - 1000, 0)
     assert "counter 12 (MSR_IQ_COUNTER0)" in n.text and "p4_pmu_set_period" in n.text
     assert "periods 1000 and 0" in n.text and "--kernel 5.10" in n.text
+
+
+def test_replay_event_warns_for_the_metrics_without_a_model():
+    """replay_event counts replay-tagged uops (SDM Table 19-33): Linux's dTLB-load-misses
+    (DTLB_load_miss_retired) has no model here and is reported by name; the tagged
+    mispredicted-branch metric is modelled and no metric at all reads 0 on silicon too."""
+    p = pmu()
+    CRU_ESCR2, IQ_CCCR1 = 0x3CC, 0x36D
+    p.wrmsr(0, CRU_ESCR2, (0x09 << 25) | (1 << 9) | (1 << 2) | (1 << 3))
+    p.wrmsr(0, IQ_CCCR1, (1 << 12) | (5 << 13) | (3 << 16))
+    assert N.unmodelled(p, 13) is None  # no metric selected
+    p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0101_8000)
+    p.wrmsr(0, T.MSR_PEBS_MATRIX_VERT, 0x10)
+    assert N.unmodelled(p, 13) is None  # Tagged_mispred_branch
+    p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0004)
+    p.wrmsr(0, T.MSR_PEBS_MATRIX_VERT, 0x1)
+    n = N.unmodelled(p, 13)
+    assert n is not None and "DTLB_load_miss_retired" in n.text, n
+    assert [m.name for m in EV.replay_metrics(0x0100_0004, 0x3)] == [
+        "DTLB_load_miss_retired", "DTLB_store_miss_retired", "DTLB_all_miss_retired"]
+    assert EV.replay_metrics(0x4, 0x1) == ()  # no UOP_TAG: nothing tagged

@@ -291,6 +291,14 @@ def _diff(a: Counter, b: Counter) -> Counter:
 _ALL_BRANCH_BITS = {"MMNP", "MMNM", "MMTP", "MMTM"}
 
 
+def _replay_mispred(setup) -> bool:
+    """Does the setup's MSR_PEBS_ENABLE / MSR_PEBS_MATRIX_VERT select the tagged
+    mispredicted-branch metric (PEBS_ENABLE bits 15, 16 and 24, MATRIX_VERT bit 4)?"""
+    w = dict(setup.msr_writes)
+    pebs, vert = w.get(0x3F1, 0), w.get(0x3F2, 0)
+    return pebs & 0x0101_8000 == 0x0101_8000 and bool(vert & 0x10)
+
+
 def expect_delta(model: LoopModel, setup, ctr, loop: str, ring: int, n1: int, n2: int,
                  lp: int = 0) -> int:
     """Expected difference of counter `ctr` of Plan setup `setup` between loop lengths n2 and
@@ -326,6 +334,7 @@ def expect_delta(model: LoopModel, setup, ctr, loop: str, ring: int, n1: int, n2
                             "retired_mispred_branch_type") or \
         (ev_name == "instr_retired" and "BOGUSNTAG" in bits) or \
         (ev_name == "instr_completed" and "BOGUS" in bits) or \
+        ev_name == "replay_event" or \
         (ev_name == "uops_retired" and "BOGUS" in bits)
     bl = model.cached(("branch", loop, n1, n2),
                       lambda: model.delta_branch_lines(loop, n1, n2)) if need_pred else Counter()
@@ -345,6 +354,12 @@ def expect_delta(model: LoopModel, setup, ctr, loop: str, ring: int, n1: int, n2
                          "retired_mispred_branch_type") or \
                 key in ("instr_retired.BOGUSNTAG", "uops_retired.BOGUS"):
             total += bl[key]
+        elif key == "replay_event.NBOGUS":
+            # replay tagging (SDM Table 19-33): of its metrics only Tagged_mispred_branch
+            # has a model here, tagging the mispredicted branches
+            total += bl["mispred_branch_retired.NBOGUS"] if _replay_mispred(setup) else 0
+        elif key == "replay_event.BOGUS":
+            total += 0  # wrong-path uops are not tagged in this model
         elif key == "instr_completed.BOGUS":
             total += bl["instr_retired.BOGUSNTAG"]  # no re-started instructions: the same
         elif ev_name in ("instr_retired", "uops_retired", "retired_branch_type",

@@ -69,6 +69,8 @@ class Setup:
     # ESCRs that only tag (uop_type on RAT_ESCRx, upstream execution-tagging ESCRs):
     # (ESCR name, value)
     escr_writes: list[tuple[str, int]] = field(default_factory=list)
+    # other MSRs (MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT): (address, value)
+    msr_writes: list[tuple[int, int]] = field(default_factory=list)
 
     def check(self) -> None:
         seen: dict[str, int] = {}
@@ -104,6 +106,7 @@ class Plan:
     def script(self) -> S.EvScript:
         s = S.EvScript()
         used = sorted({name for st in self.setups for name in st.escr_images()})
+        msrs = sorted({a for st in self.setups for a, _ in st.msr_writes})
         for st in self.setups:
             st.check()
             s.comment(f"setup {st.name}")
@@ -113,6 +116,8 @@ class Plan:
                 s.wrmsr(S.escr_msr(name), 0)
             for name, v in st.escr_images().items():
                 s.wrmsr(S.escr_msr(name), v)
+            for a in msrs:
+                s.wrmsr(a, dict(st.msr_writes).get(a, 0))
             s.measure_table([(S.cccr_msr(c.n), c.cccr_value(True)) for c in st.counters],
                             [(S.cccr_msr(c.n), c.cccr_value(False)) for c in st.counters])
             for loop in self.loops:
