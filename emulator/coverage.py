@@ -1,0 +1,195 @@
+"""What this emulator counts for every NetBurst event and mask bit, and why the others read 0.
+
+One table per fact: the clock model's features (`clockmodel.FEATURES`) each say what they are
+counted from and whether that is *exact* (a function of the retired instruction stream alone)
+or *modelled* (it also depends on one of the documented models: the instruction table, the
+branch predictor, the clock schedule); the events no model drives each have a reason.  A mask
+bit's status follows from the features its line reads (`clockmodel.line_matrix`, under no
+tagging and under every tagging), so the list cannot drift from what the plugin counts.
+`markdown()` is the reference section of docs/events.md (tests/test_events_cmd.py checks it
+is current; `python -m p4pmu.emulator.coverage` prints it).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import clockmodel as CM
+from . import events as EV
+from . import tables as T
+
+EXACT, MODELLED, ZERO = "exact", "modelled", "0"
+
+# feature -> (exact?, what it counts); docs/guest-events.md I3-I6 define each
+FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
+    "instr": (True, "retired instructions"),
+    "instr_ld": (False, "instructions with a load (insn_classes)"),
+    "instr_st": (False, "instructions with a store (insn_classes)"),
+    "instr_ldst": (False, "instructions with a load and a store (insn_classes)"),
+    "uops": (False, "uops per instruction (insn_classes)"),
+    "ld": (False, "load uops (insn_classes)"),
+    "st": (False, "store uops (insn_classes)"),
+    "bogus_instr": (False, "wrong-path instructions after a misprediction (clockmodel "
+                           "bogus_insns)"),
+    "bogus_uops": (False, "wrong-path uops after a misprediction"),
+    "MMNP": (False, "branches not taken, predicted (the predictor)"),
+    "MMNM": (False, "branches not taken, mispredicted (the predictor)"),
+    "MMTP": (False, "branches taken, predicted (the predictor)"),
+    "MMTM": (False, "branches taken, mispredicted (the predictor)"),
+    "misp": (False, "mispredicted branches (the predictor)"),
+    "rbt_uncond": (True, "direct near JMPs"),
+    "rbt_cond": (True, "conditional branches"),
+    "rbt_call": (True, "near CALLs"),
+    "rbt_ret": (True, "near RETs"),
+    "rbt_ind": (True, "near RETs, indirect CALLs and JMPs"),
+    "rmbt_uncond": (False, "mispredicted direct JMPs (the predictor: never)"),
+    "rmbt_cond": (False, "mispredicted conditional branches (the predictor)"),
+    "rmbt_call": (False, "mispredicted indirect CALLs (the predictor)"),
+    "rmbt_ret": (False, "mispredicted RETs (the predictor)"),
+    "rmbt_ind": (False, "mispredicted RETs, indirect CALLs and JMPs (the predictor)"),
+    "running": (False, "clocks of the logical processor not halted (the clock model)"),
+    "ms": (False, "microcoded instructions: more than ms_rom_above uops, or REP string"),
+    "ms_uops": (False, "uops of microcoded instructions"),
+    "tc_uops": (False, "uops of the other instructions"),
+    "x87": (False, "x87 arithmetic uops (insn_classes)"),
+    "psp": (False, "packed single-precision SSE uops (insn_classes)"),
+    "pdp": (False, "packed double-precision SSE2 uops (insn_classes)"),
+    "ssp": (False, "scalar single-precision SSE uops (insn_classes)"),
+    "sdp": (False, "scalar double-precision SSE2 uops (insn_classes)"),
+    "mmx64": (False, "integer SIMD uops on MMX registers (insn_classes)"),
+    "mmx128": (False, "integer SIMD uops on XMM registers (insn_classes)"),
+    "movst": (False, "x87/SIMD store and register-move uops (insn_classes)"),
+    "movld": (False, "x87/SIMD load uops (insn_classes)"),
+}
+
+_NO_MEMORY = "no memory-order model (guest addresses are not looked at)"
+_NO_BUS = "no bus model"
+# event -> why it reads 0 (every mask bit the clock model does not drive)
+ZERO_REASON: dict[str, str] = {
+    "TC_deliver_mode": "no trace-cache model",
+    "BPU_fetch_request": "no trace-cache model",
+    "TC_misc": "no trace-cache model",
+    "ITLB_reference": "no TLB model",
+    "page_walk_type": "no TLB model",
+    "memory_cancel": _NO_MEMORY,
+    "memory_complete": _NO_MEMORY,
+    "load_port_replay": _NO_MEMORY,
+    "store_port_replay": _NO_MEMORY,
+    "MOB_load_replay": _NO_MEMORY,
+    "BSQ_cache_reference": "no cache model",
+    "IOQ_allocation": _NO_BUS, "IOQ_active_entries": _NO_BUS, "FSB_data_activity": _NO_BUS,
+    "BSQ_allocation": _NO_BUS, "bsq_active_entries": _NO_BUS, "b2b_cycles": _NO_BUS,
+    "bnr": _NO_BUS, "snoop": _NO_BUS, "response": _NO_BUS,
+    "SSE_input_assist": "no FP-assist model (operand values are not looked at)",
+    "x87_assist": "no FP-assist model (operand values are not looked at)",
+    "resource_stall": "no pipeline-resource model",
+    "WC_Buffer": "no write-combining model",
+    "machine_clear": "no machine-clear model (self-modifying code, memory ordering)",
+    "uop_type": "tags uops, never counts (SDM Table 19-28)",
+    "uop_queue_writes": "no trace-cache model: every uop is delivered, none built",
+    "replay_event": "wrong-path uops are not tagged in this model",
+}
+# mask bits of otherwise modelled events that stay 0
+ZERO_BIT_REASON: dict[tuple[str, str], str] = {
+    ("instr_retired", "BOGUSTAG"): "wrong-path instructions are not tagged in this model",
+    ("front_end_event", "BOGUS"): "wrong-path uops are not tagged in this model",
+    **{("execution_event", f"BOGUS{k}"): "wrong-path uops are not tagged in this model"
+       for k in range(4)},
+}
+# lines that tagging changes (SDM Vol. 3B 18.15.6-18.15.7): what they count, in words
+TAGGED_TEXT: dict[tuple[str, str], str] = {
+    ("instr_retired", "NBOGUSNTAG"): "retired instructions not front-end tagged (uop_type)",
+    ("instr_retired", "NBOGUSTAG"): "retired instructions with a load or store uop that "
+                                    "front-end tagging (uop_type TAGLOADS/TAGSTORES) tags",
+    ("front_end_event", "NBOGUS"): "the load or store uops front-end tagging (uop_type) tags",
+    **{("execution_event", f"NBOGUS{k}"): f"the FP/SIMD uops of the classes a FIRM ESCR "
+                                          f"tags with tag bit {k} (execution tagging)"
+       for k in range(4)},
+    ("replay_event", "NBOGUS"): "mispredicted branches (the predictor) under replay "
+                                "tagging's Tagged_mispred_branch metric (MSR_PEBS_ENABLE "
+                                "bits 15, 16, 24, MSR_PEBS_MATRIX_VERT bit 4); the other "
+                                "metrics of SDM Table 19-33 have no model",
+}
+
+
+@dataclass(frozen=True)
+class BitStatus:
+    event: str
+    bit: int
+    name: str
+    status: str  # EXACT, MODELLED or ZERO
+    text: str    # what it is counted from, or why it reads 0
+
+
+def _features_of(cid: int, tagging) -> list[str]:
+    """The features the class's line reads under `tagging` ([]: no line)."""
+    ids, M = CM.line_matrix(tagging)
+    hit = np.flatnonzero(ids == cid)
+    return [CM.FEATURES[f] for f in np.flatnonzero(M[:, hit[0]])] if hit.size else []
+
+
+_EVERY_TAG = CM.Tagging(True, True, tuple((f, 0xF) for f in sorted(
+    set(CM.UOP_EVENT_FEATURES.values()))), tuple(sorted(set(CM.REPLAY_FEATURES.values()))))
+
+
+def bit_status(event: str, bit: int) -> BitStatus:
+    """What mask bit `bit` of `event` counts here."""
+    ev = EV.EVENT_BY_NAME[event]
+    name = ev.mask[bit]
+    if not ev.counts:
+        return BitStatus(event, bit, name, ZERO, ZERO_REASON.get(event, "never counts"))
+    cid = EV.CLASS_ID[(ev.name, bit)]
+    plain, tagged = _features_of(cid, CM.NO_TAGGING), _features_of(cid, _EVERY_TAG)
+    feats = plain or tagged
+    if not feats:
+        why = ZERO_BIT_REASON.get((event, name)) or ZERO_REASON.get(event, "not modelled")
+        return BitStatus(event, bit, name, ZERO, why)
+    if (event, name) in TAGGED_TEXT:
+        exact = False
+        text = TAGGED_TEXT[(event, name)]
+    else:
+        exact = all(FEATURE_SOURCE[f][0] for f in feats)
+        text = "; ".join(FEATURE_SOURCE[f][1] for f in feats)
+    return BitStatus(event, bit, name, EXACT if exact else MODELLED, text)
+
+
+def _wiring(ev) -> str:
+    return "; ".join(f"{e} → {', '.join(str(c) for c in T.ESCR_BY_NAME[e].feeds())}"
+                     for e in ev.escrs)
+
+
+def _models(ev) -> str:
+    return " ".join(f"0F_{m:02X}" for m in sorted(ev.models))
+
+
+def markdown() -> str:
+    """The reference table of docs/events.md: every event and mask bit."""
+    rows = ["| event | ESCRs → counters | models | mask bit | counts | from, or why 0 |",
+            "|---|---|---|---|---|---|"]
+    n_ev = n_bits = 0
+    total_bits = 0
+    for ev in EV.EVENTS:
+        first = True
+        counted = False
+        for bit in sorted(ev.mask):
+            st = bit_status(ev.name, bit)
+            total_bits += ev.counts
+            counted = counted or st.status != ZERO
+            n_bits += st.status != ZERO
+            head = (f"{ev.name} ({ev.kind})", _wiring(ev), _models(ev)) if first else \
+                ("", "", "")
+            rows.append(f"| {' | '.join(head)} | {bit} {st.name} | {st.status} | {st.text} |")
+            first = False
+        n_ev += counted
+    summary = (f"{n_ev} of {len(EV.EVENTS)} events and {n_bits} of {total_bits} mask bits of "
+               "counting events count from modelled activity; *exact*: a function of the "
+               "retired instructions alone; *modelled*: it also depends on a documented model "
+               "(docs/guest-events.md I3-I6); *0*: reads 0 whatever the guest does, for the "
+               "reason given.")
+    return summary + "\n\n" + "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())

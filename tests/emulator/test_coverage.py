@@ -1,0 +1,46 @@
+"""emulator/coverage.py: every event and mask bit has a status and a reason, consistent with
+what the clock model's lines drive (clockmodel.is_modelled), and the tables it reads are
+complete (every feature described, every event without a model given a reason)."""
+from __future__ import annotations
+
+from p4pmu.emulator import clockmodel as CM
+from p4pmu.emulator import coverage as COV
+from p4pmu.emulator import events as EV
+
+
+def _all():
+    return [COV.bit_status(e.name, b) for e in EV.EVENTS for b in sorted(e.mask)]
+
+
+def test_every_feature_says_what_it_counts():
+    assert set(COV.FEATURE_SOURCE) == set(CM.FEATURES)
+
+
+def test_status_follows_the_clock_models_lines():
+    for st in _all():
+        ev = EV.EVENT_BY_NAME[st.event]
+        modelled = ev.counts and CM.is_modelled(st.event, st.bit)
+        assert (st.status != COV.ZERO) == modelled, st
+        assert st.text and st.text != "not modelled", st  # every 0 has its reason
+
+
+def test_known_statuses():
+    by = {(s.event, s.name): s for s in _all()}
+    assert by[("instr_completed", "NBOGUS")].status == COV.EXACT
+    assert by[("retired_branch_type", "CONDITIONAL")].status == COV.EXACT
+    assert by[("global_power_events", "RUNNING")].status == COV.MODELLED
+    assert by[("branch_retired", "MMTM")].status == COV.MODELLED  # the predictor
+    assert by[("replay_event", "NBOGUS")].status == COV.MODELLED
+    assert "Tagged_mispred_branch" in by[("replay_event", "NBOGUS")].text
+    assert by[("BSQ_cache_reference", "RD_2ndL_MISS")].status == COV.ZERO
+    assert by[("BSQ_cache_reference", "RD_2ndL_MISS")].text == "no cache model"
+    assert by[("uop_queue_writes", "FROM_TC_BUILD")].status == COV.ZERO
+
+
+def test_the_summary_counts_events_and_bits():
+    sts = _all()
+    events = {s.event for s in sts if s.status != COV.ZERO}
+    bits = sum(s.status != COV.ZERO for s in sts)
+    first = COV.markdown().splitlines()[0]
+    assert first.startswith(f"{len(events)} of {len(EV.EVENTS)} events and {bits} of "), first
+    assert len(events) >= 21
