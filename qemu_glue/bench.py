@@ -581,8 +581,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "mirror=off to measure without the C-side register mirror")
     p.add_argument("--linux", action="store_true",
                    help="measure real programs in the Linux guest instead (qemu_glue/"
-                        "bench_linux.py: plain QEMU, then L1-L5 with perf; --quick: one "
-                        "round over 1 MB)")
+                        "bench_linux.py: plain QEMU, then L1-L5 with perf and the references "
+                        "R4, R0, R2; each workload timed inside perf's command; --quick: "
+                        "one round over 1 MB)")
     p.add_argument("--rounds", type=int, default=3,
                    help="--linux: rounds of all configurations (default 3)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
