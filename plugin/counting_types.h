@@ -165,7 +165,8 @@ struct vcpu_counting {
     int res_v;             /* res_n == RES_LAZY: the variant of res_b's last outcome */
     volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
     int init;
-    uint32_t exact_pen;    /* W2 events per misprediction penalty while exact_on, else 0 */
+    uint32_t exact_pen[2]; /* W2 events of a misprediction penalty at CPL 1-3 / 0 (the
+                            * signature's pen[]) while exact_on, else 0 */
     /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
      * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
      * the 2-bit counter; indirect: the target); conditional entries: per group (group_chunks) */
@@ -340,7 +341,6 @@ struct exact_signature {
     const int32_t *col;/* [ext] increment per clock of that kind (malloc'ed, kept) */
     int64_t rate;      /* the most per clock (ext kinds >= nk) */
     int64_t pen[2];    /* the penalty clocks after a misprediction, summed, per CPL */
-    int64_t pen_max;   /* the larger of the two: W2's penalty (an upper bound) */
 };
 
 /* the exact deadlines of the run (flush.c) */

@@ -119,7 +119,9 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
     }
     if (!c->exact_key_ok) return -1;
     c->exact_on = 1;
-    c->exact_pen = (uint32_t)(exact.sig.pen_max > 0 ? exact.sig.pen_max : 0);
+    for (int os = 0; os < 2; os++) {
+        c->exact_pen[os] = (uint32_t)(exact.sig.pen[os] > 0 ? exact.sig.pen[os] : 0);
+    }
     c->exact_slot = slot;
     c->exact_left = o->whead[slot];
     c->exact_fresh = 1;
@@ -131,7 +133,7 @@ void exact_update(unsigned vi)
     struct vcpu_counting *c = &run.per_vcpu[vi];
     const struct p4c_out *o = &run.fold_out[vi];
     c->exact_on = 0;
-    c->exact_pen = 0;
+    c->exact_pen[0] = c->exact_pen[1] = 0;
     c->w_driver = -1;
     if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
     /* the counter that drives the clock deadline */

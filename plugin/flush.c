@@ -82,7 +82,7 @@ static void flush_installed(void *ud)
     for (int i = 0; i < n_vcpus_max; i++) {
         if (!run.per_vcpu[i].init) continue;
         run.per_vcpu[i].exact_on = 0;
-        run.per_vcpu[i].exact_pen = 0;
+        run.per_vcpu[i].exact_pen[0] = run.per_vcpu[i].exact_pen[1] = 0;
         run.per_vcpu[i].exact_key_winc = NULL;
         scoreboard_of((unsigned)i)[SB_EXACT_EVENTS] = 0;
     }
@@ -133,13 +133,12 @@ void exact_request(const struct p4c_out *o, int slot)
         if (col[e] > rate) rate = col[e];
     }
     if (o->wrate[slot] > rate) rate = o->wrate[slot];
-    struct exact_signature g = {ctr, nk, col, rate, {0, 0}, 0};
+    struct exact_signature g = {ctr, nk, col, rate, {0, 0}};
     for (int os = 0; os < 2; os++) {
         for (unsigned q = 0; q < kinds.n_penalty; q++) {
             g.pen[os] += exact_increment(&g, ext(kinds.penalty[q], os), 1);
         }
     }
-    g.pen_max = g.pen[0] > g.pen[1] ? g.pen[0] : g.pen[1];
     exact.next = g; /* (the previous signature's column stays allocated: blocks were weighted
                   * with it until the flush) */
     exact.req = 1;

@@ -367,7 +367,7 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
     if (__builtin_expect(en_total(c, pid) != 0, 1)) r->n[v]++;
     else expand_outcomes(c, pb, v, 1);
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)!pred * cond_tab.pen;
-    if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact_pen; /* exact_weight */
+    if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact_pen[pb->os ? 1 : 0];
     res_set(c, pid, pb, v);
     int sat = g->e == (pb->silent_t ? 4u : 1u);
     if (__builtin_expect(sat != g->open || (!sat && pb->gate && g->owner != pid), 0)) {
@@ -411,7 +411,7 @@ static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid,
     res_set(c, pid, pb, v);
     if (!pred) {
         c->sbase[SB_DEADLINE_CLOCKS] += kinds.n_penalty;
-        c->sbase[SB_EXACT_EVENTS] += c->exact_pen;
+        c->sbase[SB_EXACT_EVENTS] += c->exact_pen[pb->os ? 1 : 0]; /* exact_weight */
     }
 }
 
@@ -435,7 +435,7 @@ static void account_taken(unsigned vi, struct vcpu_counting *c, const struct blk
             if (c->res_n < 64) c->res_seq[c->res_n++] = ext(lastk, os);
         }
         scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += kinds.n_penalty;
-        scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact_pen;
+        scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact_pen[os ? 1 : 0];
     }
     acc_last_add(c, ext(lastk, os), 1);
     c->res_last = ext(lastk, os) + 1;
