@@ -11,6 +11,40 @@ from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
+class MemoryGeometry:
+    """The memory side of one part, from its CPUID leaf 2 descriptors (SDM Vol. 2A, CPUID,
+    "Encoding of Cache and TLB Descriptors"): 50h ITLB and 5Bh DTLB, 64 entries each (fully
+    associative here); 66h (8 KB, 4-way) or 60h (16 KB, 8-way) the L1 data cache; 7Ah-7Dh
+    the unified L2 (256 KB to 2 MB, 8-way, 64-byte lines; 7Ah-7Ch "2 lines per sector", and
+    the model keeps NetBurst's 128-byte sectors on every part).  docs/memory-model.md says
+    how emulator/memmodel.py uses them.  None of the parts in MODELS has an L3 (the Xeon MP
+    and Extreme Edition parts that do are not modelled)."""
+    l1d_kb: int
+    l1d_ways: int
+    l2_kb: int
+    l2_ways: int = 8
+    dtlb_entries: int = 64
+    itlb_entries: int = 64
+    line: int = 64  # bytes per cache line (L1 and L2)
+    sector_lines: int = 2  # L2: lines per sector (one tag, replaced together)
+    page: int = 4096  # every translation is treated as a 4 KB page
+
+    def c_row(self) -> str:
+        """The row of the plugin's generated table (plugin/memmodel.h struct mm_params)."""
+        return "{%d, %d, %d, %d, %d, %d}" % (self.l1d_kb, self.l1d_ways, self.l2_kb,
+                                             self.l2_ways, self.dtlb_entries,
+                                             self.itlb_entries)
+
+
+# the four geometries of the six parts (CPUID leaf 2: 66h + 7Ah, 66h + 7Bh, 60h + 7Ch,
+# 60h + 7Dh)
+_WILLAMETTE = MemoryGeometry(l1d_kb=8, l1d_ways=4, l2_kb=256)
+_NORTHWOOD = MemoryGeometry(l1d_kb=8, l1d_ways=4, l2_kb=512)
+_PRESCOTT = MemoryGeometry(l1d_kb=16, l1d_ways=8, l2_kb=1024)
+_PRESCOTT_2M = MemoryGeometry(l1d_kb=16, l1d_ways=8, l2_kb=2048)
+
+
+@dataclass(frozen=True)
 class CpuModel:
     key: str  # "0F_04"
     model: int  # CPUID DisplayModel
@@ -22,6 +56,7 @@ class CpuModel:
     instr_completed: bool  # event instr_completed (0F_03/04/06; SDM Table 19-30)
     long_mode: bool  # EM64T (Prescott/Nocona and later parts)
     sse3: bool
+    memory: MemoryGeometry  # TLBs and caches (emulator/memmodel.py)
     # Every model reports PEBS unavailable (IA32_MISC_ENABLE bit 12 = 1): p4pmu models no PEBS
     # record writer yet, so advertising PEBS would promise what the emulator cannot deliver.
     pebs_unavailable: bool = True
@@ -63,22 +98,22 @@ class CpuModel:
 MODELS: dict[str, CpuModel] = {m.key: m for m in (
     CpuModel("0F_00", 0, 7, "Willamette", "Intel(R) Pentium(R) 4 CPU 1500MHz",
              has_iq_escr=True, extended_cascade=False, instr_completed=False,
-             long_mode=False, sse3=False, cpuid_level=3),
+             long_mode=False, sse3=False, memory=_WILLAMETTE, cpuid_level=3),
     CpuModel("0F_01", 1, 2, "Willamette", "Intel(R) Pentium(R) 4 CPU 2.00GHz",
              has_iq_escr=True, extended_cascade=False, instr_completed=False,
-             long_mode=False, sse3=False, cpuid_level=3),
+             long_mode=False, sse3=False, memory=_WILLAMETTE, cpuid_level=3),
     CpuModel("0F_02", 2, 9, "Northwood", "Intel(R) Pentium(R) 4 CPU 3.06GHz",
              has_iq_escr=True, extended_cascade=True, instr_completed=False,
-             long_mode=False, sse3=False, cpuid_level=3),
+             long_mode=False, sse3=False, memory=_NORTHWOOD, cpuid_level=3),
     CpuModel("0F_03", 3, 4, "Prescott", "Intel(R) Pentium(R) 4 CPU 3.00GHz",
              has_iq_escr=False, extended_cascade=True, instr_completed=True,
-             long_mode=False, sse3=True),
+             long_mode=False, sse3=True, memory=_PRESCOTT),
     CpuModel("0F_04", 4, 3, "Prescott 2M", "Intel(R) Pentium(R) 4 CPU 3.40GHz",
              has_iq_escr=False, extended_cascade=True, instr_completed=True,
-             long_mode=True, sse3=True),
+             long_mode=True, sse3=True, memory=_PRESCOTT_2M),
     CpuModel("0F_06", 6, 5, "Cedar Mill", "Intel(R) Pentium(R) 4 CPU 3.60GHz",
              has_iq_escr=False, extended_cascade=True, instr_completed=True,
-             long_mode=True, sse3=True),
+             long_mode=True, sse3=True, memory=_PRESCOTT_2M),
 )}
 
 DEFAULT_MODEL = "0F_04"  # has extended cascading and long mode

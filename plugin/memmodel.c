@@ -1,0 +1,189 @@
+/*
+ * p4pmu: the memory side of the timing model (emulator/memmodel.py, the reference this
+ * follows line by line; docs/memory-model.md): split accesses, DTLB and ITLB, the
+ * write-through L1 data cache and the L2 of 128-byte sectors holding two 64-byte lines.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memmodel.h"
+
+#define LINE_SHIFT 6
+#define PAGE_SHIFT 12
+#define LINE_MASK ((1u << LINE_SHIFT) - 1)
+#define PAGE_MASK ((1u << PAGE_SHIFT) - 1)
+#define SECTOR_LINES 2u
+
+static int sets_init(struct mm_sets *s, uint32_t nsets, uint32_t ways)
+{
+    memset(s, 0, sizeof(*s));
+    if (!nsets || !ways || (nsets & (nsets - 1))) return -1;
+    s->nsets = nsets;
+    s->ways = ways;
+    s->tag = calloc((size_t)nsets * ways, sizeof(uint64_t));
+    s->stamp = calloc((size_t)nsets * ways, sizeof(uint64_t));
+    s->state = calloc((size_t)nsets * ways, 1);
+    return s->tag && s->stamp && s->state ? 0 : -1;
+}
+
+static void sets_free(struct mm_sets *s)
+{
+    free(s->tag);
+    free(s->stamp);
+    free(s->state);
+    memset(s, 0, sizeof(*s));
+}
+
+/* The entry of `key` made most recently used, or -1 (LruSets.lookup) */
+static long sets_lookup(struct mm_sets *s, uint64_t key)
+{
+    size_t h = s->hint;
+    if (s->stamp[h] && s->tag[h] == key) {
+        s->stamp[h] = ++s->now;
+        return (long)h;
+    }
+    size_t base = (size_t)(key & (s->nsets - 1)) * s->ways;
+    for (size_t i = base; i < base + s->ways; i++) {
+        if (s->stamp[i] && s->tag[i] == key) {
+            s->stamp[i] = ++s->now;
+            s->hint = (uint32_t)i;
+            return (long)i;
+        }
+    }
+    return -1;
+}
+
+/* Put the absent `key` in (LruSets.insert): the first invalid way, else the least recently
+ * used one, whose state goes to *victim (-1: none replaced).  Returns the entry. */
+static size_t sets_insert(struct mm_sets *s, uint64_t key, uint8_t state, int *victim)
+{
+    size_t base = (size_t)(key & (s->nsets - 1)) * s->ways, v = base;
+    for (size_t i = base; i < base + s->ways; i++) {
+        if (!s->stamp[i]) { v = i; break; }
+        if (s->stamp[i] < s->stamp[v]) v = i;
+    }
+    *victim = s->stamp[v] ? s->state[v] : -1;
+    s->tag[v] = key;
+    s->state[v] = state;
+    s->stamp[v] = ++s->now;
+    s->hint = (uint32_t)v;
+    return v;
+}
+
+static void sets_drop(struct mm_sets *s, uint64_t key)
+{
+    size_t base = (size_t)(key & (s->nsets - 1)) * s->ways;
+    for (size_t i = base; i < base + s->ways; i++) {
+        if (s->stamp[i] && s->tag[i] == key) s->stamp[i] = 0;
+    }
+}
+
+static void sets_clear(struct mm_sets *s)
+{
+    memset(s->stamp, 0, (size_t)s->nsets * s->ways * sizeof(uint64_t));
+}
+
+int mm_init(struct mm_state *m, const struct mm_params *p)
+{
+    memset(m, 0, sizeof(*m));
+    unsigned l1_sets = p->l1d_ways ? p->l1d_kb * 1024u / (p->l1d_ways << LINE_SHIFT) : 0;
+    unsigned l2_sets = p->l2_ways ?
+        p->l2_kb * 1024u / (p->l2_ways * (SECTOR_LINES << LINE_SHIFT)) : 0;
+    if (sets_init(&m->dtlb, 1, p->dtlb_entries) || sets_init(&m->itlb, 1, p->itlb_entries) ||
+        sets_init(&m->l1, l1_sets, p->l1d_ways) || sets_init(&m->l2, l2_sets, p->l2_ways)) {
+        mm_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+void mm_free(struct mm_state *m)
+{
+    sets_free(&m->dtlb);
+    sets_free(&m->itlb);
+    sets_free(&m->l1);
+    sets_free(&m->l2);
+}
+
+/* 1 if `page` missed the TLB (a walk; the entry filled) */
+static int translate(struct mm_sets *tlb, uint64_t page)
+{
+    if (sets_lookup(tlb, page) >= 0) return 0;
+    int victim;
+    sets_insert(tlb, page, 0, &victim);
+    return 1;
+}
+
+int mm_fetch(struct mm_state *m, uint64_t addr)
+{
+    return translate(&m->itlb, addr >> PAGE_SHIFT);
+}
+
+void mm_flush_tlbs(struct mm_state *m)
+{
+    sets_clear(&m->dtlb);
+    sets_clear(&m->itlb);
+}
+
+void mm_invlpg(struct mm_state *m, uint64_t addr)
+{
+    sets_drop(&m->dtlb, addr >> PAGE_SHIFT);
+    sets_drop(&m->itlb, addr >> PAGE_SHIFT);
+}
+
+/* L2 sector state: bit 2i = line i valid, bit 2i+1 = line i modified */
+static unsigned dirty_lines(unsigned state)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < SECTOR_LINES; i++) n += state >> (2 * i + 1) & 1;
+    return n;
+}
+
+/* An L2 reference to line `line` (MemorySystem._l2) */
+static void l2_ref(struct mm_state *m, uint64_t line, int store, struct mm_outcome *o)
+{
+    unsigned i = (unsigned)(line % SECTOR_LINES);
+    uint64_t sector = line / SECTOR_LINES;
+    long e = sets_lookup(&m->l2, sector);
+    if (e >= 0 && (m->l2.state[e] >> (2 * i) & 1)) {
+        if (store) m->l2.state[e] |= (uint8_t)(2u << (2 * i));
+        else if (m->l2.state[e] >> (2 * i + 1) & 1) o->l2_hitm++;
+        else o->l2_hite++;
+        return;
+    }
+    o->l2_miss++;
+    uint8_t fill = (uint8_t)((store ? 3u : 1u) << (2 * i));
+    if (e >= 0) {
+        m->l2.state[e] |= fill;
+        return;
+    }
+    int victim;
+    sets_insert(&m->l2, sector, fill, &victim);
+    if (victim >= 0) o->writeback += (uint8_t)dirty_lines((unsigned)victim);
+}
+
+void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
+               struct mm_outcome *o)
+{
+    memset(o, 0, sizeof(*o));
+    uint64_t first = addr >> LINE_SHIFT;
+    unsigned nlines = ((unsigned)(addr & LINE_MASK) + size + LINE_MASK) >> LINE_SHIFT;
+    unsigned npages = ((unsigned)(addr & PAGE_MASK) + size + PAGE_MASK) >> PAGE_SHIFT;
+    o->split = nlines > 1;
+    for (unsigned k = 0; k < npages; k++)
+        o->dtlb_miss += (uint8_t)translate(&m->dtlb, ((addr >> PAGE_SHIFT) + k) &
+                                           (UINT64_MAX >> PAGE_SHIFT));
+    for (unsigned k = 0; k < nlines; k++) {
+        uint64_t line = (first + k) & (UINT64_MAX >> LINE_SHIFT);
+        if (store) {
+            sets_lookup(&m->l1, line); /* write-through: a hit is a use, a miss fills nothing */
+            l2_ref(m, line, 1, o);
+        } else if (sets_lookup(&m->l1, line) < 0) {
+            int victim;
+            o->l1_miss++;
+            sets_insert(&m->l1, line, 0, &victim);
+            l2_ref(m, line, 0, o);
+        }
+    }
+}
