@@ -25,8 +25,25 @@ U64 = (1 << 64) - 1
 _OVF_BIT = T.CCCR_FIELD["OVF"].mask
 
 
+# Why a PMU access faults: PMUFault.kind -> what it means (one table: messages, the bridge's
+# per-kind fault totals and docs/bridge.md use it)
+FAULT_KINDS = {
+    "not_pmu": "not a PMU register",
+    "absent": "no such MSR on this model",
+    "reserved": "reserved bits set",
+    "rdpmc_index": "counter index not 0-17",
+}
+
+
 class PMUFault(Exception):
-    """A guest-visible #GP(0) from a PMU access.  `str(fault)` says what was wrong and why."""
+    """A guest-visible #GP(0) from a PMU access.  `str(fault)` says what was wrong and why;
+    `kind` is a key of FAULT_KINDS."""
+
+    def __init__(self, message: str, kind: str):
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown PMU fault kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,9 +265,10 @@ class PMU:
             if reg.strict:
                 raise PMUFault(f"WRMSR 0x{msr:X} ({reg.name}) = 0x{value:X}: "
                                f"{_bit_ranges(bad)} set, {reg.fault_desc}; documented fields: "
-                               f"0x{U64 & ~reg.fault_mask:X}{self._strict_hint(reg, bad)}")
+                               f"0x{U64 & ~reg.fault_mask:X}{self._strict_hint(reg, bad)}",
+                               "reserved")
             raise PMUFault(f"WRMSR 0x{msr:X} ({reg.name}) = 0x{value:X}: {reg.fault_desc} "
-                           f"are reserved (set: 0x{bad:X})")
+                           f"are reserved (set: 0x{bad:X})", "reserved")
         k, i = reg.kind, reg.index
         if k == "counter":
             # All 40 bits written (SDM 18.15.5.4, Fig. 18-44); OVF unchanged (decision D13).
@@ -279,7 +297,7 @@ class PMU:
                 f"RDPMC ECX=0x{ecx:X}: counter index {index} (ECX[30:0]) is not 0-17 on model "
                 f"{self.model.key}; ECX[31] is the fast-read flag, there is no counter-type "
                 f"bit on NetBurst (indices 18-25 exist only on L3-equipped Xeon MP parts, "
-                f"not modelled)")
+                f"not modelled)", "rdpmc_index")
         v = int(self.counter[index])
         return v & 0xFFFF_FFFF if fast else v
 
@@ -335,7 +353,7 @@ class PMU:
             return reg
         if not self.handles(msr):
             raise PMUFault(f"{op} 0x{msr:X}: not a PMU register (the PMU model owns "
-                           f"0x300-0x3FF only)")
+                           f"0x300-0x3FF only)", "not_pmu")
         hint = ""
         for e in T.ESCRS:
             if e.msr == msr:
@@ -345,7 +363,7 @@ class PMU:
             hint = " (MSR_SSU_ESCR1 is a Linux-only guess; the SDM documents no such register)"
         raise PMUFault(f"{op} 0x{msr:X}: no such MSR on model {self.model.key}: 0x300-0x3FF "
                        f"holds counters 0x300-0x311, CCCRs 0x360-0x371, this model's ESCRs in "
-                       f"0x3A0-0x3E1 and 0x3F0-0x3F2{hint}")
+                       f"0x3A0-0x3E1 and 0x3F0-0x3F2{hint}", "absent")
 
     def _strict_hint(self, reg: Register, bad: int) -> str:
         """Name the fields that exist elsewhere (HT layout, extended cascading)."""

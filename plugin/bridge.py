@@ -43,6 +43,7 @@ FAULT = 2
 
 U64 = (1 << 64) - 1
 MSR_MISC_ENABLE = 0x1A0
+FAULTS_SHOWN = 5  # #GP(0) lines on stderr per kind (without log=), then totals at exit
 MAX_FINDINGS_KEPT = 1000  # for the control channel's `state` (stderr and the trace have all)
 
 
@@ -76,6 +77,7 @@ class Bridge:
         self._lock = threading.Lock()
         self.n_rdmsr = self.n_wrmsr = self.n_rdpmc = self.n_misc = 0
         self.n_faults = 0
+        self.fault_kinds: dict[tuple, int] = {}  # (instruction, PMUFault.kind) -> faults
         self.errors = RunErrors(self._write, options.log)  # plugin/errors.py
         self._said: set = set()  # keys of the notices already given (emulator/notices.py)
         self._log = self._open_log(options)
@@ -300,12 +302,34 @@ class Bridge:
         return f" {n}" if n else ""
 
     def _fault(self, vcpu: int, what: str, fault: Exception) -> int:
+        """A #GP(0) for the guest: every one in the log; on stderr (without a log) the first
+        FAULTS_SHOWN of each kind, the totals per kind at exit (fault_totals)."""
         self.n_faults += 1
+        kind = (what.split()[0], getattr(fault, "kind", "other"))
+        n = self.fault_kinds[kind] = self.fault_kinds.get(kind, 0) + 1
         line = f"{self._who(vcpu)}: {what}: #GP(0): {fault}"
         self._write(line)
-        if self._log is None:
+        if self._log is None and n <= FAULTS_SHOWN:
             print(f"p4pmu: {line}", file=sys.stderr, flush=True)
+            if n == FAULTS_SHOWN:
+                print(f"p4pmu: further {self._fault_label(kind)} faults are counted, not shown "
+                      f"(totals at exit; log=FILE records each one)", file=sys.stderr,
+                      flush=True)
         return FAULT
+
+    @staticmethod
+    def _fault_label(kind: tuple) -> str:
+        from p4pmu.emulator.pmu import FAULT_KINDS
+        return f"{kind[0]} #GP(0) ({FAULT_KINDS.get(kind[1], kind[1])})"
+
+    def fault_totals(self) -> str:
+        """'' or the #GP(0) totals per kind, e.g. '#GP(0) for PMU accesses: 1500 (WRMSR
+        #GP(0) (reserved bits set) 1000, RDMSR #GP(0) (no such MSR on this model) 500)'."""
+        if not self.n_faults:
+            return ""
+        parts = ", ".join(f"{self._fault_label(k)} {n}" for k, n in
+                          sorted(self.fault_kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        return f"#GP(0) for PMU accesses: {self.n_faults} ({parts})"
 
     # -- the accesses (hot path: no formatting unless a log is open) ------------------------
 
@@ -622,6 +646,11 @@ class Bridge:
             if summary:
                 print(summary, file=sys.stderr, flush=True)
                 self._write(f"# {summary}")
+            totals = self.fault_totals()
+            if totals:
+                self._write(f"# {totals}")
+                if self._log is None and max(self.fault_kinds.values()) > FAULTS_SHOWN:
+                    print(f"p4pmu: {totals}", file=sys.stderr, flush=True)
             if self._log is not None:
                 self._log.close()
                 self._log = None

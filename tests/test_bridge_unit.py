@@ -88,18 +88,18 @@ class FakePMU:
     def rdmsr(self, lp, msr):
         self.calls.append(("rdmsr", lp, msr))
         if msr == 0x3BA:
-            raise self.fault("absent")
+            raise self.fault("absent", "absent")
         return 0x1234
 
     def wrmsr(self, lp, msr, value):
         self.calls.append(("wrmsr", lp, msr, value))
         if value >> 32:
-            raise self.fault("bits 63:32 reserved")
+            raise self.fault("bits 63:32 reserved", "reserved")
 
     def rdpmc(self, lp, ecx):
         self.calls.append(("rdpmc", lp, ecx))
         if ecx == 18:
-            raise self.fault("bad index")
+            raise self.fault("bad index", "rdpmc_index")
         return 0x55_4433_2211
 
     def misc_enable(self, q):
@@ -163,6 +163,55 @@ def test_faults_go_to_stderr_without_log(capsys):
     b = make_bridge()
     b.rdpmc(0, 18)
     assert "RDPMC ECX=0x12: #GP(0): bad index" in capsys.readouterr().err
+
+
+def test_a_fault_flood_is_shown_a_few_times_per_kind_then_totalled(capsys, tmp_path):
+    from p4pmu.plugin.bridge import FAULTS_SHOWN
+    b = make_bridge()
+    for _ in range(1000):
+        b.wrmsr(0, 0x360, 1 << 32)
+        b.rdmsr(0, 0x3BA)
+    b.rdpmc(0, 18)
+    err = capsys.readouterr().err
+    assert err.count("WRMSR 0x360 <- 0x100000000: #GP(0)") == FAULTS_SHOWN
+    assert err.count("RDMSR 0x3BA: #GP(0)") == FAULTS_SHOWN
+    assert err.count("RDPMC ECX=0x12: #GP(0)") == 1
+    assert err.count("faults are counted, not shown") == 2
+    b.close()
+    err = capsys.readouterr().err
+    assert ("#GP(0) for PMU accesses: 2001 (RDMSR #GP(0) (no such MSR on this model) 1000, "
+            "WRMSR #GP(0) (reserved bits set) 1000, RDPMC #GP(0) (counter index not 0-17) 1)"
+            in err)
+    # with a log, every fault is in it, stderr gets none of them, the log gets the totals
+    log = tmp_path / "pmu.log"
+    b = make_bridge(log=str(log))
+    for _ in range(50):
+        b.rdmsr(0, 0x3BA)
+    b.close()
+    assert "#GP" not in capsys.readouterr().err
+    text = log.read_text()
+    assert text.count("RDMSR 0x3BA: #GP(0): absent") == 50
+    assert "# #GP(0) for PMU accesses: 50 (RDMSR #GP(0) (no such MSR on this model) 50)" in text
+
+
+def test_a_few_faults_print_no_totals(capsys):
+    b = make_bridge()
+    b.rdpmc(0, 18)
+    b.close()
+    assert "for PMU accesses" not in capsys.readouterr().err
+
+
+def test_every_model_fault_has_a_kind():
+    from p4pmu.emulator.models import get_model
+    from p4pmu.emulator.pmu import FAULT_KINDS, PMU, PMUFault
+    pmu = PMU(get_model("0F_04"))
+    kinds = set()
+    for op in (lambda: pmu.rdmsr(0, 0x3BA), lambda: pmu.wrmsr(0, 0x360, 1 << 40),
+               lambda: pmu.rdpmc(0, 18), lambda: pmu.rdmsr(0, 0x10)):
+        with pytest.raises(PMUFault) as e:
+            op()
+        kinds.add(e.value.kind)
+    assert kinds == set(FAULT_KINDS)
 
 
 # --------------------------------------------------------------------------------------------
