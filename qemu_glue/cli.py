@@ -146,7 +146,8 @@ def _add_qemu(sub, fmt) -> None:
         description="Run qemu-system-x86_64 (TCG) with the p4pmu plugin and the CPU of a "
                     "Pentium 4 model. QEMU's own arguments come after `--` and are passed "
                     "unchanged; p4pmu adds -accel tcg (unless given), -cpu (never give your "
-                    "own) and -plugin. Exits with QEMU's exit status.",
+                    "own) and -plugin. Exits with QEMU's exit status, or 128 + N when SIGINT, "
+                    "SIGTERM or SIGHUP (signal N) stopped QEMU.",
         epilog="models: " + _models_help() + "\n\n"
                "examples:\n"
                "  p4pmu qemu --model 0F_02 -- -machine pc -m 256 -nographic -kernel vmlinux\n"

@@ -204,10 +204,16 @@ class P4Machine:
     def run_forwarding(self, started=None) -> int:
         """Launch QEMU, forward FORWARDED_SIGNALS to it, wait, return its exit status.  A
         QEMU killed by a signal makes this process die of the same signal (as a shell would
-        report it).  ``started(pid)`` is called once QEMU runs."""
+        report it); a QEMU that ended cleanly (status 0) after a STOP_SIGNALS signal was
+        forwarded gives 128 + that signal, as a shell reports a process stopped by it (QEMU
+        itself says 0 after "terminating on signal").  ``started(pid)`` is called once QEMU
+        runs."""
         pending: list[int] = []
+        stops: list[int] = []
 
         def forward(signum, _frame):
+            if signum in STOP_SIGNALS:
+                stops.append(signum)
             if self.process is None:  # arrived while starting: delivered right after
                 pending.append(signum)
             else:
@@ -225,6 +231,10 @@ class P4Machine:
         if rc < 0:
             _die_of(-rc)
             return 128 - rc
+        if rc == 0 and stops:
+            print(f"p4pmu: QEMU stopped by signal {stops[0]} "
+                  f"({signal.Signals(stops[0]).name})", file=sys.stderr, flush=True)
+            return 128 + stops[0]
         return rc
 
     @staticmethod

@@ -2,7 +2,7 @@
 
 p4pmu adds ``-accel tcg`` (unless given), the model's ``-cpu`` and ``-plugin``
 (qemu_command.py); QEMU runs in p4pmu's process group, gets the signals p4pmu gets, and its
-exit status is p4pmu's (machine.P4Machine.run_forwarding).
+exit status is p4pmu's, 128 + N when a stop signal N ended it (machine.P4Machine.run_forwarding).
 """
 from __future__ import annotations
 

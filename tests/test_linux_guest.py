@@ -20,6 +20,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -413,3 +414,49 @@ def test_kernel_panic_is_reported(linux_ready, tmp_path):
     assert "the guest kernel failed: Kernel panic - not syncing: sysrq triggered crash" in err, \
         show(r)
     assert "  | " in err  # the kernel's own lines follow
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        out.append(int(d))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.mark.guest
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_stop_signal_ends_a_linux_run_with_complete_files(linux_ready, tmp_path, sig):
+    """SIGINT or SIGTERM to `p4pmu linux` while perf counts in the guest: the status is
+    128 + the signal, the trace ends with its end record, the log has its summary, and no
+    QEMU is left."""
+    import json
+    linux_ready()
+    trace, log = tmp_path / "t.jsonl", tmp_path / "pmu.log"
+    p = subprocess.Popen([*P4PMU_LINUX, "--plugin-opt", f"trace={trace}", "--plugin-opt",
+                          f"log={log}", "--",
+                          "echo started; perf stat -e instructions -- sleep 600"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL)
+    try:
+        assert p.stdout.readline() == b"started\n"
+        assert _processes_mentioning(str(trace)), "no QEMU runs the guest"
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    err = err.decode(errors="replace")
+    assert p.returncode == 128 + sig, err[-3000:]
+    assert f"p4pmu linux: stopped by signal {int(sig)}" in err
+    assert not _processes_mentioning(str(trace))
+    recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
+    assert recs[0]["k"] == "header" and recs[-1]["k"] == "end", recs[-1]
+    assert any(r["k"] == "wrmsr" for r in recs)
+    assert "# end:" in log.read_text()

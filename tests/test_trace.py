@@ -179,6 +179,49 @@ def test_a_killed_qemu_leaves_a_readable_trace(tmp_path, guests):
     assert sum(r["k"] == "pmi" for r in recs) > 10
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_stop_signal_ends_the_run_with_complete_files(tmp_path, guests, sig):
+    """SIGINT or SIGTERM to `p4pmu qemu` in the middle of a run with interrupts: QEMU shuts
+    down, the trace ends with its end record and `p4pmu trace --summary` reads it, the log
+    has its summary, the status is 128 + the signal, and no QEMU is left."""
+    from conftest import QEMU_MACHINE_ARGS
+    from p4pmu.qemu_glue.guests import build as guest_build
+    s = EvScript()
+    s._add(pmi_script().text().replace("loop alu 3000", "loop alu 3000000"))
+    trace, log, pidfile = tmp_path / "t.jsonl", tmp_path / "pmu.log", tmp_path / "qemu.pid"
+    cmd = [str(P4PMU), "qemu", "--plugin-opt", f"trace={trace}", "--plugin-opt", f"log={log}",
+           "--", *QEMU_MACHINE_ARGS, "-serial", "null", "-pidfile", str(pidfile),
+           "-kernel", str(guest_build.guest_path("events32")),
+           "-initrd", str(s.write(tmp_path / "script.bin"))]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not trace.exists() or
+                                               trace.stat().st_size < 200_000):
+            time.sleep(0.05)
+        assert proc.poll() is None, "the guest ended before the signal"
+        qpid = int(pidfile.read_text())
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 128 + sig, err[-2000:]
+    assert f"stopped by signal {int(sig)}" in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(qpid, 0)
+    recs = records(trace)  # every line parses
+    assert recs[0]["k"] == "header" and recs[-1]["k"] == "end", recs[-1]
+    assert sum(r["k"] == "pmi" for r in recs) > 10
+    check_round_trip(recs)
+    summary = subprocess.run([str(P4PMU), "trace", str(trace), "--summary"],
+                             capture_output=True, text=True, timeout=120)
+    assert summary.returncode == 0, summary.stderr[-2000:]
+    assert "# end:" in log.read_text()
+
+
 @pytest.mark.slow
 def test_linux_perf_trace_agrees_with_the_log(tmp_path):
     """Linux's P4 driver from boot through `perf stat` and `perf record` (the default 5.10
