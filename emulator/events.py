@@ -248,8 +248,11 @@ REPLAY_METRICS: tuple[ReplayMetric, ...] = (
 
 
 def replay_metrics(pebs_enable: int, matrix_vert: int) -> tuple[ReplayMetric, ...]:
-    """The metrics MSR_PEBS_ENABLE and MSR_PEBS_MATRIX_VERT select (none without UOP_TAG)."""
+    """The metrics MSR_PEBS_ENABLE and MSR_PEBS_MATRIX_VERT select (none without UOP_TAG):
+    those whose bits are all set in both (MATRIX_VERT's bits select the uop types tagged:
+    bit 0 loads, bit 1 stores, so 1 selects DTLB_load_miss_retired alone and 3 all three
+    DTLB metrics, SDM Table 19-33)."""
     if not pebs_enable & PEBS_UOP_TAG:
         return ()
     return tuple(m for m in REPLAY_METRICS
-                 if pebs_enable & m.pebs == m.pebs and matrix_vert & m.vert)
+                 if pebs_enable & m.pebs == m.pebs and matrix_vert & m.vert == m.vert)
