@@ -58,9 +58,18 @@ BR_NAMES = ("none", "cond", "jmp", "call", "call_ind", "jmp_ind", "ret", "far")
 BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 
 # Fields of a clock (the C kind struct has the same order; all 0..255, lines cap at 15)
+# What the memory model (memmodel.MemorySystem) says of the accesses of the instructions
+# retiring in a clock: split loads / stores, DTLB misses (page walks) of loads / stores, L1
+# load misses (lines), L2 reads of loads by result (lines: hit Exclusive, hit Modified,
+# miss), L2 misses of stores' reads for ownership (lines), and the load / store accesses
+# (uops) that missed L1, L2 or the DTLB (what replay tagging tags).  0 in every clock of a
+# block's schedule; a block execution's memory outcomes change the clocks they happen in
+# (block_clocks's `mem`; the plugin's per-execution corrections, docs/memory-model.md).
+MEMORY_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
+                 "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb")
 FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
           "misp", "x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld",
-          "bogus_instr", "bogus_uops", "ms", "ms_uops")
+          "bogus_instr", "bogus_uops", "ms", "ms_uops") + MEMORY_FIELDS
 NF = len(FIELDS)
 FI = {n: i for i, n in enumerate(FIELDS)}
 FP_FIELDS = ("x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld")
@@ -79,6 +88,21 @@ class Clock:
 
     def __repr__(self):
         return "Clock(" + ", ".join(f"{n}={v}" for n, v in zip(FIELDS, self.f) if v) + ")"
+
+
+def memory_fields(outcome, store: bool) -> dict:
+    """The clock fields (MEMORY_FIELDS) one access adds: `outcome` is a
+    memmodel.Outcome of a load (store=False) or a store."""
+    o = outcome
+    if store:
+        f = {"split_st": o.split, "dtlb_st": o.dtlb_miss, "l2_rfo": o.l2_miss,
+             "st_dtlb": int(o.dtlb_miss > 0)}
+    else:
+        f = {"split_ld": o.split, "dtlb_ld": o.dtlb_miss, "l1_ld": o.l1_miss,
+             "l2_hite": o.l2_hite, "l2_hitm": o.l2_hitm, "l2_ld": o.l2_miss,
+             "ld_l1miss": int(o.l1_miss > 0), "ld_l2miss": int(o.l2_miss > 0),
+             "ld_dtlb": int(o.dtlb_miss > 0)}
+    return {k: v for k, v in f.items() if v}
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,9 +211,15 @@ def _attrs(c: Clock, insn, ms: bool) -> None:
 def schedule(insns, params=None) -> list[Clock]:
     """Clocks of the instructions `insns` (no bubble, no branch outcome, no penalty): the
     static part of a block's schedule.  The last instruction's clock is the last clock."""
+    return schedule_retiring(insns, params)[0]
+
+
+def schedule_retiring(insns, params=None) -> tuple[list[Clock], list[int]]:
+    """schedule() and, per instruction, the index of the clock it retires in."""
     p = dict(PARAMS, **(params or {}))
     width = p["retire_width"]
     out: list[Clock] = []
+    at: list[int] = []
     cur = None
     for insn in insns:
         ms = microcoded(insn, p)
@@ -211,12 +241,13 @@ def schedule(insns, params=None) -> list[Clock]:
             out.append(cur)
             cur = None
         _attrs(cur, insn, ms)
+        at.append(len(out))
         if cur.f[FI["uops"]] == width or insn.align:
             out.append(cur)
             cur = None
     if cur is not None:
         out.append(cur)
-    return out
+    return out, at
 
 
 def branch_clock(c: Clock, br: int, taken: bool, predicted: bool) -> Clock:
@@ -243,14 +274,20 @@ def penalty_clocks(params=None) -> list[Clock]:
     return out
 
 
-def block_clocks(insns, outcome=None, params=None) -> list[Clock]:
+def block_clocks(insns, outcome=None, params=None, mem=None) -> list[Clock]:
     """The complete clock sequence of one execution of a block whose instructions are
     `insns` (a list of insn_classes.Insn, in order).  `outcome` = (taken, predicted) for a
     block ending in a branch (Predictor.resolve gives it); None for a block that does not
-    end in a branch (or to use "taken, predicted")."""
+    end in a branch (or to use "taken, predicted").  `mem`: {instruction index: {memory
+    field: n}}, what this execution's accesses added (memory_fields), in the clock each
+    instruction retires in."""
     p = dict(PARAMS, **(params or {}))
     clocks = [Clock() for _ in range(p["bubble"])]
-    body = schedule(insns, p)
+    body, at = schedule_retiring(insns, p)
+    for i, fields in (mem or {}).items():
+        c = body[at[i]]
+        for name, v in fields.items():
+            c.f[FI[name]] = min(255, c.f[FI[name]] + v)
     last = insns[-1] if insns else None
     if last is not None and last.branch != BR_NONE:
         taken, predicted = outcome if outcome is not None else (True, True)
@@ -272,7 +309,8 @@ FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "
             "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
             "rbt_uncond", "rbt_cond", "rbt_call", "rbt_ret", "rbt_ind",
             "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
-            "running", "ms", "ms_uops", "tc_uops") + FP_FIELDS
+            "running", "ms", "ms_uops", "tc_uops") + FP_FIELDS + MEMORY_FIELDS + \
+    ("dtlb_walks", "l2_rd_miss")
 NFEAT = len(FEATURES)
 FE = {n: i for i, n in enumerate(FEATURES)}
 
@@ -283,8 +321,10 @@ def features(fields: np.ndarray) -> np.ndarray:
     K = f.shape[0]
     out = np.zeros((K, NFEAT))
     for n in ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "bogus_instr",
-              "bogus_uops", "ms", "ms_uops") + FP_FIELDS:
+              "bogus_uops", "ms", "ms_uops") + FP_FIELDS + MEMORY_FIELDS:
         out[:, FE[n]] = f[:, FI[n]]
+    out[:, FE["dtlb_walks"]] = f[:, FI["dtlb_ld"]] + f[:, FI["dtlb_st"]]
+    out[:, FE["l2_rd_miss"]] = f[:, FI["l2_ld"]] + f[:, FI["l2_rfo"]]
     out[:, FE["tc_uops"]] = f[:, FI["uops"]] - f[:, FI["ms_uops"]]
     br = f[:, FI["br"]]
     isbr = br != BR_NONE
@@ -344,6 +384,15 @@ _DIRECT = {
     ("tc_ms_xfer", "CISC"): "ms",
     ("uop_queue_writes", "FROM_TC_DELIVER"): "tc_uops",
     ("uop_queue_writes", "FROM_ROM"): "ms_uops",
+    # the memory side (memmodel.MemorySystem, docs/memory-model.md), in the clock the
+    # instruction retires in: split accesses, page walks, L2 reads by result ("read"
+    # includes stores' reads for ownership)
+    ("memory_complete", "LSC"): "split_ld", ("memory_complete", "SSC"): "split_st",
+    ("load_port_replay", "SPLIT_LD"): "split_ld", ("store_port_replay", "SPLIT_ST"): "split_st",
+    ("page_walk_type", "DTMISS"): "dtlb_walks",
+    ("BSQ_cache_reference", "RD_2ndL_HITE"): "l2_hite",
+    ("BSQ_cache_reference", "RD_2ndL_HITM"): "l2_hitm",
+    ("BSQ_cache_reference", "RD_2ndL_MISS"): "l2_rd_miss",
 }
 
 
@@ -364,18 +413,27 @@ class Tagging:
 
 NO_TAGGING = Tagging()
 
-# Replay-tagging metrics (events.REPLAY_METRICS) the clock model drives, and the feature whose
-# uops they tag: a mispredicted branch's uop (SDM Table 19-33, Tagged_mispred_branch).  The
-# others tag uops that miss a cache or TLB, split or replay in the memory order buffer: no
-# model here, replay_event reads 0 for them.
-REPLAY_FEATURES = {"Tagged_mispred_branch": "misp"}
+# Replay-tagging metrics (events.REPLAY_METRICS) the clock model drives, and the features
+# whose uops they tag (SDM Table 19-33): a mispredicted branch's uop, loads that miss L1 or
+# L2, loads and stores that miss the DTLB or split (the memory model).  MOB_load_replay_retired
+# (replays in the memory order buffer) has no model: replay_event reads 0 for it.
+REPLAY_FEATURES = {
+    "Tagged_mispred_branch": ("misp",),
+    "1stL_cache_load_miss_retired": ("ld_l1miss",),
+    "2ndL_cache_load_miss_retired": ("ld_l2miss",),
+    "DTLB_load_miss_retired": ("ld_dtlb",),
+    "DTLB_store_miss_retired": ("st_dtlb",),
+    "DTLB_all_miss_retired": ("ld_dtlb", "st_dtlb"),
+    "split_load_retired": ("split_ld",),
+    "split_store_retired": ("split_st",),
+}
 
 
 def replay_tagging(pebs_enable: int, matrix_vert: int) -> tuple:
-    """Tagging.replay for these MSR values."""
-    return tuple(sorted({REPLAY_FEATURES[m.name] for m in EV.replay_metrics(pebs_enable,
-                                                                            matrix_vert)
-                         if m.name in REPLAY_FEATURES}))
+    """Tagging.replay for these MSR values (several metrics at once: the union of the
+    features they tag; a uop two of them tag is counted once per feature)."""
+    return tuple(sorted({f for m in EV.replay_metrics(pebs_enable, matrix_vert)
+                         for f in REPLAY_FEATURES.get(m.name, ())}))
 
 
 @functools.lru_cache(maxsize=256)
@@ -437,14 +495,32 @@ def outcome_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
     return frozenset(int(i) for i in ids[dep])
 
 
+# Features that depend on the memory model's outcomes: a programming whose counters read
+# none of them needs no memory instrumentation (the plugin's memory level,
+# docs/memory-model.md)
+MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss")
+
+
+@functools.lru_cache(maxsize=256)
+def memory_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
+    """The event-class ids whose line reads a memory feature (MEMORY_FEATURES) under this
+    tagging."""
+    ids, M = line_matrix(tagging)
+    rows = [FE[f] for f in MEMORY_FEATURES]
+    dep = (M[rows, :] != 0).any(axis=0)
+    return frozenset(int(i) for i in ids[dep])
+
+
 @functools.lru_cache(maxsize=1)
 def modelled_classes() -> frozenset:
     """The event-class ids the clock model can ever drive: the lines of `line_matrix` under
     no tagging and under every tagging (tagged instructions, tagged loads/stores for
-    front_end_event, execution_event's tag bits).  Every other class (cache, TLB, bus,
-    replay and similar memory-side events) reads 0 in this emulator whatever the guest does."""
+    front_end_event, execution_event's tag bits, replay tagging's metrics).  Every other
+    class (bus, trace cache, memory ordering, assists) reads 0 in this emulator whatever the
+    guest does."""
     every_tag = Tagging(True, True, tuple((f, 0xF) for f in sorted(
-        set(UOP_EVENT_FEATURES.values()))), tuple(sorted(set(REPLAY_FEATURES.values()))))
+        set(UOP_EVENT_FEATURES.values()))),
+        tuple(sorted({f for fs in REPLAY_FEATURES.values() for f in fs})))
     return frozenset(int(i) for i in line_matrix(NO_TAGGING)[0]) | \
         frozenset(int(i) for i in line_matrix(every_tag)[0])
 
@@ -492,4 +568,5 @@ def with_params(**kw) -> dict:
 __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_clock",
            "penalty_clocks", "features", "line_matrix", "OUTCOME_FEATURES", "outcome_classes",
            "clock_lines", "clock_kind", "Tagging", "with_params", "replace", "modelled_classes",
-           "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging"]
+           "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging", "MEMORY_FIELDS",
+           "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring"]

@@ -146,6 +146,11 @@ class MemorySystem:
         self.dtlb.clear()
         self.itlb.clear()
 
+    def reset(self) -> None:
+        """Every TLB and cache empty (as at the start)."""
+        for s in (self.dtlb, self.itlb, self.l1, self.l2):
+            s.clear()
+
     def invlpg(self, addr: int) -> None:
         """INVLPG of the page of `addr`."""
         self.dtlb.drop(addr >> PAGE_SHIFT)

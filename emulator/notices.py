@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import clockmodel as CM
+from . import coverage as COV
 from . import events as EV
 from . import tables as T
 
@@ -51,7 +52,8 @@ def unmodelled(pmu, counter: int) -> Notice | None:
         return None  # no documented event: 0 on silicon as here (a driver bug, not coverage)
     mask = int(pmu.event_mask[slot])
     bits = [k for k in ev.mask if mask >> k & 1]
-    missing = [ev.mask[k] for k in bits if not CM.is_modelled(ev.name, k)]
+    missing = [ev.mask[k] for k in bits if not CM.is_modelled(ev.name, k) and
+               (ev.name, ev.mask[k]) not in COV.HARDWARE_ZERO]
     name = T.COUNTERS[counter].counter_name
     if ev.name == "replay_event" and not missing:
         return _unmodelled_replay(pmu, counter, escr)
@@ -71,7 +73,7 @@ def unmodelled(pmu, counter: int) -> Notice | None:
 def _unmodelled_replay(pmu, counter: int, escr) -> Notice | None:
     """replay_event counts the uops replay tagging tags (SDM 18.15.7): a notice when the
     metrics MSR_PEBS_ENABLE and MSR_PEBS_MATRIX_VERT select include ones the clock model
-    does not drive (cache and TLB misses, splits, MOB replays: no model, 0 here).  No metric
+    does not drive (MOB replays: no model, 0 here).  No metric
     selected reads 0 on silicon too: no notice."""
     metrics = EV.replay_metrics(pmu.pebs_enable, pmu.pebs_matrix_vert)
     missing = [m.name for m in metrics if m.name not in CM.REPLAY_FEATURES]
@@ -82,7 +84,7 @@ def _unmodelled_replay(pmu, counter: int, escr) -> Notice | None:
                   f"{escr.name}) counts replay_event for the replay-tagging metric(s) "
                   f"{', '.join(missing)} (MSR_PEBS_ENABLE 0x{pmu.pebs_enable:X}, "
                   f"MSR_PEBS_MATRIX_VERT 0x{pmu.pebs_matrix_vert:X}), which this emulator "
-                  "does not model (no cache, TLB or memory-order model): they contribute 0 "
+                  "does not model (no memory-order model): they contribute 0 "
                   "(docs/events.md lists what is modelled)")
 
 

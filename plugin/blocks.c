@@ -12,6 +12,7 @@
 #include "blocks.h"
 #include "counting.h"
 #include "kinds.h"
+#include "memory.h"
 #include "predictor.h"
 #include "registers.h"
 
@@ -38,7 +39,7 @@ static void final_fields(const struct blk *b, struct clock_fields *out)
 {
     unsigned cap = sched_cap(b);
     struct clock_fields *c = malloc(sizeof(*c) * cap);
-    unsigned m = schedule(b->ins, 0, b->n, c, cap);
+    unsigned m = schedule(b->ins, 0, b->n, c, cap, NULL);
     if (m) *out = c[m - 1];
     else memset(out, 0, sizeof(*out));
     free(c);
@@ -63,9 +64,36 @@ static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
     struct pred_group *g = blocks.groups[b->gid];
     b->silent_t = g->silent_t;
     if (last->target == nxt || g->nmem >= GMAX || blocks.n_gates >= MAX_GATES) return;
+    if (b->mem_final && memory_level_active()) return; /* (memory.c) */
     b->gate = ++blocks.n_gates;
     b->xval = g->silent_t ? last->target : nxt;
     (void)id; /* listed in the group once published (block_new) */
+}
+
+/* Per instruction of b, the index in b->seq of the clock it retires in (ICLK_FINAL: the
+ * dynamic final clock, or REP's clocks); whether an instruction retiring in the final clock
+ * or the last static clock of a dynamic end accesses memory (b->mem_final). */
+static void retire_clocks(struct blk *b)
+{
+    unsigned cap = sched_cap(b);
+    struct clock_fields *c = malloc(sizeof(*c) * cap);
+    b->iclk = malloc(sizeof(uint16_t) * b->n);
+    unsigned m = schedule(b->ins, 0, b->n, c, cap, b->iclk);
+    free(c);
+    int rep = b->end == END_REP, dyn = dyn_end(b);
+    for (unsigned j = 0; j < b->n; j++) {
+        int fin = (rep && j == b->n - 1) || (dyn && !rep && b->iclk[j] == m - 1);
+        int mem = b->ins[j].loads || b->ins[j].stores;
+        if (fin) {
+            b->iclk[j] = ICLK_FINAL;
+            b->mem_final |= mem;
+        } else {
+            b->iclk[j] = (uint16_t)(b->iclk[j] + P4P_BUBBLE);
+            /* the last static clock of a conditional end: its pair with the final clock
+             * is corrected at the resolution, which a silent outcome does not have */
+            b->mem_final |= mem && dyn && b->iclk[j] == b->nclocks - 1;
+        }
+    }
 }
 
 /* b's static schedule: the full portion of one execution, as a histogram of kinds and of
@@ -74,6 +102,7 @@ static void static_schedule(struct blk *b)
 {
     uint32_t *s;
     unsigned m = portion_seq_calc(b, 0, b->n, &s);
+    b->seq = s;
     b->nclocks = m;
     b->first_k = s[0];
     b->last_k = s[m - 1];
@@ -93,7 +122,7 @@ static void static_schedule(struct blk *b)
             b->pc[j]++;
         }
     }
-    free(s);
+    retire_clocks(b);
 }
 
 /* a dynamic end (not REP): the per-vCPU outcome records and the final clock's kind per
@@ -157,7 +186,7 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, in
             fprintf(stderr, "p4pmu: more than %u translated blocks: later blocks are not "
                             "counted (see docs/guest-events.md, limits)\n", MAX_BLOCKS);
         }
-        free(b->hk); free(b->pa); free(ins); free(b);
+        free(b->hk); free(b->pa); free(b->seq); free(b->iclk); free(ins); free(b);
         return 0;
     }
     if (b->end == BRK_COND) group_join_locked(b, id, nxt);

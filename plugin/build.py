@@ -44,13 +44,13 @@ C_SOURCES = (
     "access_times.h", "pmi.h", "trace.h", "control.h",
     "counting.h", "kinds.h", "batch.h", "classify.h", "predictor.h", "blocks.h", "resolve.h",
     "cuts.h", "fold.h", "deadline.h", "siblings.h", "translate.h", "flush.h", "options.h",
-    "memmodel.h",
+    "memmodel.h", "memory.h",
     # units
     "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c", "programs.c",
     "access_times.c", "pmi.c", "trace.c", "control.c",
     "counting.c", "kinds.c", "batch.c", "classify.c", "predictor.c", "blocks.c", "resolve.c",
     "cuts.c", "fold.c", "deadline.c", "siblings.c", "translate.c", "flush.c", "options.c",
-    "memmodel.c",
+    "memmodel.c", "memory.c",
 )
 C_UNITS = tuple(name for name in C_SOURCES if name.endswith(".c"))
 GENERATED_HEADER = "p4_tables.h"
@@ -350,7 +350,20 @@ def generated_header() -> str:
     from p4pmu.emulator import insn_classes
     text = insn_classes.c_header()
     return text + ("\n/* the counter and ESCR counts (p4pmu.emulator.tables) */\n"
-                   "#ifndef P4_NCOUNTERS\n" + _counter_count_define() + "#endif\n")
+                   "#ifndef P4_NCOUNTERS\n" + _counter_count_define() + "#endif\n") + \
+        _memory_geometry_table()
+
+
+def _memory_geometry_table() -> str:
+    """The memory model's geometry per CPU model (p4pmu.emulator.models MemoryGeometry), in
+    the order of the model option's values (struct mm_params fields)."""
+    from p4pmu.emulator.models import DEFAULT_MODEL, MODELS
+    rows = ",\n".join(f"    {m.memory.c_row()} /* {k} */" for k, m in MODELS.items())
+    return ("\n/* memory geometry per CPU model, in the model option's order (struct mm_params) "
+            "*/\n#ifndef P4_MM_GEOMETRY\n#define P4_MM_GEOMETRY\n"
+            f"#define P4_MM_DEFAULT_MODEL {list(MODELS).index(DEFAULT_MODEL)}\n"
+            f"static const unsigned p4_mm_geometry[{len(MODELS)}][6] = {{\n{rows}\n}};\n"
+            "#endif\n")
 
 
 def options_header() -> str:

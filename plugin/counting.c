@@ -33,6 +33,10 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     run.exact_on = opt->exact;
     run.lite_on = opt->lite;
     run.threads = opt->threads;
+    /* (the model option's values are in the order of p4_mm_geometry's rows) */
+    run.mm_model = opt->model >= 0 &&
+                   opt->model < (int)(sizeof(p4_mm_geometry) / sizeof(p4_mm_geometry[0])) ?
+                   opt->model : P4_MM_DEFAULT_MODEL;
     if (cs_setup() < 0) return -1;
     if (getenv("P4PMU_BRANCH_TRACE")) run.branch_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     cond_tab.trace = run.branch_trace != NULL;

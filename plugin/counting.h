@@ -22,6 +22,7 @@ struct counting_run {
     int threads;              /* option threads=: logical processors per core, 1 or 2 */
     int exact_on;             /* option exact=: exact deadlines may be installed (flush.c) */
     int lite_on;              /* option lite=: the outcome-free level may be installed */
+    int mm_model;             /* the CPU model's row of p4_mm_geometry (memory.c) */
     qemu_plugin_id_t plugin_id;
     struct qemu_plugin_scoreboard *scoreboard; /* per vCPU: SB_WORDS words (counting_types.h) */
     pthread_mutex_t lock;     /* appends to the kind and block tables */

@@ -115,7 +115,18 @@ struct blk {
     uint32_t exact_max;         /* W2 margin of the check at entry: exact_add and this block's
                                  * own possible penalty (0: no W2 operations) */
     uint64_t xval;              /* SB_SILENT_NEXT stored at entry: where the silent outcome goes */
+    /* the memory side (memory.c): the full static portion's kinds in order (seq[0] the
+     * bubble, nclocks of them) and per instruction the index in seq of the clock it
+     * retires in, or ICLK_FINAL for the dynamic final clock (REP: its clocks); mem_final:
+     * an instruction of the final clock accesses memory (at the memory level such a block
+     * is not silent-capable: every outcome is resolved, and its final clock's memory
+     * outcomes with it) */
+    uint32_t *seq;
+    uint16_t *iclk;
+    uint8_t mem_final;
 };
+
+#define ICLK_FINAL 0xFFFFu
 
 /* per block and vCPU: resolved outcomes of the current batch (expanded at the fold) and the
  * block's branch's predictor entry (index + 1 into the vCPU's entry arena, 0 = not looked up);
@@ -150,6 +161,35 @@ struct group_state {
 };
 
 struct pair_hash { uint64_t *key; int64_t *val; uint32_t cap, n; uint32_t *used; };
+
+/* The memory side (memory.c, docs/memory-model.md).  One correction ("fix") of a block
+ * execution: static clock j changed from kind `old` to `nw` (both without the CPL bit); what
+ * was done with its left neighbour (MX_L_PAIR: the pair with kind lk; MX_L_FIRST: the batch's
+ * first clock was patched) and its right one (MX_R_PAIR: the pair with rk; MX_R_LAST: the
+ * execution's end; MX_R_JUNCTION: the final clock's pair, made at the resolution). */
+enum { MX_L_NONE, MX_L_PAIR, MX_L_FIRST };
+enum { MX_R_NONE, MX_R_PAIR, MX_R_LAST, MX_R_JUNCTION };
+#define MX_MAX 256
+struct mem_fix {
+    uint16_t j;
+    uint8_t left, right;
+    uint32_t old, nw, lk, rk;
+};
+
+/* the corrections of the block execution under way (b, identified by its execution count
+ * `stamp` in the batch numbered `folds`), and the memory fields its dynamic final clock
+ * gets at the resolution */
+struct mem_exec {
+    uint32_t b;
+    uint64_t stamp, folds;
+    unsigned n;
+    struct mem_fix fix[MX_MAX];
+    uint32_t last_now;     /* the last static clock's kind now (0: unchanged; else kind + 1) */
+    int has_fin;
+    uint8_t fin[KF_N];
+};
+
+struct mm_state;
 
 /* a growable map uint64 -> uint64 (predictor entries; key stored + 1) */
 struct u64_map { uint64_t *key, *val; uint32_t cap, n; };
@@ -272,6 +312,13 @@ struct vcpu_counting {
     /* the exception seen last, until its delivery (counting_discon) */
     uint64_t exc_from;
     int exc_seen;
+    /* the memory side (memory.c): this vCPU's memory model, the corrections of the block
+     * execution under way, the final clock of the last resolution as corrected (ext kind
+     * + 1, 0: as its variant; res_fill), statistics */
+    struct mm_state *mm;
+    struct mem_exec mx;
+    uint32_t res_fin;
+    uint64_t mem_accesses, mem_fixes, mem_dropped, mem_elsewhere, mem_tlb_flushes;
 } __attribute__((aligned(64)));
 
 #define RES_LAZY (-2)
@@ -333,6 +380,11 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
 #define X_OUTCOME_FREE 0x8000000000000003ull
 #define LITE_STREAK 4
 #define LITE_MAX_INSTALLS 16
+/* the memory level (memory.c): removed after MEM_STREAK steps in a row that do not want it,
+ * at most MEM_MAX_REMOVALS times per run (a profiler that schedules a cache event in and out
+ * at every context switch would otherwise flush each time) */
+#define MEM_STREAK 64
+#define MEM_MAX_REMOVALS 8
 
 /* the exact-deadline signature: a counter and its increments per ext kind */
 struct exact_signature {

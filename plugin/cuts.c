@@ -13,6 +13,7 @@
 #include "blocks.h"
 #include "counting.h"
 #include "kinds.h"
+#include "memory.h"
 #include "resolve.h"
 
 /* start index of the open execution of block id in the current batch, and whether it is
@@ -35,6 +36,7 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
     uint64_t *sb = scoreboard_of(vi);
     const struct blk *b = blocks.by_id[id];
     if (e >= b->n) return;
+    mem_cut(c, id); /* (before the portions: the fixes are of whole-execution clocks) */
     unsigned a = open_start(c, id, sb);
     if (e < pos_insn(a)) e = pos_insn(a);
     acc_portion(c, b, a, b->n, !dyn_end(b), -1);

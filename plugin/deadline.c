@@ -93,7 +93,7 @@ static void exact_vote(struct vcpu_counting *c, const struct p4c_out *o)
     }
     int slot = -1;
     for (int w = 0; w < o->nwatch; w++) {
-        if (o->widx[w] == top) slot = w;
+        if (o->widx[w] == top && !(o->wmem >> top & 1)) slot = w;
     }
     int move = top != exact.sig.ctr && slot >= 0 && c->w2_votes[top] * 3 >= 2 * c->w2_steps;
     memset(c->w2_votes, 0, sizeof(c->w2_votes));
@@ -109,7 +109,7 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
     for (int w = 0; w < o->nwatch; w++) {
         if (o->widx[w] == exact.sig.ctr) slot = w;
     }
-    if (slot < 0) return -1;
+    if (slot < 0 || (o->wmem >> exact.sig.ctr & 1)) return -1; /* (memory outcomes: no W2) */
     if (c->exact_key_winc != o->winc || c->exact_key_nk != o->nkext ||
         c->exact_key_ctr != exact.sig.ctr) {
         c->exact_key_winc = o->winc;
@@ -136,10 +136,12 @@ void exact_update(unsigned vi)
     c->exact_pen[0] = c->exact_pen[1] = 0;
     c->w_driver = -1;
     if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
-    /* the counter that drives the clock deadline */
+    /* the counter that drives the clock deadline (one whose increments memory outcomes
+     * change is no W2 candidate: W2's weights are fixed at translation) */
     int cand = -1;
     int64_t best = INT64_MAX;
     for (int w = 0; w < o->nwatch; w++) {
+        if (o->wmem >> o->widx[w] & 1) continue;
         int64_t clk = watch_clocks(o, w, o->whead[w]);
         if (clk < best) { best = clk; cand = w; }
     }
@@ -219,6 +221,7 @@ int after_python(unsigned vi, int64_t rest_clocks)
     exact_update(vi);
     exact_budget(c, o);
     lite_update();
+    mem_update();
     arm(vi, rest_clocks);
     int delivered = 0;
     if (run.pmi_on) {
@@ -384,7 +387,12 @@ static int next_block_events(const struct blk *next, const struct p4c_out *o,
         for (int w = 0; w < nw; w++)
             N[w] += (int64_t)next->hc[k] * inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
     }
+    for (int w = 0; w < nw; w++) {
+        /* memory outcomes may change any clock of it: the most per clock, every clock */
+        if (o->wmem >> o->widx[w] & 1) N[w] = (int64_t)o->wrate[w] * (int64_t)maxclk(next);
+    }
     for (int w = 0; w < nw && next->res; w++) {
+        if (o->wmem >> o->widx[w] & 1) continue;
         int64_t m = 0;
         for (unsigned v = 0; v < 4; v++) {
             uint32_t e = ext(next->var[v], next->os);

@@ -336,6 +336,8 @@ class Feeder:
         o.nopairs = st["nopairs"]
         o.tmask = st["tmask"]
         o.lite = st["lite"]
+        o.mem = st["mem"]
+        o.wmem = st["wmem"]
         if not self.started and st["any_run"]:
             self.started = True
             o.start = 1
@@ -401,8 +403,34 @@ class Feeder:
               "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
               "tmask": _bits(run),
               "lite": self._level_wanted(pmu)}
+        mem = self._memory_counters(pmu)
+        st["wmem"] = _bits(mem)
+        st["mem"] = self._memory_wanted(pmu, mem)
         self._st_cache[vcpu] = (key, st)
         return st
+
+    def _memory_counters(self, pmu) -> np.ndarray:
+        """The counters whose input reads a memory-side feature (clockmodel.MEMORY_FEATURES)
+        under the tagging of either logical processor and CPL: memory outcomes change their
+        increments (docs/memory-model.md)."""
+        cls = set()
+        for lp in range(self.threads):
+            for os_ in (True, False):
+                cls |= CM.memory_classes(self._tagging(pmu, lp, os_))
+        if not cls:
+            return np.zeros(T.NUM_COUNTERS, dtype=bool)
+        c = np.fromiter(cls, dtype=np.int64)
+        lines = (c[:, None] * 4 + np.arange(4)).ravel()
+        return (pmu.engine.W[lines, :] != 0).any(axis=0)
+
+    def _memory_wanted(self, pmu, mem: np.ndarray) -> int:
+        """p4c_out.mem: 1 a counter that may count (enabled, or started by a cascade) reads a
+        memory-side event: the plugin's memory level must be on; 0 none does;
+        P4_LITE_EITHER no counter may count (the level in force is kept)."""
+        en = pmu.enable | pmu.cascade | pmu.ext_cascade
+        if not en.any():
+            return int(self.lib.P4_LITE_EITHER)
+        return 1 if (en & mem).any() else 0
 
     def _level_wanted(self, pmu) -> int:
         """p4c_out.lite: 1 the outcome-free level may be installed, 0 the full level is
@@ -458,6 +486,8 @@ class Feeder:
             self._wkey[vcpu] = wkey
             rate = np.maximum(1, table[:, idx].max(axis=0)) if table.shape[0] else \
                 np.ones(idx.size, dtype=np.int64)
+            rate = np.where(self._memory_counters(pmu)[idx],
+                            np.where(pmu.compare[idx], 1, 15), rate)  # (any kind: a bound)
             rate = np.where(st["arm_w"], 1, rate)
             self._wrate[vcpu][:idx.size] = rate
             self._widx[vcpu][:idx.size] = idx
@@ -641,6 +671,8 @@ class Feeder:
                 mv.tmax[:] = np.maximum(1, table.max(axis=0))
             else:
                 mv.tmax[:] = 1
+            mv.tmax[:] = np.where(self._memory_counters(pmu),
+                                  np.where(pmu.compare, 1, 15), mv.tmax)
             mv.run[:] = run
             mv.pmi[:] = pmu.pmi_t0 if vcpu % self.threads == 0 else pmu.pmi_t1
             for n, c in enumerate(T.COUNTERS):

@@ -13,6 +13,7 @@
 #include "counting.h"
 #include "install.h"
 #include "kinds.h"
+#include "memory.h"
 #include "registers.h"
 
 
@@ -55,10 +56,47 @@ static void lite_set(int on)
     DBG("counting: %s level (translation cache flushed)\n", on ? "outcome-free" : "full");
 }
 
+/* The memory level (memory.c, docs/memory-model.md) the programmings of the vCPUs want: 1
+ * if one wants it, 0 if none does, -1 if no counter may count anywhere (keep the level) */
+static int mem_wanted(void)
+{
+    if (!run.fold_out) return -1;
+    int want = -1;
+    for (int i = 0; i < n_vcpus_max; i++) {
+        if (!run.per_vcpu[i].init) continue;
+        int w = run.fold_out[i].mem;
+        if (w == P4_LITE_EITHER) continue;
+        if (w) return 1;
+        want = 0;
+    }
+    return want;
+}
+
+static int mem_choice(void)
+{
+    int w = mem_wanted();
+    return w < 0 ? memlvl.active : w;
+}
+
+static void mem_set(int on)
+{
+    if (on == memlvl.active) return;
+    if (on) {
+        memlvl.installs++;
+        mem_models_reset();
+    } else {
+        memlvl.removals++;
+    }
+    memlvl.streak = 0;
+    __atomic_store_n(&memlvl.active, on, __ATOMIC_RELEASE);
+    DBG("counting: memory level %s (translation cache flushed)\n", on ? "on" : "off");
+}
+
 static void reset_done(void *ud)
 {
     (void)ud;
     lite_set(lite_choice());
+    mem_set(mem_choice());
     __atomic_store_n(&run.instrument, 1, __ATOMIC_SEQ_CST);
     register_callbacks();
     DBG("counting: instrumentation on (translation cache flushed)\n");
@@ -71,6 +109,7 @@ static void flush_installed(void *ud)
 {
     (void)ud;
     lite_set(lite_choice());
+    mem_set(mem_choice());
     if (!exact.req) {
         __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
         register_callbacks();
@@ -117,6 +156,18 @@ void lite_update(void)
         return;
     }
     if (want && (lite.installs >= LITE_MAX_INSTALLS || ++lite.streak < LITE_STREAK)) return;
+    if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+}
+
+void mem_update(void)
+{
+    if (!run.instrument) return; /* not started: reset_done chooses */
+    int want = mem_wanted();
+    if (want < 0 || want == memlvl.active) {
+        memlvl.streak = 0;
+        return;
+    }
+    if (!want && (memlvl.removals >= MEM_MAX_REMOVALS || ++memlvl.streak < MEM_STREAK)) return;
     if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
 }
 

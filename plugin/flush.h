@@ -14,6 +14,10 @@ extern struct lite_level_state lite;
 
 
 void lite_update(void);
+/* After a step or a switch of programming: install the memory level at once when a counter
+ * that may count reads a memory-side event, remove it after MEM_STREAK steps in a row that do
+ * not want it (at most MEM_MAX_REMOVALS times per run: then it stays) */
+void mem_update(void);
 void exact_request(const struct p4c_out *o, int slot);
 void counting_start(void);
 

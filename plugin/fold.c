@@ -16,6 +16,7 @@
 #include "cuts.h"
 #include "install.h"
 #include "kinds.h"
+#include "memory.h"
 #include "registers.h"
 #include "resolve.h"
 #include "siblings.h"
@@ -251,6 +252,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
      * collected during execution, dropped below, and no pair check */
     const int pairs = !(o->nopairs && run.threads == 1);
     c->pairless_folds += !pairs;
+    int mem_keep = mem_fold_begin(c);
     silent_before_fold(vi);
     fold_blocks(vi, c, pairs);
     c->o_n = c->o_np = 0;
@@ -265,6 +267,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     if (clocks && npairs != clocks - 1 && pairs) c->o_bad++;
     if (c->o_bad) fold_report_bad(vi, c, last, last_is_end, clocks, npairs, cols);
     fold_reset(c);
+    mem_fold_end(c, mem_keep);
     o->tot_ok = tot_ok ? 1 : 0;
     memcpy(o->tot, tot, sizeof(tot));
     fold_publish(vi, c, last, clocks);
@@ -294,6 +297,7 @@ void fold_at_entry(unsigned vi, uint32_t id)
             c->seq = realloc(c->seq, sizeof(uint32_t) * c->seq_cap);
         }
         for (unsigned i = 0; i < n; i++) c->seq[nseq++] = ext(s[i], b->os);
+        mem_patch_seq(c, prev, b, c->seq, n);
         if (dyn_end(b)) {
             for (int i = 0; i < c->res_n; i++) c->seq[nseq++] = c->res_seq[i];
         }
@@ -303,7 +307,7 @@ void fold_at_entry(unsigned vi, uint32_t id)
     } else if (dyn_end(blocks.by_id[prev])) {
         last = c->res_b == prev ? c->res_last : 0;
     } else {
-        last = ext(blocks.by_id[prev]->last_k, blocks.by_id[prev]->os) + 1;
+        last = ext(mem_last_kind(c, prev, blocks.by_id[prev]), blocks.by_id[prev]->os) + 1;
     }
     fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
     run.fold_out[vi].seq = nseq ? c->seq : NULL;
@@ -337,6 +341,10 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
     const uint32_t *s;
     unsigned n = portion_seq(b, a, (unsigned)i, &s);
     uint32_t last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    if (n && i > 0 && b->iclk[i - 1] != ICLK_FINAL) { /* (its memory fields: memory.c) */
+        last = ext(mem_kind_at(c, id, b, b->iclk[i - 1]), b->os) + 1;
+        mem_split_before(c, id, b, b->iclk[i - 1]);
+    }
     fold_close(vi, last, 0);
     /* the rest of this execution is credited to the next batch */
     acc_portion(c, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
@@ -363,7 +371,7 @@ void fold_between_blocks(unsigned vi)
     if (!prev) {
         last = c->cut_last;
     } else if (!dyn_end(blocks.by_id[prev])) {
-        last = ext(blocks.by_id[prev]->last_k, blocks.by_id[prev]->os) + 1;
+        last = ext(mem_last_kind(c, prev, blocks.by_id[prev]), blocks.by_id[prev]->os) + 1;
     }
     fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
     c->next_first = 0;

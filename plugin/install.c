@@ -23,6 +23,7 @@
 #include "flush.h"
 #include "intercept.h"
 #include "kinds.h"
+#include "memory.h"
 #include "mirror.h"
 #include "registers.h"
 #include "siblings.h"
@@ -107,6 +108,10 @@ static void debug_report(int i)
                 lite.active ? "on" : "off", lite.installs, lite.removals, (ull)c->memi_cuts);
         fprintf(stderr, "p4pmu-debug: vCPU %d: %llu C deadline checks looked at %llu dirty "
                 "blocks\n", i, (ull)c->fast_checks, (ull)c->fast_scanned);
+        fprintf(stderr, "p4pmu-debug: vCPU %d: memory level %s, installed %u time(s), "
+                "removed %u\n", i, memlvl.active ? "on" : "off", memlvl.installs,
+                memlvl.removals);
+        mem_report((unsigned)i, c);
     }
     if (i == 0)
         fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "

@@ -85,9 +85,10 @@ static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
 }
 
 /* Schedule instructions [a, e) of b into clocks (no bubble, no outcome).  Returns the number
- * of clocks written to out (at most cap; the caller sizes it generously). */
+ * of clocks written to out (at most cap; the caller sizes it generously).  at (if not NULL):
+ * at[j - a] = the index of the clock instruction j retires in (clockmodel.schedule_retiring). */
 unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
-                  unsigned cap)
+                  unsigned cap, uint16_t *at)
 {
     unsigned n = 0;
     int open = 0;
@@ -121,6 +122,7 @@ unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct cl
             open = 0;
         }
         attrs(&cur, in, ms);
+        if (at) at[j - a] = (uint16_t)n;
         if (cur.f[KF_UOPS] == P4P_RETIRE_WIDTH || (in->flags & CI_ALIGN)) {
             if (n < cap) out[n++] = cur;
             open = 0;
@@ -180,7 +182,7 @@ unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t 
     }
     unsigned a0 = pos_insn(a);
     if (e == b->n && b->end == END_REP) e = b->n - 1;
-    unsigned m = e > a0 ? schedule(b->ins, a0, e, c, cap) : 0;
+    unsigned m = e > a0 ? schedule(b->ins, a0, e, c, cap, NULL) : 0;
     if (e == b->n && (b->end == BRK_JMP || b->end == BRK_FAR) && m) {
         c[m - 1].f[KF_BR] = b->end;
         c[m - 1].f[KF_TAKEN] = 1;

@@ -25,7 +25,7 @@ extern struct kind_table kinds;
 
 uint32_t kind_intern(const uint8_t *f);
 unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
-                  unsigned cap);
+                  unsigned cap, uint16_t *at);
 unsigned sched_cap(const struct blk *b);
 /* the kind sequence of [a, e) of b from this thread's cache: valid until this thread's next
  * portion_seq call (do not free it) */

@@ -15,6 +15,60 @@
 #define PAGE_MASK ((1u << PAGE_SHIFT) - 1)
 #define SECTOR_LINES 2u
 
+#define IDX_MIN_WAYS 16 /* sets of at least this many ways get an index */
+#define IDX_DEAD UINT32_MAX
+
+static size_t idx_slot(const struct mm_sets *s, uint64_t key)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & (s->idx_cap - 1);
+}
+
+/* the entry of key in the index, -1 if absent */
+static long idx_find(const struct mm_sets *s, uint64_t key)
+{
+    for (size_t i = idx_slot(s, key);; i = (i + 1) & (s->idx_cap - 1)) {
+        uint32_t v = s->idx_val[i];
+        if (!v) return -1;
+        if (v != IDX_DEAD && s->idx_key[i] == key) return (long)v - 1;
+    }
+}
+
+static void idx_del(struct mm_sets *s, uint64_t key)
+{
+    for (size_t i = idx_slot(s, key);; i = (i + 1) & (s->idx_cap - 1)) {
+        uint32_t v = s->idx_val[i];
+        if (!v) return;
+        if (v != IDX_DEAD && s->idx_key[i] == key) {
+            s->idx_val[i] = IDX_DEAD;
+            return;
+        }
+    }
+}
+
+static void idx_rebuild(struct mm_sets *s)
+{
+    memset(s->idx_val, 0, s->idx_cap * sizeof(uint32_t));
+    for (uint32_t w = 0; w < s->ways; w++) {
+        if (!s->stamp[w]) continue;
+        size_t i = idx_slot(s, s->tag[w]);
+        while (s->idx_val[i]) i = (i + 1) & (s->idx_cap - 1);
+        s->idx_key[i] = s->tag[w];
+        s->idx_val[i] = w + 1;
+    }
+}
+
+static void idx_put(struct mm_sets *s, uint64_t key, uint32_t entry)
+{
+    size_t i = idx_slot(s, key);
+    while (s->idx_val[i] && s->idx_val[i] != IDX_DEAD) i = (i + 1) & (s->idx_cap - 1);
+    s->idx_key[i] = key;
+    s->idx_val[i] = entry + 1;
+    if (++s->idx_puts >= s->idx_cap / 2) { /* tombstones pile up: start over */
+        idx_rebuild(s);
+        s->idx_puts = s->ways;
+    }
+}
+
 static int sets_init(struct mm_sets *s, uint32_t nsets, uint32_t ways)
 {
     memset(s, 0, sizeof(*s));
@@ -24,7 +78,16 @@ static int sets_init(struct mm_sets *s, uint32_t nsets, uint32_t ways)
     s->tag = calloc((size_t)nsets * ways, sizeof(uint64_t));
     s->stamp = calloc((size_t)nsets * ways, sizeof(uint64_t));
     s->state = calloc((size_t)nsets * ways, 1);
-    return s->tag && s->stamp && s->state ? 0 : -1;
+    s->mru = calloc(nsets, sizeof(uint64_t));
+    s->mru_at = calloc(nsets, sizeof(uint32_t));
+    if (nsets == 1 && ways >= IDX_MIN_WAYS) {
+        s->idx_cap = 4;
+        while (s->idx_cap < 4 * ways) s->idx_cap *= 2;
+        s->idx_key = calloc(s->idx_cap, sizeof(uint64_t));
+        s->idx_val = calloc(s->idx_cap, sizeof(uint32_t));
+        if (!s->idx_key || !s->idx_val) return -1;
+    }
+    return s->tag && s->stamp && s->state && s->mru && s->mru_at ? 0 : -1;
 }
 
 static void sets_free(struct mm_sets *s)
@@ -32,22 +95,33 @@ static void sets_free(struct mm_sets *s)
     free(s->tag);
     free(s->stamp);
     free(s->state);
+    free(s->mru);
+    free(s->mru_at);
+    free(s->idx_key);
+    free(s->idx_val);
     memset(s, 0, sizeof(*s));
 }
 
 /* The entry of `key` made most recently used, or -1 (LruSets.lookup) */
-static long sets_lookup(struct mm_sets *s, uint64_t key)
+static inline long sets_lookup(struct mm_sets *s, uint64_t key)
 {
-    size_t h = s->hint;
-    if (s->stamp[h] && s->tag[h] == key) {
-        s->stamp[h] = ++s->now;
-        return (long)h;
+    size_t set = (size_t)(key & (s->nsets - 1));
+    if (s->mru[set] == key + 1) return (long)s->mru_at[set];
+    if (s->idx_cap) {
+        long e = idx_find(s, key);
+        if (e >= 0) {
+            s->stamp[e] = ++s->now;
+            s->mru[set] = key + 1;
+            s->mru_at[set] = (uint32_t)e;
+        }
+        return e;
     }
-    size_t base = (size_t)(key & (s->nsets - 1)) * s->ways;
+    size_t base = set * s->ways;
     for (size_t i = base; i < base + s->ways; i++) {
         if (s->stamp[i] && s->tag[i] == key) {
             s->stamp[i] = ++s->now;
-            s->hint = (uint32_t)i;
+            s->mru[set] = key + 1;
+            s->mru_at[set] = (uint32_t)i;
             return (long)i;
         }
     }
@@ -64,10 +138,13 @@ static size_t sets_insert(struct mm_sets *s, uint64_t key, uint8_t state, int *v
         if (s->stamp[i] < s->stamp[v]) v = i;
     }
     *victim = s->stamp[v] ? s->state[v] : -1;
+    if (s->idx_cap && s->stamp[v]) idx_del(s, s->tag[v]);
     s->tag[v] = key;
     s->state[v] = state;
     s->stamp[v] = ++s->now;
-    s->hint = (uint32_t)v;
+    if (s->idx_cap) idx_put(s, key, (uint32_t)v);
+    s->mru[(size_t)(key & (s->nsets - 1))] = key + 1;
+    s->mru_at[(size_t)(key & (s->nsets - 1))] = (uint32_t)v;
     return v;
 }
 
@@ -75,13 +152,22 @@ static void sets_drop(struct mm_sets *s, uint64_t key)
 {
     size_t base = (size_t)(key & (s->nsets - 1)) * s->ways;
     for (size_t i = base; i < base + s->ways; i++) {
-        if (s->stamp[i] && s->tag[i] == key) s->stamp[i] = 0;
+        if (s->stamp[i] && s->tag[i] == key) {
+            s->stamp[i] = 0;
+            if (s->idx_cap) idx_del(s, key);
+        }
     }
+    if (s->mru[(size_t)(key & (s->nsets - 1))] == key + 1) s->mru[(size_t)(key & (s->nsets - 1))] = 0;
 }
 
 static void sets_clear(struct mm_sets *s)
 {
     memset(s->stamp, 0, (size_t)s->nsets * s->ways * sizeof(uint64_t));
+    memset(s->mru, 0, s->nsets * sizeof(uint64_t));
+    if (s->idx_cap) {
+        memset(s->idx_val, 0, s->idx_cap * sizeof(uint32_t));
+        s->idx_puts = 0;
+    }
 }
 
 int mm_init(struct mm_state *m, const struct mm_params *p)
@@ -122,12 +208,23 @@ int mm_fetch(struct mm_state *m, uint64_t addr)
 
 void mm_flush_tlbs(struct mm_state *m)
 {
+    m->last_line = 0;
     sets_clear(&m->dtlb);
     sets_clear(&m->itlb);
 }
 
+void mm_reset(struct mm_state *m)
+{
+    m->last_line = 0;
+    sets_clear(&m->dtlb);
+    sets_clear(&m->itlb);
+    sets_clear(&m->l1);
+    sets_clear(&m->l2);
+}
+
 void mm_invlpg(struct mm_state *m, uint64_t addr)
 {
+    m->last_line = 0;
     sets_drop(&m->dtlb, addr >> PAGE_SHIFT);
     sets_drop(&m->itlb, addr >> PAGE_SHIFT);
 }
@@ -169,6 +266,8 @@ void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
     memset(o, 0, sizeof(*o));
     uint64_t first = addr >> LINE_SHIFT;
     unsigned nlines = ((unsigned)(addr & LINE_MASK) + size + LINE_MASK) >> LINE_SHIFT;
+    if (nlines == 1 && m->last_line == first + 1 && (store ? m->last_l2m : m->last_in_l1))
+        return; /* nothing to count, nothing changes (LRU order within each set) */
     unsigned npages = ((unsigned)(addr & PAGE_MASK) + size + PAGE_MASK) >> PAGE_SHIFT;
     o->split = nlines > 1;
     for (unsigned k = 0; k < npages; k++)
@@ -177,13 +276,20 @@ void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
     for (unsigned k = 0; k < nlines; k++) {
         uint64_t line = (first + k) & (UINT64_MAX >> LINE_SHIFT);
         if (store) {
-            sets_lookup(&m->l1, line); /* write-through: a hit is a use, a miss fills nothing */
+            /* write-through: a hit is a use, a miss fills nothing */
+            m->last_in_l1 = sets_lookup(&m->l1, line) >= 0;
             l2_ref(m, line, 1, o);
-        } else if (sets_lookup(&m->l1, line) < 0) {
-            int victim;
-            o->l1_miss++;
-            sets_insert(&m->l1, line, 0, &victim);
-            l2_ref(m, line, 0, o);
+            m->last_l2m = 1;
+        } else {
+            if (sets_lookup(&m->l1, line) < 0) {
+                int victim;
+                o->l1_miss++;
+                sets_insert(&m->l1, line, 0, &victim);
+                l2_ref(m, line, 0, o);
+            }
+            m->last_in_l1 = 1;
+            m->last_l2m = 0;
         }
+        m->last_line = line + 1;
     }
 }

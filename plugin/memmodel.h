@@ -21,17 +21,32 @@ struct mm_outcome {
     uint8_t split, dtlb_miss, l1_miss, l2_hite, l2_hitm, l2_miss, writeback;
 };
 
-/* sets x ways entries with true LRU: stamp 0 = invalid, else the time of the last use */
+/* sets x ways entries with true LRU: stamp 0 = invalid, else the time of the last use;
+ * per set the most recently used entry (mru: its tag + 1, 0 none; mru_at: its index), which
+ * a use leaves the most recent: found without a search and without a new stamp (the order
+ * within the set, all LRU decides on, does not change) */
 struct mm_sets {
     uint32_t nsets, ways;
     uint64_t *tag, *stamp;
     uint8_t *state;
     uint64_t now;
-    uint32_t hint; /* the entry hit last (looked at first) */
+    uint64_t *mru;
+    uint32_t *mru_at;
+    /* one set of many ways (the fully associative TLBs): an index key -> entry + 1, open
+     * addressing over idx_cap slots (a power of 2, at least 4 x ways), tombstones UINT32_MAX */
+    uint64_t *idx_key;
+    uint32_t *idx_val;
+    uint32_t idx_cap, idx_puts;
 };
 
 struct mm_state {
     struct mm_sets dtlb, itlb, l1, l2;
+    /* the line the last access touched (+ 1; 0: none since a flush), and what it left:
+     * the line in L1 (the most recent of its set, its page the DTLB's most recent), and
+     * valid and modified in L2 (its sector the most recent of its set) -- so that the next
+     * access to the same line, which finds everything as it is, takes no look-up */
+    uint64_t last_line;
+    uint8_t last_in_l1, last_l2m;
 };
 
 /* 0, or -1 when the geometry is not one of power-of-2 sets (nothing allocated then) */
@@ -42,5 +57,6 @@ void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
 int mm_fetch(struct mm_state *m, uint64_t addr);   /* 1: ITLB miss */
 void mm_flush_tlbs(struct mm_state *m);            /* a CR3 write */
 void mm_invlpg(struct mm_state *m, uint64_t addr); /* INVLPG */
+void mm_reset(struct mm_state *m);                 /* everything empty (MemorySystem.reset) */
 
 #endif

@@ -68,6 +68,12 @@ struct p4c_out {
     int lite;          /* written by Python: 1 the counters that may count need no branch
                         * outcome (the outcome-free level may be installed: lite_update),
                         * 0 some need them, P4_LITE_EITHER no counter may count */
+    int mem;           /* written by Python: 1 a counter that may count reads a memory-side
+                        * event (the memory level must be installed: mem_update), 0 none
+                        * does, P4_LITE_EITHER no counter may count */
+    uint32_t wmem;     /* written by Python: the counters (bit n: counter n) whose increments
+                        * memory outcomes change: their wrate is a bound per clock whatever
+                        * the kinds, and they are not watched by W2 */
 };
 
 #define P4_PROGS 128 /* programmings a vCPU's mirror may switch between (programs.c) */
@@ -84,6 +90,8 @@ struct p4c_prog {
     uint32_t nkext;
     int any_run;
     int lite;                      /* p4c_out.lite */
+    int mem;                       /* p4c_out.mem */
+    uint32_t wmem;                 /* p4c_out.wmem */
     uint8_t run[P4_NCOUNTERS], pmi[P4_NCOUNTERS];
     int8_t escr_of[P4_NCOUNTERS];  /* the ESCR slot counter n counts through, -1: none */
     int32_t rate_b[P4_NCOUNTERS], tmax[P4_NCOUNTERS];

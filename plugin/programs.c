@@ -21,6 +21,7 @@
 
 #include "programs.h"
 #include "counting.h"
+#include "flush.h"
 #include "kinds.h"
 
 /* FNV-1a over the 64-bit words of a programming (CCCRs without OVF, then the ESCRs); never
@@ -98,6 +99,9 @@ void prog_switch(unsigned vi, struct p4c_mirror *m, int i)
         m->nkext = p->nkext;
     }
     o->lite = p->lite;
+    o->mem = p->mem;
+    o->wmem = p->wmem;
+    mem_update(); /* (a programming that counts memory-side events: the level at once) */
     m->cur = i;
     m->prog_changes++;
     m->n_switches++;

@@ -82,6 +82,8 @@ class Programs:
             pv[field][:] = getattr(mv, field)
         p.any_run = m.any_run
         p.lite = o.lite
+        p.mem = o.mem
+        p.wmem = o.wmem
         tables = self._tables.setdefault(vcpu, {})
         if m.any_run:
             p.winc, p.nkext = o.winc, o.nkext

@@ -140,6 +140,10 @@ size_t qemu_plugin_insn_data(const struct qemu_plugin_insn *insn, void *dest, si
 size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
 uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
 
+/* A memory access's information (memory callbacks) */
+unsigned int qemu_plugin_mem_size_shift(p4_meminfo_t info);
+bool qemu_plugin_mem_is_store(p4_meminfo_t info);
+
 /* Scoreboards (per-vCPU storage that inline ops and conditions can address) */
 struct qemu_plugin_scoreboard *qemu_plugin_scoreboard_new(size_t element_size);
 void *qemu_plugin_scoreboard_find(struct qemu_plugin_scoreboard *score, unsigned int vcpu);

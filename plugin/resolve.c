@@ -16,11 +16,12 @@
 #include "cuts.h"
 #include "flush.h"
 #include "kinds.h"
+#include "memory.h"
 #include "predictor.h"
 #include "registers.h"
 
-static void rep_resolve(unsigned vi, struct vcpu_counting *c, const struct blk *pb, uint64_t a_new,
-                        int regs_ok)
+static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
+                        uint64_t a_new, int regs_ok)
 {
     const struct insn_info *r = &pb->ins[pb->n - 1];
     int os = pb->os;
@@ -48,8 +49,10 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, const struct blk *
     uint64_t ld = r->loads * iters, st = r->stores * iters;
     f.f[KF_LD] = ld > 255 ? 255 : (uint8_t)ld;
     f.f[KF_ST] = st > 255 ? 255 : (uint8_t)st;
-    uint32_t fk = kind_intern(f.f);
     uint32_t prev = ext(pb->last_k, os);
+    c->res_fin = 0;
+    if (__builtin_expect(c->mx.b != 0, 0)) mem_rep_final(c, pid, pb, f.f, &prev);
+    uint32_t fk = kind_intern(f.f);
     if (nfull) {
         acc_add(c, ext(kinds.rep_full, os), (int64_t)nfull);
         pair_hash_add(&c->pairs, prev, ext(kinds.rep_full, os), 1);
@@ -84,6 +87,7 @@ static inline void res_set(struct vcpu_counting *c, uint32_t pid, const struct b
     c->res_b = pid;
     c->res_v = (int)v;
     c->res_n = RES_LAZY;
+    c->res_fin = 0;
 }
 
 /* res_seq and res_last of a lazily recorded resolution */
@@ -99,6 +103,10 @@ void res_fill(struct vcpu_counting *c)
             c->res_seq[c->res_n++] = ext(kinds.penalty[p], b->os);
     }
     uint32_t e = ext(b->var[v], b->os);
+    if (c->res_fin) {
+        c->res_seq[0] = c->res_fin - 1; /* its memory fields (memory.c) */
+        e = c->res_fin - 1;
+    }
     if ((v & 1) && kinds.n_penalty) e = ext(kinds.penalty[kinds.n_penalty - 1], b->os);
     c->res_last = e + 1;
 }
@@ -342,6 +350,7 @@ resolve_cond_fast(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     c->res_b = pid;
     c->res_v = (int)v;
     c->res_n = RES_LAZY;
+    c->res_fin = 0;
     c->resolutions++;
     c->silent += (uint64_t)k;
 }
@@ -369,6 +378,7 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)!pred * cond_tab.pen;
     if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact_pen[pb->os ? 1 : 0];
     res_set(c, pid, pb, v);
+    if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
     int sat = g->e == (pb->silent_t ? 4u : 1u);
     if (__builtin_expect(sat != g->open || (!sat && pb->gate && g->owner != pid), 0)) {
         group_change(c, pb, g, pid, sat);
@@ -409,6 +419,7 @@ static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid,
     unsigned v = (unsigned)(taken * 2 + !pred);
     r->n[v]++;
     res_set(c, pid, pb, v);
+    if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
     if (!pred) {
         c->sbase[SB_DEADLINE_CLOCKS] += kinds.n_penalty;
         c->sbase[SB_EXACT_EVENTS] += c->exact_pen[pb->os ? 1 : 0]; /* exact_weight */
@@ -473,13 +484,21 @@ void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new,
         pred = pred_ret(c, a_new);
         break;
     case END_REP:
-        rep_resolve(vi, c, pb, a_new, regs_ok);
+        rep_resolve(vi, c, pid, pb, a_new, regs_ok);
         return;
     default:
         return;
     }
     if (run.branch_trace) trace_line(pb, a_new, 1, pred, 1);
     account_taken(vi, c, pb, pred);
+    c->res_fin = 0;
+    if (__builtin_expect(c->mx.b != 0, 0)) {
+        mem_resolved(vi, c, pid, pb, 2u + !pred);
+        if (c->res_fin) {
+            c->res_seq[0] = c->res_fin - 1;
+            if (pred || !kinds.n_penalty) c->res_last = c->res_fin;
+        }
+    }
 }
 
 /* At the entry of block S, after cb_xcheck's place: the previous block's outcome is decided

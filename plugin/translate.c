@@ -18,6 +18,7 @@
 #include "deadline.h"
 #include "flush.h"
 #include "kinds.h"
+#include "memory.h"
 #include "registers.h"
 #include "resolve.h"
 #include "siblings.h"
@@ -177,6 +178,7 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
         qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, n - 1), cb_rep,
                                                P4_CB_R_REGS, ud);
     }
+    if (memory_level_active()) mem_register(tb, n, id);
     if (lt && n == 1) {
         /* may be the re-execution of an MMIO access QEMU left a block at (cb_memi) */
         qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, 0), cb_memi, P4_CB_NO_REGS,
@@ -226,7 +228,7 @@ void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
     if (!x || !cs_disasm_iter(h, &p, &sz, &ad, x)) return;
     classify_insn(h, x, addr, &in);
     struct clock_fields c[64];
-    unsigned m = schedule(&in, 0, 1, c, 64);
+    unsigned m = schedule(&in, 0, 1, c, 64, NULL);
     struct vcpu_counting *cc = &run.per_vcpu[vi];
     uint32_t prev = 0;
     for (unsigned i = 0; i < m; i++) {

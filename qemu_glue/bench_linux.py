@@ -20,6 +20,9 @@ Configurations:
 * R4     -- a reference: plain QEMU under ``perf record -F 1000 -e cpu-clock`` (the kernel's
             timer samples, no PMU): what sampling costs a one-vCPU guest anyway (perf's own
             process runs beside the workload, every sample is an interrupt and a record);
+* M1     -- ``perf stat`` with cache-misses and L1-dcache-load-misses (the NMI watchdog off:
+            cache-misses needs its counter): every guest access goes through the memory model
+            (docs/memory-model.md);
 * R0, R2 -- references: the plugin with the NMI watchdog off (``nmi_watchdog=0``), nothing
             counting (R0), and ``perf stat`` of the raw event instr_retired:NBOGUSNTAG (R2),
             which reads no branch outcome, so the plugin translates at its outcome-free level
@@ -101,6 +104,10 @@ CONFIGS = (
     Config("R2", "perf stat -e instr_retired:NBOGUSNTAG, NMI watchdog off: the outcome-free "
            "level (reference)", True,
            "perf stat -o /dev/null -e $(p4event instr_retired:NBOGUSNTAG) --", "nmi_watchdog=0"),
+    # the memory level: every access through the memory model (docs/memory-model.md)
+    Config("M1", "perf stat -e cache-misses,L1-dcache-load-misses, NMI watchdog off: the "
+           "memory level", True,
+           "perf stat -o /dev/null -e cache-misses,L1-dcache-load-misses --", "nmi_watchdog=0"),
 )
 
 

@@ -12,6 +12,8 @@ checkout).  A build is redone when a source, a flag or the gcc version changes (
                the branch events (branchy.S)
 ``hotspots N`` freestanding: ``hot_a`` runs 3N iterations, ``hot_b`` N iterations of the
                same DIV loop, so hot_a takes 3/4 of their clocks (hotspots.S)
+``stream N``   freestanding: N passes over an 8 MB buffer, one load per 64-byte line: every
+               load misses L1 and L2, every page the DTLB (stream.S: the memory model's counts)
 ``rt [-c CPU] CMD...``  run CMD under SCHED_FIFO 99 (busybox has no chrt), optionally pinned
 ``perf-setup`` the guest settings for perf on the emulated PMU (see the file)
 =============  ==============================================================================
@@ -54,6 +56,7 @@ WORKLOADS = (
     Workload("count", "count.S", 0x20000000),
     Workload("branchy", "branchy.S", 0x21000000),
     Workload("hotspots", "hotspots.S", 0x22000000),
+    Workload("stream", "stream.S", 0x23000000),
     Workload("rt", "rt.c", None),
     Workload("perf-setup", "perf-setup", None),
 )

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from p4pmu.plugin.bridge import OK, Bridge, Options
 
-BSU_ESCR0, BPU_CCCR0, BPU_COUNTER0 = 0x3A0, 0x360, 0x300
-CACHE_MISSES_ESCR, CCCR_ON = 0x180E_000C, 0x0403_F000  # Linux's cache-misses programming
+FSB_ESCR0, BPU_CCCR0, BPU_COUNTER0 = 0x3A2, 0x360, 0x300
+# FSB_data_activity DRDY_DRV|DRDY_OWN (Linux's bus-cycles: no bus model), through FSB_ESCR0
+BUS_ESCR, CCCR_ON = 0x2E00_060C, 0x0003_D000
 
 
 def test_a_notice_is_said_once_on_stderr_and_in_the_log(tmp_path, capsys):
     log = tmp_path / "pmu.log"
     b = Bridge(Options(log=str(log)))
     for _ in range(3):  # perf starts the event again and again: one warning
-        assert b.wrmsr(0, BSU_ESCR0, CACHE_MISSES_ESCR) == OK
+        assert b.wrmsr(0, FSB_ESCR0, BUS_ESCR) == OK
         assert b.wrmsr(0, BPU_CCCR0, CCCR_ON) == OK
         assert b.wrmsr(0, BPU_CCCR0, CCCR_ON & ~(1 << 12)) == OK
     b.counter_rewritten(0, BPU_COUNTER0, (1 << 40) - 5, 0)
@@ -20,7 +21,7 @@ def test_a_notice_is_said_once_on_stderr_and_in_the_log(tmp_path, capsys):
     b.close()
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("p4pmu: warning:")]
     assert len(err) == 2, err
-    assert "BSQ_cache_reference" in err[0] and "reads 0" in err[0]
+    assert "FSB_data_activity" in err[0] and "reads 0" in err[0]
     assert "p4_pmu_set_period" in err[1]
     text = log.read_text()
     assert text.count("# warning:") == 2
@@ -28,21 +29,22 @@ def test_a_notice_is_said_once_on_stderr_and_in_the_log(tmp_path, capsys):
 
 
 def test_replay_event_for_an_unmodelled_metric_is_said(capsys):
-    """Linux's L1-dcache-load-misses: replay_event NBOGUS with the 1stL_cache_load_miss_retired
-    metric (MSR_PEBS_ENABLE 01000001h, MATRIX_VERT 1): no cache model, a warning that names
-    the metric.  The tagged mispredicted-branch metric is modelled: no warning; and
-    replay_event with no metric selected reads 0 on silicon too: no warning."""
+    """replay_event NBOGUS with the MOB_load_replay_retired metric (MSR_PEBS_ENABLE
+    01000200h, MATRIX_VERT 1): no memory-order model, a warning that names the metric.  The
+    tagged mispredicted-branch metric and Linux's L1-dcache-load-misses (01000001h, 1) are
+    modelled: no warning; and replay_event with no metric selected reads 0 on silicon too:
+    no warning."""
     PEBS_ENABLE, MATRIX_VERT, CRU_ESCR2, IQ_CCCR1 = 0x3F1, 0x3F2, 0x3CC, 0x36D
     replay_escr = (0x09 << 25) | (1 << 9) | (1 << 2) | (1 << 3)  # replay_event NBOGUS, T0 OS+USR
     cccr = (1 << 12) | (5 << 13) | (3 << 16)  # ENABLE, ESCR_SELECT 5 (CRU_ESCR2), ANY thread
     b = Bridge(Options())
     assert b.wrmsr(0, CRU_ESCR2, replay_escr) == OK
     assert b.wrmsr(0, IQ_CCCR1, cccr) == OK  # no metric: no warning
-    for pebs, vert in ((0x0101_8000, 0x10), (0x0100_0001, 0x1)):
+    for pebs, vert in ((0x0101_8000, 0x10), (0x0100_0001, 0x1), (0x0100_0200, 0x1)):
         assert b.wrmsr(0, PEBS_ENABLE, pebs) == OK
         assert b.wrmsr(0, MATRIX_VERT, vert) == OK
         assert b.wrmsr(0, IQ_CCCR1, cccr) == OK
     b.close()
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("p4pmu: warning:")]
     assert len(err) == 1, err
-    assert "1stL_cache_load_miss_retired" in err[0] and "contribute 0" in err[0], err
+    assert "MOB_load_replay_retired" in err[0] and "contribute 0" in err[0], err

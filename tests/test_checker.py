@@ -50,9 +50,9 @@ def test_an_escr_nothing_selects_is_found_at_the_end():
 
 
 def test_unmodelled_event():
-    """An event this emulator does not model (a cache event) reads 0: said, not hidden."""
-    bsq = escr_value("BSQ_cache_reference", "RD_2ndL_HITS", t0_usr=True)
-    found = run([(0x3A0, bsq), (0x360, cccr_value(0, "MSR_BSU_ESCR0"))])
+    """An event this emulator does not model (a bus event) reads 0: said, not hidden."""
+    bus = escr_value("FSB_data_activity", "DRDY_OWN", t0_usr=True)
+    found = run([(0x3A2, bus), (0x360, cccr_value(0, "MSR_FSB_ESCR0"))])
     assert "unmodelled" in rules(found), [f.line() for f in found]
 
 

@@ -200,11 +200,11 @@ def test_no_mask_bits_means_the_bits_that_count(event, want):
 
 
 def test_unmodelled_bits_are_encoded_with_a_warning():
-    r = p4pmu("events", "--perf", "BSQ_cache_reference:RD_2ndL_MISS:u")
+    r = p4pmu("events", "--perf", "BSQ_cache_reference:RD_3rdL_MISS:u")
     assert r.returncode == 0
-    assert r.stdout == P.raw_event("BSQ_cache_reference", "RD_2ndL_MISS", modifier="u") + "\n"
+    assert r.stdout == P.raw_event("BSQ_cache_reference", "RD_3rdL_MISS", modifier="u") + "\n"
     assert r.stderr == ("p4pmu events: warning: BSQ_cache_reference: not modelled by this "
-                        "emulator, counts 0: RD_2ndL_MISS\n")
+                        "emulator, counts 0: RD_3rdL_MISS\n")
 
 
 BAD = [  # (spec, a part of the message); every one exits 2 with nothing on stdout

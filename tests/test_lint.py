@@ -19,7 +19,7 @@ from p4pmu.emulator import checker as K
 pytestmark = pytest.mark.guest
 
 C0 = "MSR_CRU_ESCR0"
-BSQ = escr_value("BSQ_cache_reference", "RD_2ndL_HITS", t0_usr=True)
+BUS = escr_value("FSB_data_activity", "DRDY_OWN", t0_usr=True)
 
 
 def _pmi(s: EvScript, lvt: int) -> None:
@@ -42,11 +42,11 @@ def script(right: bool) -> EvScript:
         if case.model == "0F_04":
             for msr, value in (case.right if right else case.wrong):
                 s.wrmsr(msr, value)
-    if not right:  # an event this emulator does not model (BSU_ESCR0, counter 0)
-        s.wrmsr(escr_msr("MSR_BSU_ESCR0"), BSQ)
-        s.wrmsr(cccr_msr(0), cccr_value(0, "MSR_BSU_ESCR0"))
+    if not right:  # an event this emulator does not model (FSB_ESCR0, counter 0)
+        s.wrmsr(escr_msr("MSR_FSB_ESCR0"), BUS)
+        s.wrmsr(cccr_msr(0), cccr_value(0, "MSR_FSB_ESCR0"))
         s.wrmsr(cccr_msr(0), 0)
-        s.wrmsr(escr_msr("MSR_BSU_ESCR0"), 0)
+        s.wrmsr(escr_msr("MSR_FSB_ESCR0"), 0)
     _pmi(s, LVT_NMI | VEC_PMI | (0 if right else LVT_MASK))
     if not right:
         for msr, value in IDLE_WRONG:

@@ -31,9 +31,14 @@ def test_known_statuses():
     assert by[("global_power_events", "RUNNING")].status == COV.MODELLED
     assert by[("branch_retired", "MMTM")].status == COV.MODELLED  # the predictor
     assert by[("replay_event", "NBOGUS")].status == COV.MODELLED
-    assert "Tagged_mispred_branch" in by[("replay_event", "NBOGUS")].text
-    assert by[("BSQ_cache_reference", "RD_2ndL_MISS")].status == COV.ZERO
-    assert by[("BSQ_cache_reference", "RD_2ndL_MISS")].text == "no cache model"
+    assert "mispredicted branches" in by[("replay_event", "NBOGUS")].text
+    assert by[("BSQ_cache_reference", "RD_2ndL_MISS")].status == COV.MODELLED
+    assert "memory model" in by[("BSQ_cache_reference", "RD_2ndL_MISS")].text
+    assert by[("memory_complete", "LSC")].status == COV.EXACT  # address and size alone
+    assert by[("BSQ_cache_reference", "RD_3rdL_MISS")].status == COV.ZERO
+    assert by[("BSQ_cache_reference", "RD_3rdL_MISS")].text == COV.HARDWARE_ZERO[
+        ("BSQ_cache_reference", "RD_3rdL_MISS")]
+    assert by[("FSB_data_activity", "DRDY_OWN")].text == "no bus model"
     assert by[("uop_queue_writes", "FROM_TC_BUILD")].status == COV.ZERO
 
 

@@ -129,8 +129,8 @@ def c_model(tmp_path_factory):
 
 def _ops(rng: random.Random, n: int, g):
     """A mixed sequence: a hot buffer, a buffer near L2's size, streams, conflicting strides,
-    unaligned sizes (splits), stores, code fetches, CR3 writes and INVLPGs, addresses near
-    the top of the address space."""
+    unaligned sizes (splits), stores, code fetches, CR3 writes and INVLPGs, resets, addresses
+    near the top of the address space."""
     hot = g.l1d_kb * 1024 // 2
     warm = g.l2_kb * 1024 + g.l2_kb * 256
     stride = g.l2_kb * 1024 // g.l2_ways
@@ -139,6 +139,9 @@ def _ops(rng: random.Random, n: int, g):
         r = rng.random()
         size = rng.choice((1, 2, 4, 8, 16))
         store = rng.random() < 0.3
+        if r < 0.0002:
+            yield ("reset",)
+            continue
         if r < 0.004:
             yield ("flush",)
             continue
@@ -177,7 +180,10 @@ def test_c_equals_the_reference(c_model, g, seed):
     totals = dict.fromkeys(OUTCOME_FIELDS, 0)
     try:
         for i, op in enumerate(_ops(random.Random(seed), 40_000, g)):
-            if op[0] == "flush":
+            if op[0] == "reset":
+                ref.reset()
+                lib.mm_reset(st)
+            elif op[0] == "flush":
                 ref.flush_tlbs()
                 lib.mm_flush_tlbs(st)
             elif op[0] == "invlpg":

@@ -10,7 +10,7 @@ from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import get_model
 from p4pmu.emulator.pmu import PMU
 
-CRU_ESCR0, CRU_ESCR2, BSU_ESCR0 = 0x3B8, 0x3CC, 0x3A0
+CRU_ESCR0, CRU_ESCR2, BSU_ESCR0, FSB_ESCR0 = 0x3B8, 0x3CC, 0x3A0, 0x3A2
 IQ_CCCR0, BPU_CCCR0 = 0x36C, 0x360
 ENABLE = 1 << 12
 INSTR_ESCR = 0x0400_0A0C  # instr_retired NBOGUSNTAG|BOGUSNTAG, T0_OS|T0_USR (Linux's)
@@ -34,8 +34,10 @@ def test_modelled_classes_are_the_clock_models_lines():
     assert CM.is_modelled("instr_retired", "NBOGUSNTAG")
     assert CM.is_modelled("branch_retired", "MMTM")
     assert CM.is_modelled("front_end_event", "NBOGUS")  # through load/store tagging
-    assert not CM.is_modelled("BSQ_cache_reference", "RD_2ndL_MISS")
-    assert CM.is_modelled("replay_event", "NBOGUS")  # through the mispredicted-branch metric
+    assert CM.is_modelled("BSQ_cache_reference", "RD_2ndL_MISS")  # the memory model
+    assert not CM.is_modelled("BSQ_cache_reference", "RD_3rdL_MISS")  # no L3
+    assert not CM.is_modelled("FSB_data_activity", "DRDY_OWN")  # no bus model
+    assert CM.is_modelled("replay_event", "NBOGUS")  # through the replay-tagging metrics
     assert not CM.is_modelled("replay_event", "BOGUS")
     assert not CM.is_modelled("uop_type", "TAGLOADS")  # tags, never counts
     assert all(0 <= c < EV.NUM_CLASSES for c in CM.modelled_classes())
@@ -43,14 +45,18 @@ def test_modelled_classes_are_the_clock_models_lines():
 
 def test_unmodelled_event_on_an_enabled_counter():
     p = pmu()
-    p.wrmsr(0, BSU_ESCR0, 0x180E_000C)  # BSQ_cache_reference, Linux's cache-misses
-    p.wrmsr(0, BPU_CCCR0, cccr(7))
+    p.wrmsr(0, FSB_ESCR0, 0x2E00_060C)  # FSB_data_activity DRDY_DRV|DRDY_OWN (bus-cycles)
+    p.wrmsr(0, BPU_CCCR0, cccr(6))
     n = N.unmodelled(p, 0)
-    assert n is not None and "BSQ_cache_reference" in n.text and "reads 0" in n.text
-    assert n.key == ("unmodelled", "BSQ_cache_reference",
-                     ("RD_2ndL_MISS", "RD_3rdL_MISS", "WR_2ndL_MISS"))
-    p.wrmsr(0, BPU_CCCR0, cccr(7) & ~ENABLE)
+    assert n is not None and "FSB_data_activity" in n.text and "reads 0" in n.text
+    assert n.key == ("unmodelled", "FSB_data_activity", ("DRDY_DRV", "DRDY_OWN"))
+    p.wrmsr(0, BPU_CCCR0, cccr(6) & ~ENABLE)
     assert N.unmodelled(p, 0) is None  # not enabled: nothing counts
+    # Linux's cache-misses: L2 misses (modelled), L3 misses and L1 write-back lookups (none on
+    # these parts: 0 as on the hardware): no notice
+    p.wrmsr(0, BSU_ESCR0, 0x180E_000C)
+    p.wrmsr(0, BPU_CCCR0, cccr(7))
+    assert N.unmodelled(p, 0) is None
 
 
 def test_modelled_events_and_the_every_clock_filter_are_not_reported():
@@ -58,9 +64,9 @@ def test_modelled_events_and_the_every_clock_filter_are_not_reported():
     p.wrmsr(0, CRU_ESCR0, INSTR_ESCR)
     p.wrmsr(0, IQ_CCCR0, cccr(4))
     assert N.unmodelled(p, 12) is None
-    # replay_event for a metric without a model (DTLB_load_miss_retired) under
+    # replay_event for a metric without a model (MOB_load_replay_retired) under
     # COMPARE+COMPLEMENT threshold 15 counts every clock
-    p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0004)
+    p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0200)
     p.wrmsr(0, T.MSR_PEBS_MATRIX_VERT, 0x1)
     p.wrmsr(0, CRU_ESCR2, 0x1200_020C)
     p.wrmsr(0, IQ_CCCR0, cccr(5, compare=True, complement=True, threshold=15))
@@ -104,9 +110,9 @@ def test_counter_rewritten_names_the_61_driver():
 
 
 def test_replay_event_warns_for_the_metrics_without_a_model():
-    """replay_event counts replay-tagged uops (SDM Table 19-33): Linux's dTLB-load-misses
-    (DTLB_load_miss_retired) has no model here and is reported by name; the tagged
-    mispredicted-branch metric is modelled and no metric at all reads 0 on silicon too."""
+    """replay_event counts replay-tagged uops (SDM Table 19-33): MOB_load_replay_retired has
+    no model here and is reported by name; the tagged mispredicted-branch metric and Linux's
+    cache and TLB metrics are modelled, and no metric at all reads 0 on silicon too."""
     p = pmu()
     CRU_ESCR2, IQ_CCCR1 = 0x3CC, 0x36D
     p.wrmsr(0, CRU_ESCR2, (0x09 << 25) | (1 << 9) | (1 << 2) | (1 << 3))
@@ -117,8 +123,14 @@ def test_replay_event_warns_for_the_metrics_without_a_model():
     assert N.unmodelled(p, 13) is None  # Tagged_mispred_branch
     p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0004)
     p.wrmsr(0, T.MSR_PEBS_MATRIX_VERT, 0x1)
+    assert N.unmodelled(p, 13) is None  # DTLB_load_miss_retired (the memory model)
+    p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0200)
     n = N.unmodelled(p, 13)
-    assert n is not None and "DTLB_load_miss_retired" in n.text, n
+    assert n is not None and "MOB_load_replay_retired" in n.text, n
     assert [m.name for m in EV.replay_metrics(0x0100_0004, 0x3)] == [
         "DTLB_load_miss_retired", "DTLB_store_miss_retired", "DTLB_all_miss_retired"]
     assert EV.replay_metrics(0x4, 0x1) == ()  # no UOP_TAG: nothing tagged
+    # MATRIX_VERT's bits select the uop types: loads alone, stores alone (Linux's
+    # dTLB-load-misses and dTLB-store-misses)
+    assert [m.name for m in EV.replay_metrics(0x0100_0004, 0x1)] == ["DTLB_load_miss_retired"]
+    assert [m.name for m in EV.replay_metrics(0x0100_0004, 0x2)] == ["DTLB_store_miss_retired"]

@@ -415,10 +415,14 @@ class ClockOracle:
     """Counts of a setup's counters over one loop trace, through the documented clock model
     and the emulator's PMU."""
 
-    def __init__(self, model: LoopModel, params: dict | None = None):
+    def __init__(self, model: LoopModel, params: dict | None = None, mem=None):
+        """mem: {instruction address: {clock field: n}}, the memory-model outcomes every
+        execution of that instruction has (clockmodel.MEMORY_FIELDS; loops whose outcomes do
+        not depend on the memory model's state, e.g. split accesses)."""
         self.m = model
         CM, _ = _models()
         self.params = CM.with_params(**(params or {}))
+        self.mem = mem or {}
         self._kinds: dict = {}
 
     def block_clocks(self, trace: list[L.Step], predictor) -> list[tuple[list, list]]:
@@ -432,7 +436,8 @@ class ClockOracle:
             if last.branch:
                 (o,) = self.m.outcomes([last], predictor)
                 outcome = (last.taken, o.predicted)
-            out.append((blk, CM.block_clocks(insns, outcome, self.params)))
+            mem = {i: self.mem[s.addr] for i, s in enumerate(blk) if s.addr in self.mem}
+            out.append((blk, CM.block_clocks(insns, outcome, self.params, mem)))
         return out
 
     def clocks(self, trace: list[L.Step], predictor) -> list:
@@ -454,6 +459,9 @@ class ClockOracle:
         from p4pmu.emulator.activity import Activity
         from . import evscript as S
         tagging = _cm_tagging(Tagging(setup.escr_images(), ring, lp))
+        w = dict(setup.msr_writes)  # replay tagging (MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT)
+        CM, _ = _models()
+        tagging = CM.replace(tagging, replay=CM.replay_tagging(w.get(0x3F1, 0), w.get(0x3F2, 0)))
         kinds = self.kinds(self.clocks(trace, predictor), ring, lp, tagging)
         pmu = program_pmu(setup, model_key, ht=lp == 1)
         pmu.advance(Activity.from_clocks(kinds))

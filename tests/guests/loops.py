@@ -21,7 +21,7 @@ from pathlib import Path
 
 # Loops whose control flow the replay understands (bench's data-dependent branch is not).
 TRACEABLE = ("nop4", "alu", "alt", "pat3", "callret", "indirect", "x87", "sse", "mmx", "mem",
-             "phases", "members", "ucode")
+             "phases", "members", "ucode", "split")
 # Traceable too, but only at CPL 0 (their PMU instructions fault at CPL 3): not in TRACEABLE,
 # which the tests run at both levels.
 TRACEABLE_CPL0 = ("rdpmc",)

@@ -585,6 +585,41 @@ rdmsr_other_body:
 	EPILOGUE
 	ret
 
+/* ---- split: loads and stores that cross a 64-byte line (memory_complete, load_port_replay,
+ * store_port_replay, replay tagging's split metrics; docs/memory-model.md): a split load and
+ * a split store, then a split load in the next clock (adjacent clocks with splits: their
+ * pair matters to EDGE), a nop clock, then a split load in the clock before the branch's and
+ * one in the branch's clock (the pair across the dynamic end) ------------------------------ */
+LOOP(split)
+	PROLOGUE
+	movl $loop_data, %ebx
+	.globl split_body
+split_body:				/* (the first split load) */
+	movl 62(RBX), %eax
+	.globl split_st1
+split_st1:
+	movl %eax, 126(RBX)
+	.globl split_ld3
+split_ld3:
+	movl 125(RBX), %edx
+	nop
+	nop
+	.globl split_ld4
+split_ld4:
+	movl 253(RBX), %edx
+	nop
+	decl %ecx
+	.globl split_ld2
+split_ld2:
+	movl 190(RBX), %esi
+	.globl split_br
+split_br:
+	jnz split_body
+	.globl split_end
+split_end:
+	EPILOGUE
+	ret
+
 /* ---- empty: nothing (the benchmark's start-up-only run) -------------------------------- */
 LOOP(empty)
 	xorl %eax, %eax
@@ -594,6 +629,6 @@ LOOP(empty)
 	.balign 64
 	.globl loop_data
 loop_data:
-	.skip 256
+	.skip 320
 
 	.section .note.GNU-stack, "", @progbits

@@ -1,0 +1,415 @@
+/*
+ * p4pmu: the memory side of counting (docs/memory-model.md).  While a counter may count a
+ * memory-side event, every instruction carries a memory callback (the memory level); each
+ * access goes through the vCPU's memory model (memmodel.c), and an access with something to
+ * count changes the kind of the clock its instruction retires in, for this execution only:
+ * the batch's accumulators lose the clock's kind and gain the new one, with its adjacent
+ * pairs (a "fix").  A static clock is fixed at once; the dynamic final clock of a block (a
+ * branch's, REP's) gets its memory fields when its outcome is resolved.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+#include "memory.h"
+#include "batch.h"
+#include "blocks.h"
+#include "counting.h"
+#include "kinds.h"
+#include "memmodel.h"
+
+struct memory_level_state memlvl;
+
+#define UD_INSN_BITS 10u /* an instruction index in a block (TCG: at most 512) */
+
+/* What an instruction does to the TLBs (SDM Vol. 3A 4.10.4): 1 a MOV to CR3 (all entries:
+ * the model has no global pages and no PCIDs), 2 INVLPG (its page: the model drops them
+ * all, the plugin does not compute INVLPG's address), else 0.  Legacy and REX prefixes
+ * skipped; MOV CR3 is 0F 22 /3 (register form), INVLPG 0F 01 /7 (memory form). */
+static int tlb_effect(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (p[i] == 0x66 || p[i] == 0x67 || p[i] == 0xF2 || p[i] == 0xF3 ||
+                     p[i] == 0x2E || p[i] == 0x3E || p[i] == 0x26 || p[i] == 0x36 ||
+                     p[i] == 0x64 || p[i] == 0x65 || (p[i] >= 0x40 && p[i] <= 0x4F))) {
+        i++;
+    }
+    if (i + 2 >= n || p[i] != 0x0F) return 0;
+    uint8_t op = p[i + 1], modrm = p[i + 2], reg = (modrm >> 3) & 7, mod = modrm >> 6;
+    if (op == 0x22 && reg == 3) return 1;
+    if (op == 0x01 && reg == 7 && mod != 3) return 2;
+    return 0;
+}
+
+/* a MOV to CR3 or an INVLPG is about to run: this vCPU's TLBs lose their entries */
+static void cb_tlb_flush(unsigned int vi, void *ud)
+{
+    (void)ud;
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    if (c->mm) mm_flush_tlbs(c->mm);
+    c->mem_tlb_flushes++;
+}
+
+void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
+{
+    for (size_t i = 0; i < n && i < (1u << UD_INSN_BITS); i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        void *ud = (void *)(((uintptr_t)id << UD_INSN_BITS) | i);
+        qemu_plugin_register_vcpu_mem_cb(insn, cb_mem, P4_CB_NO_REGS, P4_MEM_RW, ud);
+        uint8_t bytes[16];
+        size_t len = qemu_plugin_insn_data(insn, bytes, sizeof(bytes));
+        if (tlb_effect(bytes, len))
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_tlb_flush, P4_CB_NO_REGS, NULL);
+    }
+}
+
+/* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
+static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
+{
+    _Static_assert(KF_ST_DTLB == KF_N - 1 && KF_SPLIT_LD == KF_N - 13,
+                   "the memory fields are the last 13 clock fields");
+    memset(d, 0, KF_N);
+    if (store) {
+        d[KF_SPLIT_ST] = o->split;
+        d[KF_DTLB_ST] = o->dtlb_miss;
+        d[KF_L2_RFO] = o->l2_miss;
+        d[KF_ST_DTLB] = o->dtlb_miss > 0;
+        return o->split | o->dtlb_miss | o->l2_miss;
+    }
+    d[KF_SPLIT_LD] = o->split;
+    d[KF_DTLB_LD] = o->dtlb_miss;
+    d[KF_L1_LD] = o->l1_miss;
+    d[KF_L2_HITE] = o->l2_hite;
+    d[KF_L2_HITM] = o->l2_hitm;
+    d[KF_L2_LD] = o->l2_miss;
+    d[KF_LD_L1MISS] = o->l1_miss > 0;
+    d[KF_LD_L2MISS] = o->l2_miss > 0;
+    d[KF_LD_DTLB] = o->dtlb_miss > 0;
+    return o->split | o->dtlb_miss | o->l1_miss | o->l2_hite | o->l2_hitm | o->l2_miss;
+}
+
+static void fields_add(uint8_t *f, const uint8_t *d)
+{
+    for (int i = 0; i < KF_N; i++) {
+        unsigned t = (unsigned)f[i] + d[i];
+        f[i] = t > 255 ? 255 : (uint8_t)t;
+    }
+}
+
+/* kind k with the memory fields d added: from this thread's direct-mapped cache, else
+ * interned (which takes the lock) */
+#define KPC_SIZE 1024
+struct kpc_entry {
+    uint32_t k, nw; /* k + 1 (0: empty), the result */
+    uint8_t d[KF_N];
+};
+static __thread struct kpc_entry *tl_kpc;
+
+/* the memory fields are the last ones of a clock (clockmodel.MEMORY_FIELDS): only they differ */
+#define KF_MEM_FIRST KF_SPLIT_LD
+#define KF_MEM_N (KF_N - KF_MEM_FIRST)
+
+static uint32_t kind_plus(uint32_t k, const uint8_t *d)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ k;
+    for (int i = KF_MEM_FIRST; i < KF_N; i++) h = (h ^ d[i]) * 0x100000001b3ull;
+    if (!tl_kpc) tl_kpc = calloc(KPC_SIZE, sizeof(struct kpc_entry));
+    struct kpc_entry *e = tl_kpc ? &tl_kpc[(h >> 20) % KPC_SIZE] : NULL;
+    if (e && e->k == k + 1 && !memcmp(e->d + KF_MEM_FIRST, d + KF_MEM_FIRST, KF_MEM_N))
+        return e->nw;
+    uint8_t f[KF_N];
+    memcpy(f, kinds.fields[k], KF_N);
+    fields_add(f, d);
+    uint32_t nw = kind_intern(f);
+    if (e) {
+        e->k = k + 1;
+        e->nw = nw;
+        memcpy(e->d, d, KF_N);
+    }
+    return nw;
+}
+
+/* Is c->mx the record of the execution of block id under way (or whose end is pending)? */
+static int mx_is(const struct vcpu_counting *c, uint32_t id)
+{
+    const struct mem_exec *x = &c->mx;
+    return x->b == id && id && x->stamp == en_total(c, id) && x->folds == c->folds;
+}
+
+static void mx_start(struct vcpu_counting *c, uint32_t id)
+{
+    struct mem_exec *x = &c->mx;
+    x->b = id;
+    x->stamp = en_total(c, id);
+    x->folds = c->folds;
+    x->n = 0;
+    x->last_now = 0;
+    x->has_fin = 0;
+}
+
+static uint32_t fixed_kind(const struct mem_exec *x, const struct blk *b, unsigned j)
+{
+    for (unsigned i = x->n; i-- > 0;) {
+        if (x->fix[i].j == j) return x->fix[i].nw;
+    }
+    if (j == b->nclocks - 1 && x->last_now) return x->last_now - 1;
+    return b->seq[j];
+}
+
+uint32_t mem_kind_at(const struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j)
+{
+    return mx_is(c, id) ? fixed_kind(&c->mx, b, j) : b->seq[j];
+}
+
+uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct blk *b)
+{
+    return mx_is(c, id) && c->mx.last_now ? c->mx.last_now - 1 : b->last_k;
+}
+
+void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
+                   uint32_t *seq, unsigned n)
+{
+    if (!mx_is(c, id)) return;
+    for (unsigned j = 0; j < n && j < b->nclocks; j++) {
+        seq[j] = ext(fixed_kind(&c->mx, b, j), b->os);
+    }
+}
+
+/* the first clock of the rest of an execution split by a PMU access, if this execution of
+ * block id is one (fold_at_access): its left neighbour is in an earlier batch */
+static int open_rest_first(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
+                           unsigned j)
+{
+    if (c->open_b != id || c->open_stamp != en_total(c, id) || !c->open_a) return 0;
+    uint16_t at = b->iclk[c->open_a - 1];
+    return at != ICLK_FINAL && j == (unsigned)at + 1;
+}
+
+/* Does the batch collect adjacent clock pairs?  Not while no counter has an EDGE detector
+ * (Python's p4c_out.nopairs, threads=1: the fold drops them, fold.c); the flag changes only
+ * at a Python step, after the fold that closes the batch. */
+static inline int pairs_wanted(unsigned vi)
+{
+    return !(run.fold_out[vi].nopairs && run.threads == 1);
+}
+
+/* Static clock j of the execution of block id under way gets the memory fields d. */
+static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b,
+                       unsigned j, const uint8_t *d)
+{
+    struct mem_exec *x = &c->mx;
+    if (x->n == MX_MAX || j == 0 || j >= b->nclocks) {
+        c->mem_dropped++;
+        return;
+    }
+    const int os = b->os;
+    struct mem_fix *f = &x->fix[x->n];
+    f->j = (uint16_t)j;
+    f->old = fixed_kind(x, b, j);
+    f->nw = kind_plus(f->old, d);
+    uint32_t eo = ext(f->old, os), en = ext(f->nw, os);
+    acc_add(c, eo, -1);
+    acc_add(c, en, 1);
+    const int pairs = pairs_wanted(vi);
+    if (open_rest_first(c, id, b, j)) {
+        f->left = MX_L_NONE;
+        if (c->next_first == eo + 1) {
+            c->next_first = en + 1;
+            f->left = MX_L_FIRST;
+        }
+    } else if (pairs) {
+        f->left = MX_L_PAIR;
+        f->lk = fixed_kind(x, b, j - 1);
+        pair_hash_add(&c->pairs, ext(f->lk, os), eo, -1);
+        pair_hash_add(&c->pairs, ext(f->lk, os), en, 1);
+    } else {
+        f->left = MX_L_NONE;
+    }
+    if (j + 1 < b->nclocks) {
+        f->right = pairs ? MX_R_PAIR : MX_R_NONE;
+        f->rk = fixed_kind(x, b, j + 1);
+        if (pairs) {
+            pair_hash_add(&c->pairs, eo, ext(f->rk, os), -1);
+            pair_hash_add(&c->pairs, en, ext(f->rk, os), 1);
+        }
+    } else {
+        x->last_now = f->nw + 1;
+        if (!dyn_end(b)) {
+            f->right = MX_R_LAST;
+            acc_last_add(c, eo, -1);
+            acc_last_add(c, en, 1);
+        } else {
+            f->right = MX_R_JUNCTION;
+        }
+    }
+    x->n++;
+    c->mem_fixes++;
+}
+
+void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint32_t id = (uint32_t)((uintptr_t)ud >> UD_INSN_BITS);
+    unsigned i = (unsigned)((uintptr_t)ud & ((1u << UD_INSN_BITS) - 1));
+    if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id) {
+        /* QEMU re-executing an MMIO access in a block of its own (cuts.c cb_memi) */
+        c->mem_elsewhere++;
+        return;
+    }
+    if (!c->mm) {
+        c->mm = calloc(1, sizeof(struct mm_state));
+        const unsigned *g = p4_mm_geometry[run.mm_model];
+        struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5]};
+        if (!c->mm || mm_init(c->mm, &p)) {
+            fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
+            exit(1);
+        }
+    }
+    c->mem_accesses++;
+    struct mm_outcome o;
+    int store = qemu_plugin_mem_is_store(info);
+    mm_access(c->mm, vaddr, 1u << qemu_plugin_mem_size_shift(info), store, &o);
+    if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss)) return;
+    uint8_t d[KF_N];
+    if (!access_fields(&o, store, d)) return;
+    if (!mx_is(c, id)) mx_start(c, id);
+    const struct blk *b = blocks.by_id[id];
+    uint16_t j = b->iclk[i];
+    if (j == ICLK_FINAL) {
+        fields_add(c->mx.fin, d);
+        c->mx.has_fin = 1;
+        return;
+    }
+    fix_static(vi, c, id, b, j, d);
+}
+
+void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
+                  unsigned v)
+{
+    c->res_fin = 0;
+    if (!mx_is(c, pid)) return;
+    struct mem_exec *x = &c->mx;
+    const int os = pb->os;
+    uint32_t fin = pb->var[v], fin_now = fin;
+    if (x->has_fin) {
+        fin_now = kind_plus(fin, x->fin);
+        x->has_fin = 0;
+        memset(x->fin, 0, KF_N);
+    }
+    uint32_t last = x->last_now ? x->last_now - 1 : pb->last_k;
+    if (fin_now != fin) {
+        acc_add(c, ext(fin, os), -1);
+        acc_add(c, ext(fin_now, os), 1);
+        if ((v & 1) && kinds.n_penalty) {
+            uint32_t p0 = ext(kinds.penalty[0], os);
+            if (pairs_wanted(vi)) {
+                pair_hash_add(&c->pairs, ext(fin, os), p0, -1);
+                pair_hash_add(&c->pairs, ext(fin_now, os), p0, 1);
+            }
+        } else {
+            acc_last_add(c, ext(fin, os), -1);
+            acc_last_add(c, ext(fin_now, os), 1);
+        }
+        c->res_fin = ext(fin_now, os) + 1;
+        c->mem_fixes++;
+    }
+    if ((fin_now != fin || last != pb->last_k) && pairs_wanted(vi)) {
+        pair_hash_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), -1);
+        pair_hash_add(&c->pairs, ext(last, os), ext(fin_now, os), 1);
+    }
+    x->b = 0; /* resolved: nothing of it is left to fix */
+}
+
+void mem_rep_final(struct vcpu_counting *c, uint32_t pid, const struct blk *pb, uint8_t *f,
+                   uint32_t *prev)
+{
+    if (!mx_is(c, pid)) return;
+    struct mem_exec *x = &c->mx;
+    if (x->has_fin) fields_add(f, x->fin);
+    if (x->last_now) *prev = ext(x->last_now - 1, pb->os);
+    x->b = 0;
+}
+
+void mem_cut(struct vcpu_counting *c, uint32_t id)
+{
+    if (!mx_is(c, id)) return;
+    struct mem_exec *x = &c->mx;
+    const struct blk *b = blocks.by_id[id];
+    const int os = b->os;
+    for (unsigned i = x->n; i-- > 0;) {
+        const struct mem_fix *f = &x->fix[i];
+        uint32_t eo = ext(f->old, os), en = ext(f->nw, os);
+        acc_add(c, en, -1);
+        acc_add(c, eo, 1);
+        if (f->left == MX_L_PAIR) {
+            pair_hash_add(&c->pairs, ext(f->lk, os), en, -1);
+            pair_hash_add(&c->pairs, ext(f->lk, os), eo, 1);
+        } else if (f->left == MX_L_FIRST && c->next_first == en + 1) {
+            c->next_first = eo + 1;
+        }
+        if (f->right == MX_R_PAIR) {
+            pair_hash_add(&c->pairs, en, ext(f->rk, os), -1);
+            pair_hash_add(&c->pairs, eo, ext(f->rk, os), 1);
+        } else if (f->right == MX_R_LAST) {
+            acc_last_add(c, en, -1);
+            acc_last_add(c, eo, 1);
+        }
+        c->mem_dropped++;
+    }
+    if (x->has_fin) c->mem_dropped++;
+    x->b = 0;
+}
+
+void mem_split_before(struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j)
+{
+    if (!mx_is(c, id)) return;
+    struct mem_exec *x = &c->mx;
+    for (unsigned i = 0; i < x->n; i++) {
+        struct mem_fix *f = &x->fix[i];
+        if (f->j != j || f->right != MX_R_PAIR) continue;
+        uint32_t eo = ext(f->old, b->os), en = ext(f->nw, b->os), er = ext(f->rk, b->os);
+        pair_hash_add(&c->pairs, eo, er, 1);
+        pair_hash_add(&c->pairs, en, er, -1);
+        f->right = MX_R_NONE;
+    }
+}
+
+int mem_fold_begin(const struct vcpu_counting *c)
+{
+    return mx_is(c, (uint32_t)c->sbase[SB_CURRENT_BLOCK]);
+}
+
+void mem_fold_end(struct vcpu_counting *c, int keep)
+{
+    struct mem_exec *x = &c->mx;
+    if (!keep) {
+        x->b = 0;
+        return;
+    }
+    /* the fixes are in the folded batch; the last static clock's kind and the final
+     * clock's fields stay for the resolution */
+    x->n = 0;
+    x->stamp = en_total(c, x->b);
+    x->folds = c->folds;
+}
+
+void mem_models_reset(void)
+{
+    for (int i = 0; run.per_vcpu && i < n_vcpus_max; i++) {
+        if (run.per_vcpu[i].mm) mm_reset(run.per_vcpu[i].mm);
+        run.per_vcpu[i].mx.b = 0;
+    }
+}
+
+void mem_report(unsigned vi, const struct vcpu_counting *c)
+{
+    if (!c->mem_accesses) return;
+    fprintf(stderr, "p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
+            "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
+            "%llu TLB flushes\n", vi,
+            (unsigned long long)c->mem_accesses, (unsigned long long)c->mem_fixes,
+            (unsigned long long)c->mem_dropped, (unsigned long long)c->mem_elsewhere,
+            (unsigned long long)c->mem_tlb_flushes);
+}

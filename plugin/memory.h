@@ -1,0 +1,66 @@
+/*
+ * memory.h: what memory.c offers.  memory.c: the memory side of counting
+ * (docs/memory-model.md): the memory level (a memory callback on every instruction while a
+ * counter may count a memory-side event), each vCPU's memory model (memmodel.c) fed the
+ * guest's accesses, and the corrections that put an access's outcome into the clock its
+ * instruction retires in.
+ */
+#ifndef P4PMU_MEMORY_H
+#define P4PMU_MEMORY_H
+
+#include "counting_types.h"
+#include "qemu_plugin_api.h"
+
+/* the memory level of the run (switched by a flush: flush.c mem_update) */
+struct memory_level_state {
+    volatile int active;   /* blocks translated now carry memory callbacks */
+    unsigned installs, removals, streak;
+};
+
+extern struct memory_level_state memlvl;
+
+static inline int memory_level_active(void)
+{
+    return __atomic_load_n(&memlvl.active, __ATOMIC_ACQUIRE);
+}
+
+/* a memory access of instruction (ud & 1023) of block (ud >> 10) */
+void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud);
+/* translation: the memory callbacks of block `id`'s n instructions */
+void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id);
+
+/* the kind (no CPL bit) static clock j of the execution of b (block id) under way has now,
+ * and its last static clock's */
+uint32_t mem_kind_at(const struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j);
+uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct blk *b);
+/* seq[0..n) = the ext kinds of a whole execution of b (block id) from its bubble: as corrected */
+void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
+                   uint32_t *seq, unsigned n);
+
+/* the dynamic end of block pid resolved as variant v (its default final clock and the pairs
+ * with it are, or will be at the fold, in the batch): the final clock's memory fields and the
+ * pair with a corrected last static clock; c->res_fin says what the final clock became */
+void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
+                  unsigned v);
+/* REP: its final clock's fields get the memory fields; *prev (ext kind of the clock before
+ * REP's clocks) becomes the corrected one */
+void mem_rep_final(struct vcpu_counting *c, uint32_t pid, const struct blk *pb, uint8_t *f,
+                   uint32_t *prev);
+/* a PMU access splits the execution of b (block id) under way after static clock j: the
+ * pairs of its fixed clocks with the clock after j are not in this batch */
+void mem_split_before(struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j);
+/* the execution of block id is cut short: its corrections are undone (its accesses' outcomes
+ * are not counted) */
+void mem_cut(struct vcpu_counting *c, uint32_t id);
+/* around a fold: the execution under way keeps its identity and pending final fields; its
+ * corrections so far went into the folded batch */
+int mem_fold_begin(const struct vcpu_counting *c);
+void mem_fold_end(struct vcpu_counting *c, int keep);
+
+/* the memory level is being installed (all vCPUs stopped): every model starts empty, so that
+ * what it sees does not depend on when the level was off (docs/memory-model.md) */
+void mem_models_reset(void);
+
+void mem_report(unsigned vi, const struct vcpu_counting *c);
+
+#endif
