@@ -7,7 +7,7 @@ ClockOracle), exact.  And HLT: halted time is not counted, whatever its length.
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import ClockOracle, LoopModel
+from guests.evexpect import ClockOracle, LoopModel, oracle_mismatches
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import EvScript, cccr_msr, counter_msr, escr_msr, parse_events
 from guests.loops import TRACEABLE
@@ -89,18 +89,7 @@ def clocks(run_guest):
 def test_clocks_and_filters_follow_the_clock_model(clocks, bits, loop):
     out, oracle = clocks(bits)
     n1, n2 = PLAN.ns
-    bad, rows = [], []
-    for st in SETUPS:
-        for ring in PLAN.rings:
-            want = oracle.delta(st, loop, ring, n1, n2, seeds=range(4))
-            for c in st.counters:
-                got = PLAN.delta(out, st.name, loop, ring, c.n)
-                row = (f"  {st.name} ring {ring} counter {c.n:>2} {c.event}/"
-                       f"{'/'.join(c.bits)} cmp={int(c.compare)} cpl={int(c.complement)} "
-                       f"thr={c.threshold} edge={int(c.edge)}: guest {got}, model {want[c.n]}")
-                rows.append(row)
-                if got != want[c.n]:
-                    bad.append(row)
+    bad, rows = oracle_mismatches(PLAN, SETUPS, out, oracle, loop)
     assert not bad, (f"{bits}-bit guest, loop {loop}, {n2} - {n1} iterations: {len(bad)} of "
                      f"{len(rows)} counts differ:\n" + "\n".join(bad))
 

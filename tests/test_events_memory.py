@@ -7,7 +7,7 @@ ClockOracle), exact.  Every other loop has no split access: its split events mus
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import ClockOracle, LoopModel
+from guests.evexpect import ClockOracle, LoopModel, oracle_mismatches
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import parse_events
 from guests.loops import TRACEABLE
@@ -72,18 +72,7 @@ def memory(run_guest):
 def test_split_accesses_count_exactly_in_their_clocks(memory, bits, loop):
     out, oracle = memory(bits)
     n1, n2 = PLAN.ns
-    bad, rows = [], []
-    for st in SETUPS:
-        for ring in PLAN.rings:
-            want = oracle.delta(st, loop, ring, n1, n2, seeds=range(4))
-            for c in st.counters:
-                got = PLAN.delta(out, st.name, loop, ring, c.n)
-                row = (f"  {st.name} ring {ring} counter {c.n:>2} {c.event}/"
-                       f"{'/'.join(c.bits)} cmp={int(c.compare)} cpl={int(c.complement)} "
-                       f"thr={c.threshold} edge={int(c.edge)}: guest {got}, model {want[c.n]}")
-                rows.append(row)
-                if got != want[c.n]:
-                    bad.append(row)
+    bad, rows = oracle_mismatches(PLAN, SETUPS, out, oracle, loop)
     if loop == "split":  # the loop does split: the expectations are not trivially 0
         assert PLAN.delta(out, "split", loop, 3, 10) == 4 * (n2 - n1)
     assert not bad, (f"{bits}-bit guest, loop {loop}, {n2} - {n1} iterations: {len(bad)} of "

@@ -485,6 +485,26 @@ class ClockOracle:
         return got
 
 
+def oracle_mismatches(plan, setups, out, oracle: ClockOracle, loop: str) -> tuple[list, list]:
+    """(the rows that differ, all rows): every counter of `setups` at every ring of `plan`,
+    the guest's count (plan.delta of its output `out`) against the clock oracle's, for
+    `loop`'s n2 - n1 iterations."""
+    n1, n2 = plan.ns
+    bad, rows = [], []
+    for st in setups:
+        for ring in plan.rings:
+            want = oracle.delta(st, loop, ring, n1, n2, seeds=range(4))
+            for c in st.counters:
+                got = plan.delta(out, st.name, loop, ring, c.n)
+                row = (f"  {st.name} ring {ring} counter {c.n:>2} {c.event}/"
+                       f"{'/'.join(c.bits)} cmp={int(c.compare)} cpl={int(c.complement)} "
+                       f"thr={c.threshold} edge={int(c.edge)}: guest {got}, model {want[c.n]}")
+                rows.append(row)
+                if got != want[c.n]:
+                    bad.append(row)
+    return bad, rows
+
+
 # --------------------------------------------------------------------------------------------
 # ring-3 instruction stream and where a PMI lands (I7)
 
