@@ -77,3 +77,18 @@ def test_split_accesses_count_exactly_in_their_clocks(memory, bits, loop):
         assert PLAN.delta(out, "split", loop, 3, 10) == 4 * (n2 - n1)
     assert not bad, (f"{bits}-bit guest, loop {loop}, {n2} - {n1} iterations: {len(bad)} of "
                      f"{len(rows)} counts differ:\n" + "\n".join(bad))
+
+
+def test_same_counts_with_the_trace_the_checker_and_the_control_channel(run_guest, memory,
+                                                                        tmp_path):
+    """Determinism: the memory-level run again with trace=, lint=on and control= (which also
+    instrument from the first block): every value the guest read is the same."""
+    first, _ = memory(32)
+    opts = (f"trace={tmp_path / 't.jsonl'}", "lint=on", f"control={tmp_path / 'c.sock'}")
+    r = run_guest("events32", script=PLAN.script(), timeout=300, plugin_opts=opts)
+    r.require_completed()
+    second = parse_events(r.out.lines)
+    diff = [k for k in first.values if first.values[k] != second.values.get(k)]
+    assert not diff, f"{len(diff)} of {len(first.values)} values differ, e.g. " + \
+        ", ".join(f"{k}: {first.values[k]} vs {second.values.get(k)}" for k in diff[:10])
+    assert (tmp_path / "t.jsonl").stat().st_size > 0
