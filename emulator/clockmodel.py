@@ -62,11 +62,15 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # retiring in a clock: split loads / stores, DTLB misses (page walks) of loads / stores, L1
 # load misses (lines), L2 reads of loads by result (lines: hit Exclusive, hit Modified,
 # miss), L2 misses of stores' reads for ownership (lines), and the load / store accesses
-# (uops) that missed L1, L2 or the DTLB (what replay tagging tags).  0 in every clock of a
-# block's schedule; a block execution's memory outcomes change the clocks they happen in
-# (block_clocks's `mem`; the plugin's per-execution corrections, docs/memory-model.md).
-MEMORY_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
-                 "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb")
+# (uops) that missed L1, L2 or the DTLB (what replay tagging tags); and the ITLB look-ups of
+# the block's instruction fetch that hit and missed (in the clock of its first instruction).
+# 0 in every clock of a block's schedule; a block execution's memory outcomes change the
+# clocks they happen in (block_clocks's `mem`; the plugin's per-execution corrections,
+# docs/memory-model.md).
+DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
+               "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb")
+FETCH_FIELDS = ("itlb_hit", "itlb_miss")
+MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
 FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
           "misp", "x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld",
           "bogus_instr", "bogus_uops", "ms", "ms_uops") + MEMORY_FIELDS
@@ -103,6 +107,13 @@ def memory_fields(outcome, store: bool) -> dict:
              "ld_l1miss": int(o.l1_miss > 0), "ld_l2miss": int(o.l2_miss > 0),
              "ld_dtlb": int(o.dtlb_miss > 0)}
     return {k: v for k, v in f.items() if v}
+
+
+def fetch_fields(misses: int, lookups: int) -> dict:
+    """The clock fields (FETCH_FIELDS) of a block's instruction fetch: `lookups` ITLB
+    look-ups (one per page its instructions span), `misses` of them missed
+    (memmodel.MemorySystem.fetch)."""
+    return {k: v for k, v in (("itlb_hit", lookups - misses), ("itlb_miss", misses)) if v}
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,7 +400,8 @@ _DIRECT = {
     # includes stores' reads for ownership)
     ("memory_complete", "LSC"): "split_ld", ("memory_complete", "SSC"): "split_st",
     ("load_port_replay", "SPLIT_LD"): "split_ld", ("store_port_replay", "SPLIT_ST"): "split_st",
-    ("page_walk_type", "DTMISS"): "dtlb_walks",
+    ("page_walk_type", "DTMISS"): "dtlb_walks", ("page_walk_type", "ITMISS"): "itlb_miss",
+    ("ITLB_reference", "HIT"): "itlb_hit", ("ITLB_reference", "MISS"): "itlb_miss",
     ("BSQ_cache_reference", "RD_2ndL_HITE"): "l2_hite",
     ("BSQ_cache_reference", "RD_2ndL_HITM"): "l2_hitm",
     ("BSQ_cache_reference", "RD_2ndL_MISS"): "l2_rd_miss",
@@ -499,14 +511,19 @@ def outcome_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
 # none of them needs no memory instrumentation (the plugin's memory level,
 # docs/memory-model.md)
 MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss")
+# the features of data accesses and of instruction fetches (the plugin feeds the model each
+# kind only while a counter reads it)
+DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss")
+FETCH_FEATURES = FETCH_FIELDS
 
 
 @functools.lru_cache(maxsize=256)
-def memory_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
-    """The event-class ids whose line reads a memory feature (MEMORY_FEATURES) under this
-    tagging."""
+def memory_classes(tagging: Tagging = NO_TAGGING,
+                   features: tuple = MEMORY_FEATURES) -> frozenset:
+    """The event-class ids whose line reads one of `features` (memory features: all of
+    them, DATA_FEATURES or FETCH_FEATURES) under this tagging."""
     ids, M = line_matrix(tagging)
-    rows = [FE[f] for f in MEMORY_FEATURES]
+    rows = [FE[f] for f in features]
     dep = (M[rows, :] != 0).any(axis=0)
     return frozenset(int(i) for i in ids[dep])
 
@@ -569,4 +586,5 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "penalty_clocks", "features", "line_matrix", "OUTCOME_FEATURES", "outcome_classes",
            "clock_lines", "clock_kind", "Tagging", "with_params", "replace", "modelled_classes",
            "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging", "MEMORY_FIELDS",
-           "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring"]
+           "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
+           "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields"]

@@ -79,17 +79,18 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "ld_l2miss": (False, "loads missing L2 (the memory model)"),
     "ld_dtlb": (False, "loads missing the DTLB (the memory model)"),
     "st_dtlb": (False, "stores missing the DTLB (the memory model)"),
+    "itlb_hit": (False, "ITLB look-ups of block fetches that hit (the memory model)"),
+    "itlb_miss": (False, "ITLB look-ups of block fetches that missed: page walks (the memory "
+                         "model)"),
 }
 
 _NO_MEMORY = "no memory-order model (store buffers, the memory order buffer)"
-_NO_FETCH = "the ITLB model is not fed instruction fetches yet (docs/memory-model.md)"
 _NO_BUS = "no bus model"
 # event -> why it reads 0 (every mask bit the clock model does not drive)
 ZERO_REASON: dict[str, str] = {
     "TC_deliver_mode": "no trace-cache model",
     "BPU_fetch_request": "no trace-cache model",
     "TC_misc": "no trace-cache model",
-    "ITLB_reference": _NO_FETCH,
     "memory_cancel": _NO_MEMORY,
     "MOB_load_replay": _NO_MEMORY,
     "IOQ_allocation": _NO_BUS, "IOQ_active_entries": _NO_BUS, "FSB_data_activity": _NO_BUS,
@@ -118,7 +119,7 @@ HARDWARE_ZERO: dict[tuple[str, str], str] = {
 }
 # mask bits of otherwise modelled events that stay 0
 ZERO_BIT_REASON: dict[tuple[str, str], str] = {
-    ("page_walk_type", "ITMISS"): _NO_FETCH,
+    ("ITLB_reference", "HIT_UC"): "no memory types (every page is write-back)",
     ("memory_complete", "USC"): "no memory types (every access is write-back)",
     ("memory_complete", "ULC"): "no memory types (every access is write-back)",
     **HARDWARE_ZERO,

@@ -64,7 +64,9 @@ static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
     struct pred_group *g = blocks.groups[b->gid];
     b->silent_t = g->silent_t;
     if (last->target == nxt || g->nmem >= GMAX || blocks.n_gates >= MAX_GATES) return;
-    if (b->mem_final && memory_level_active()) return; /* (memory.c) */
+    int level = memory_level_active(); /* (memory.c) */
+    if ((b->mem_final && (level & P4_MEM_DATA)) || (b->fetch_final && (level & P4_MEM_FETCH)))
+        return;
     b->gate = ++blocks.n_gates;
     b->xval = g->silent_t ? last->target : nxt;
     (void)id; /* listed in the group once published (block_new) */
@@ -81,6 +83,8 @@ static void retire_clocks(struct blk *b)
     unsigned m = schedule(b->ins, 0, b->n, c, cap, b->iclk);
     free(c);
     int rep = b->end == END_REP, dyn = dyn_end(b);
+    /* the fetch's ITLB look-ups go to instruction 0's clock */
+    b->fetch_final = dyn && ((rep && b->n == 1) || (!rep && (unsigned)b->iclk[0] + 2u >= m));
     for (unsigned j = 0; j < b->n; j++) {
         int fin = (rep && j == b->n - 1) || (dyn && !rep && b->iclk[j] == m - 1);
         int mem = b->ins[j].loads || b->ins[j].stores;

@@ -123,7 +123,7 @@ struct blk {
      * outcomes with it) */
     uint32_t *seq;
     uint16_t *iclk;
-    uint8_t mem_final;
+    uint8_t mem_final, fetch_final;
 };
 
 #define ICLK_FINAL 0xFFFFu

@@ -403,34 +403,38 @@ class Feeder:
               "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
               "tmask": _bits(run),
               "lite": self._level_wanted(pmu)}
-        mem = self._memory_counters(pmu)
-        st["wmem"] = _bits(mem)
-        st["mem"] = self._memory_wanted(pmu, mem)
+        data = self._memory_counters(pmu, CM.DATA_FEATURES)
+        fetch = self._memory_counters(pmu, CM.FETCH_FEATURES)
+        st["wmem"] = _bits(data | fetch)
+        st["mem"] = self._memory_wanted(pmu, data, fetch)
         self._st_cache[vcpu] = (key, st)
         return st
 
-    def _memory_counters(self, pmu) -> np.ndarray:
-        """The counters whose input reads a memory-side feature (clockmodel.MEMORY_FEATURES)
-        under the tagging of either logical processor and CPL: memory outcomes change their
-        increments (docs/memory-model.md)."""
+    def _memory_counters(self, pmu, features=CM.MEMORY_FEATURES) -> np.ndarray:
+        """The counters whose input reads one of the memory-side `features`
+        (clockmodel.MEMORY_FEATURES, DATA_FEATURES or FETCH_FEATURES) under the tagging of
+        either logical processor and CPL: memory outcomes change their increments
+        (docs/memory-model.md)."""
         cls = set()
         for lp in range(self.threads):
             for os_ in (True, False):
-                cls |= CM.memory_classes(self._tagging(pmu, lp, os_))
+                cls |= CM.memory_classes(self._tagging(pmu, lp, os_), features)
         if not cls:
             return np.zeros(T.NUM_COUNTERS, dtype=bool)
         c = np.fromiter(cls, dtype=np.int64)
         lines = (c[:, None] * 4 + np.arange(4)).ravel()
         return (pmu.engine.W[lines, :] != 0).any(axis=0)
 
-    def _memory_wanted(self, pmu, mem: np.ndarray) -> int:
-        """p4c_out.mem: 1 a counter that may count (enabled, or started by a cascade) reads a
-        memory-side event: the plugin's memory level must be on; 0 none does;
+    def _memory_wanted(self, pmu, data: np.ndarray, fetch: np.ndarray) -> int:
+        """p4c_out.mem: P4_MEM_DATA if a counter that may count (enabled, or started by a
+        cascade) reads a data-access event, | P4_MEM_FETCH if one reads an instruction-fetch
+        (ITLB) event: what the plugin's memory level must feed the model; 0 nothing;
         P4_LITE_EITHER no counter may count (the level in force is kept)."""
         en = pmu.enable | pmu.cascade | pmu.ext_cascade
         if not en.any():
             return int(self.lib.P4_LITE_EITHER)
-        return 1 if (en & mem).any() else 0
+        return (int(self.lib.P4_MEM_DATA) if (en & data).any() else 0) | \
+            (int(self.lib.P4_MEM_FETCH) if (en & fetch).any() else 0)
 
     def _level_wanted(self, pmu) -> int:
         """p4c_out.lite: 1 the outcome-free level may be installed, 0 the full level is

@@ -56,8 +56,9 @@ static void lite_set(int on)
     DBG("counting: %s level (translation cache flushed)\n", on ? "outcome-free" : "full");
 }
 
-/* The memory level (memory.c, docs/memory-model.md) the programmings of the vCPUs want: 1
- * if one wants it, 0 if none does, -1 if no counter may count anywhere (keep the level) */
+/* The memory level (memory.c, docs/memory-model.md) the programmings of the vCPUs want:
+ * P4_MEM_DATA | P4_MEM_FETCH as one of them wants each, 0 if none wants anything, -1 if no
+ * counter may count anywhere (keep the level) */
 static int mem_wanted(void)
 {
     if (!run.fold_out) return -1;
@@ -66,8 +67,7 @@ static int mem_wanted(void)
         if (!run.per_vcpu[i].init) continue;
         int w = run.fold_out[i].mem;
         if (w == P4_LITE_EITHER) continue;
-        if (w) return 1;
-        want = 0;
+        want = (want < 0 ? 0 : want) | (w & (P4_MEM_DATA | P4_MEM_FETCH));
     }
     return want;
 }
@@ -81,15 +81,16 @@ static int mem_choice(void)
 static void mem_set(int on)
 {
     if (on == memlvl.active) return;
-    if (on) {
+    int added = on & ~memlvl.active;
+    if (added) {
         memlvl.installs++;
-        mem_models_reset();
-    } else {
-        memlvl.removals++;
+        mem_models_reset(added);
     }
+    if (memlvl.active & ~on) memlvl.removals++;
     memlvl.streak = 0;
     __atomic_store_n(&memlvl.active, on, __ATOMIC_RELEASE);
-    DBG("counting: memory level %s (translation cache flushed)\n", on ? "on" : "off");
+    DBG("counting: memory level %s%s (translation cache flushed)\n",
+        on & P4_MEM_DATA ? "data " : "", on & P4_MEM_FETCH ? "fetch" : on ? "" : "off");
 }
 
 static void reset_done(void *ud)
@@ -167,7 +168,9 @@ void mem_update(void)
         memlvl.streak = 0;
         return;
     }
-    if (!want && (memlvl.removals >= MEM_MAX_REMOVALS || ++memlvl.streak < MEM_STREAK)) return;
+    /* something more at once; something less after a streak (and not too often) */
+    if (!(want & ~memlvl.active) &&
+        (memlvl.removals >= MEM_MAX_REMOVALS || ++memlvl.streak < MEM_STREAK)) return;
     if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
 }
 

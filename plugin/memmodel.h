@@ -58,5 +58,7 @@ int mm_fetch(struct mm_state *m, uint64_t addr);   /* 1: ITLB miss */
 void mm_flush_tlbs(struct mm_state *m);            /* a CR3 write */
 void mm_invlpg(struct mm_state *m, uint64_t addr); /* INVLPG */
 void mm_reset(struct mm_state *m);                 /* everything empty (MemorySystem.reset) */
+void mm_reset_data(struct mm_state *m);            /* the DTLB and the caches empty */
+void mm_reset_itlb(struct mm_state *m);            /* the ITLB empty */
 
 #endif

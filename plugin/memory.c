@@ -54,10 +54,16 @@ static void cb_tlb_flush(unsigned int vi, void *ud)
 
 void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 {
+    int level = memory_level_active();
+    if (level & P4_MEM_FETCH) {
+        qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, 0), cb_fetch,
+                                               P4_CB_NO_REGS, (void *)(uintptr_t)id);
+    }
     for (size_t i = 0; i < n && i < (1u << UD_INSN_BITS); i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         void *ud = (void *)(((uintptr_t)id << UD_INSN_BITS) | i);
-        qemu_plugin_register_vcpu_mem_cb(insn, cb_mem, P4_CB_NO_REGS, P4_MEM_RW, ud);
+        if (level & P4_MEM_DATA)
+            qemu_plugin_register_vcpu_mem_cb(insn, cb_mem, P4_CB_NO_REGS, P4_MEM_RW, ud);
         uint8_t bytes[16];
         size_t len = qemu_plugin_insn_data(insn, bytes, sizeof(bytes));
         if (tlb_effect(bytes, len))
@@ -68,8 +74,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_ST_DTLB == KF_N - 1 && KF_SPLIT_LD == KF_N - 13,
-                   "the memory fields are the last 13 clock fields");
+    _Static_assert(KF_ITLB_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 15,
+                   "the memory fields are the last 15 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;
@@ -248,6 +254,36 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
     c->mem_fixes++;
 }
 
+/* this vCPU's model (made at its first use) */
+static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
+{
+    if (!c->mm) {
+        c->mm = calloc(1, sizeof(struct mm_state));
+        const unsigned *g = p4_mm_geometry[run.mm_model];
+        struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5]};
+        if (!c->mm || mm_init(c->mm, &p)) {
+            fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
+            exit(1);
+        }
+    }
+    return c->mm;
+}
+
+/* instruction i of block id (the execution under way) gets the memory fields d */
+static void fields_at(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigned i,
+                      const uint8_t *d)
+{
+    if (!mx_is(c, id)) mx_start(c, id);
+    const struct blk *b = blocks.by_id[id];
+    uint16_t j = b->iclk[i];
+    if (j == ICLK_FINAL) {
+        fields_add(c->mx.fin, d);
+        c->mx.has_fin = 1;
+        return;
+    }
+    fix_static(vi, c, id, b, j, d);
+}
+
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
 {
     struct vcpu_counting *c = &run.per_vcpu[vi];
@@ -258,31 +294,37 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
         c->mem_elsewhere++;
         return;
     }
-    if (!c->mm) {
-        c->mm = calloc(1, sizeof(struct mm_state));
-        const unsigned *g = p4_mm_geometry[run.mm_model];
-        struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5]};
-        if (!c->mm || mm_init(c->mm, &p)) {
-            fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
-            exit(1);
-        }
-    }
+    struct mm_state *m = model_of(vi, c);
     c->mem_accesses++;
     struct mm_outcome o;
     int store = qemu_plugin_mem_is_store(info);
-    mm_access(c->mm, vaddr, 1u << qemu_plugin_mem_size_shift(info), store, &o);
+    mm_access(m, vaddr, 1u << qemu_plugin_mem_size_shift(info), store, &o);
     if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss)) return;
     uint8_t d[KF_N];
     if (!access_fields(&o, store, d)) return;
-    if (!mx_is(c, id)) mx_start(c, id);
+    fields_at(vi, c, id, i, d);
+}
+
+/* A block execution begins (before its first instruction): its instruction fetch looks up
+ * the ITLB once per page its instructions span (clockmodel.fetch_fields), in the clock of its
+ * first instruction.  The pages are those of the block's translation (a block QEMU shares
+ * between two mappings of the same code is looked up at the first one's addresses). */
+void cb_fetch(unsigned int vi, void *ud)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint32_t id = (uint32_t)(uintptr_t)ud;
+    if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id) return;
     const struct blk *b = blocks.by_id[id];
-    uint16_t j = b->iclk[i];
-    if (j == ICLK_FINAL) {
-        fields_add(c->mx.fin, d);
-        c->mx.has_fin = 1;
-        return;
-    }
-    fix_static(vi, c, id, b, j, d);
+    struct mm_state *m = model_of(vi, c);
+    const struct insn_info *last = &b->ins[b->n - 1];
+    uint64_t p0 = b->vaddr >> 12, p1 = (last->addr + last->len - 1) >> 12;
+    unsigned lookups = 0, misses = 0;
+    for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++) misses += mm_fetch(m, p << 12);
+    uint8_t d[KF_N];
+    memset(d, 0, KF_N);
+    d[KF_ITLB_HIT] = (uint8_t)(lookups - misses);
+    d[KF_ITLB_MISS] = (uint8_t)misses;
+    fields_at(vi, c, id, 0, d);
 }
 
 void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
@@ -395,10 +437,12 @@ void mem_fold_end(struct vcpu_counting *c, int keep)
     x->folds = c->folds;
 }
 
-void mem_models_reset(void)
+void mem_models_reset(int added)
 {
     for (int i = 0; run.per_vcpu && i < n_vcpus_max; i++) {
-        if (run.per_vcpu[i].mm) mm_reset(run.per_vcpu[i].mm);
+        struct mm_state *m = run.per_vcpu[i].mm;
+        if (m && (added & P4_MEM_DATA)) mm_reset_data(m);
+        if (m && (added & P4_MEM_FETCH)) mm_reset_itlb(m);
         run.per_vcpu[i].mx.b = 0;
     }
 }

@@ -13,7 +13,8 @@
 
 /* the memory level of the run (switched by a flush: flush.c mem_update) */
 struct memory_level_state {
-    volatile int active;   /* blocks translated now carry memory callbacks */
+    volatile int active;   /* what blocks translated now feed the model: P4_MEM_DATA (memory
+                            * callbacks) | P4_MEM_FETCH (an ITLB look-up per execution) */
     unsigned installs, removals, streak;
 };
 
@@ -26,6 +27,8 @@ static inline int memory_level_active(void)
 
 /* a memory access of instruction (ud & 1023) of block (ud >> 10) */
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud);
+/* the execution of block ud begins: its instruction fetch's ITLB look-ups */
+void cb_fetch(unsigned int vi, void *ud);
 /* translation: the memory callbacks of block `id`'s n instructions */
 void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id);
 
@@ -57,9 +60,10 @@ void mem_cut(struct vcpu_counting *c, uint32_t id);
 int mem_fold_begin(const struct vcpu_counting *c);
 void mem_fold_end(struct vcpu_counting *c, int keep);
 
-/* the memory level is being installed (all vCPUs stopped): every model starts empty, so that
- * what it sees does not depend on when the level was off (docs/memory-model.md) */
-void mem_models_reset(void);
+/* the memory level starts feeding `added` (P4_MEM_DATA: the DTLB and caches, P4_MEM_FETCH:
+ * the ITLB; all vCPUs stopped): those parts of every model start empty, so that what they
+ * see does not depend on when the level was off (docs/memory-model.md) */
+void mem_models_reset(int added);
 
 void mem_report(unsigned vi, const struct vcpu_counting *c);
 

@@ -415,14 +415,18 @@ class ClockOracle:
     """Counts of a setup's counters over one loop trace, through the documented clock model
     and the emulator's PMU."""
 
-    def __init__(self, model: LoopModel, params: dict | None = None, mem=None):
+    def __init__(self, model: LoopModel, params: dict | None = None, mem=None,
+                 fetch_hits: bool = False):
         """mem: {instruction address: {clock field: n}}, the memory-model outcomes every
         execution of that instruction has (clockmodel.MEMORY_FIELDS; loops whose outcomes do
-        not depend on the memory model's state, e.g. split accesses)."""
+        not depend on the memory model's state, e.g. split accesses).  fetch_hits: every
+        block execution's fetch is one ITLB look-up that hits (a loop within one page, whose
+        page is in the ITLB), in its first instruction's clock."""
         self.m = model
         CM, _ = _models()
         self.params = CM.with_params(**(params or {}))
         self.mem = mem or {}
+        self.fetch = CM.fetch_fields(0, 1) if fetch_hits else {}
         self._kinds: dict = {}
 
     def block_clocks(self, trace: list[L.Step], predictor) -> list[tuple[list, list]]:
@@ -436,7 +440,9 @@ class ClockOracle:
             if last.branch:
                 (o,) = self.m.outcomes([last], predictor)
                 outcome = (last.taken, o.predicted)
-            mem = {i: self.mem[s.addr] for i, s in enumerate(blk) if s.addr in self.mem}
+            mem = {i: dict(self.mem[s.addr]) for i, s in enumerate(blk) if s.addr in self.mem}
+            for k, v in self.fetch.items():
+                mem.setdefault(0, {})[k] = mem.get(0, {}).get(k, 0) + v
             out.append((blk, CM.block_clocks(insns, outcome, self.params, mem)))
         return out
 
