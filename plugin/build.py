@@ -394,12 +394,31 @@ def _stamp(info: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def _fingerprint(path: Path) -> str:
+    """The built library's size and a hash of its first and last MB: a truncated or
+    overwritten plugin no longer matches its stamp (and is built again)."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        if size > 1 << 20:
+            f.seek(max(1 << 20, size - (1 << 20)))
+            h.update(f.read())
+    return f"{size}:{h.hexdigest()}"
+
+
+def _stamp_ok(path: Path, stamp: Path, want: str) -> bool:
+    """The stamp says the plugin at `path` was built from these sources and is intact."""
+    if not path.is_file() or not stamp.is_file():
+        return False
+    lines = stamp.read_text().split()
+    return len(lines) == 2 and lines[0] == want and lines[1] == _fingerprint(path)
+
+
 def is_stale(path: Path | None = None) -> bool:
     path = Path(path) if path else plugin_path()
     stamp = path.with_name(path.name + STAMP_SUFFIX)
-    if not path.is_file() or not stamp.is_file():
-        return True
-    return stamp.read_text().strip() != _stamp(python_build_info())
+    return not _stamp_ok(path, stamp, _stamp(python_build_info()))
 
 
 def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
@@ -444,7 +463,7 @@ def ensure_built(progress: bool = True) -> Path:
     want = _stamp(info)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.is_file() and stamp_path.is_file() and stamp_path.read_text().strip() == want:
+        if _stamp_ok(path, stamp_path, want):
             return path
         if progress:
             print(f"p4pmu: building the QEMU plugin {path} (Python {sys.version.split()[0]}, "
@@ -463,7 +482,7 @@ def ensure_built(progress: bool = True) -> Path:
             if link.is_symlink() or link.exists():
                 link.unlink()
             link.symlink_to(target)
-        stamp_path.write_text(want + "\n")
+        stamp_path.write_text(f"{want}\n{_fingerprint(path)}\n")
     return path
 
 

@@ -296,6 +296,29 @@ def test_stamp_tracks_interpreter(plugin, monkeypatch):
     assert build.is_stale(plugin)
 
 
+def test_a_damaged_plugin_is_built_again(tmp_path, monkeypatch):
+    """A plugin truncated or overwritten after its build (a full disk, a crash, a stray
+    write) no longer matches its stamp: is_stale says so and ensure_built builds it again."""
+    plugin = build.ensure_built(progress=False)
+    copy = tmp_path / plugin.name
+    shutil.copyfile(plugin, copy)
+    shutil.copyfile(plugin.with_name(plugin.name + build.STAMP_SUFFIX),
+                    copy.with_name(copy.name + build.STAMP_SUFFIX))
+    assert not build.is_stale(copy)
+    with open(copy, "r+b") as f:  # half-written
+        f.truncate(copy.stat().st_size // 2)
+    assert build.is_stale(copy)
+    shutil.copyfile(plugin, copy)
+    with open(copy, "r+b") as f:  # a page of zeros at its end
+        f.seek(-4096, 2)
+        f.write(bytes(4096))
+    assert build.is_stale(copy)
+    monkeypatch.setattr(build, "plugin_path", lambda: copy)
+    assert build.ensure_built(progress=False) == copy
+    assert not build.is_stale(copy)
+    assert copy.read_bytes()[-4096:] != bytes(4096)  # (a new build: its RUNPATH is its folder)
+
+
 def test_embedding_api_matches_header():
     api = build._embedding_api()
     for name in ("p4pmu_py_init", "p4pmu_py_rdmsr", "p4pmu_py_wrmsr", "p4pmu_py_rdpmc",
