@@ -25,6 +25,9 @@ struct exact_deadline_state exact;
 
 struct lite_level_state lite;
 
+/* the memory level of the run (memory.h; switched here: mem_update, mem_set) */
+struct memory_level_state memlvl;
+
 /* The level the programming wants: 1 outcome-free, 0 full, -1 either (no counter may count:
  * the level in force is kept, so that a driver that disables everything around its idle
  * loop or scheduling costs no flushes) */

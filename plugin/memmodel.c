@@ -213,15 +213,6 @@ void mm_flush_tlbs(struct mm_state *m)
     sets_clear(&m->itlb);
 }
 
-void mm_reset(struct mm_state *m)
-{
-    m->last_line = 0;
-    sets_clear(&m->dtlb);
-    sets_clear(&m->itlb);
-    sets_clear(&m->l1);
-    sets_clear(&m->l2);
-}
-
 void mm_reset_data(struct mm_state *m)
 {
     m->last_line = 0;
@@ -233,6 +224,12 @@ void mm_reset_data(struct mm_state *m)
 void mm_reset_itlb(struct mm_state *m)
 {
     sets_clear(&m->itlb);
+}
+
+void mm_reset(struct mm_state *m)
+{
+    mm_reset_data(m);
+    mm_reset_itlb(m);
 }
 
 void mm_invlpg(struct mm_state *m, uint64_t addr)

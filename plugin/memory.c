@@ -20,8 +20,6 @@
 #include "kinds.h"
 #include "memmodel.h"
 
-struct memory_level_state memlvl;
-
 #define UD_INSN_BITS 10u /* an instruction index in a block (TCG: at most 512) */
 
 /* What an instruction does to the TLBs (SDM Vol. 3A 4.10.4): 1 a MOV to CR3 (all entries:
