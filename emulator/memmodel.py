@@ -26,6 +26,12 @@ Model:
   a store to a valid line marks it Modified without a bus-side reference.  Replacing a sector
   writes back its modified lines.  Nothing is prefetched; instruction fetches do not use the
   data caches (no trace-cache model).
+* Self-modifying code (SDM Vol. 3A 8.1.3; machine_clear SMCLEAR): the processor records the
+  64-byte lines of the code it fetches (each block of code fetched: its lines, at most
+  CODE_FETCH_LINES) in a code-line record standing for the trace cache (the geometry's
+  code_lines and code_ways, true LRU).  A store into a recorded line is one machine clear
+  (however many recorded lines it touches) and drops those lines: the code must be fetched
+  again, and a store after that clears again.
 * Each logical processor has its own TLBs and caches, so that counts are a function of its
   own accesses, whatever the host's thread interleaving (determinism over sharing).
 """
@@ -45,7 +51,8 @@ PAGES = ADDR_MASK >> PAGE_SHIFT
 
 # What one access yields, in this order (the C struct mm_outcome has the same fields)
 OUTCOME_FIELDS = ("split", "dtlb_miss", "l1_miss", "l2_hite", "l2_hitm", "l2_miss",
-                  "writeback")
+                  "writeback", "smc")
+CODE_FETCH_LINES = 16  # a block of code fetched records at most this many lines
 
 
 @dataclass
@@ -53,7 +60,8 @@ class Outcome:
     """What one access did: `split` (0/1), `dtlb_miss` pages that missed the DTLB (0-2),
     `l1_miss` lines a load missed in L1, `l2_hite` / `l2_hitm` / `l2_miss` L2 reads by
     result (loads that missed L1, and stores' reads for ownership), `writeback` modified
-    lines written back by the sectors it replaced."""
+    lines written back by the sectors it replaced, `smc` 1 if a store hit the code-line
+    record (a self-modifying-code machine clear)."""
     split: int = 0
     dtlb_miss: int = 0
     l1_miss: int = 0
@@ -61,6 +69,7 @@ class Outcome:
     l2_hitm: int = 0
     l2_miss: int = 0
     writeback: int = 0
+    smc: int = 0
 
     def as_tuple(self) -> tuple:
         return tuple(getattr(self, n) for n in OUTCOME_FIELDS)
@@ -127,6 +136,7 @@ class MemorySystem:
         self.l1 = LruSets(g.l1d_kb * 1024 // (g.l1d_ways * g.line), g.l1d_ways)
         self.sector_lines = g.sector_lines
         self.l2 = LruSets(g.l2_kb * 1024 // (g.l2_ways * g.line * g.sector_lines), g.l2_ways)
+        self.code = LruSets(g.code_lines // g.code_ways, g.code_ways)
 
     # -- translations ---------------------------------------------------------------------
 
@@ -141,6 +151,17 @@ class MemorySystem:
         """An instruction fetch from the page of linear address `addr`: 1 = ITLB miss."""
         return self._translate(self.itlb, addr >> PAGE_SHIFT)
 
+    def fetch_code(self, addr: int, end: int) -> None:
+        """A block of code [addr, end) is fetched: its lines (the first CODE_FETCH_LINES)
+        go into the code-line record, the most recently used."""
+        first = (addr & ADDR_MASK) >> LINE_SHIFT
+        last = ((end - 1) & ADDR_MASK) >> LINE_SHIFT
+        n = min(((last - first) & LINES) + 1, CODE_FETCH_LINES)
+        for k in range(n):
+            line = (first + k) & LINES
+            if self.code.lookup(line) is None:
+                self.code.insert(line)
+
     def flush_tlbs(self) -> None:
         """A CR3 write."""
         self.dtlb.clear()
@@ -148,7 +169,7 @@ class MemorySystem:
 
     def reset(self) -> None:
         """Every TLB and cache empty (as at the start)."""
-        for s in (self.dtlb, self.itlb, self.l1, self.l2):
+        for s in (self.dtlb, self.itlb, self.l1, self.l2, self.code):
             s.clear()
 
     def invlpg(self, addr: int) -> None:
@@ -197,6 +218,9 @@ class MemorySystem:
             if store:
                 self.l1.lookup(line)  # write-through: a hit is a use, a miss fills nothing
                 self._l2(line, True, out)
+                if self.code.lookup(line) is not None:  # self-modifying code
+                    self.code.drop(line)
+                    out.smc = 1
             elif self.l1.lookup(line) is None:
                 out.l1_miss += 1
                 self.l1.insert(line)
@@ -205,4 +229,4 @@ class MemorySystem:
 
 
 __all__ = ["MemorySystem", "Outcome", "OUTCOME_FIELDS", "LruSets", "LINE_SHIFT",
-           "PAGE_SHIFT"]
+           "PAGE_SHIFT", "CODE_FETCH_LINES"]

@@ -16,8 +16,10 @@ class MemoryGeometry:
     "Encoding of Cache and TLB Descriptors"): 50h ITLB and 5Bh DTLB, 64 entries each (fully
     associative here); 66h (8 KB, 4-way) or 60h (16 KB, 8-way) the L1 data cache; 7Ah-7Dh
     the unified L2 (256 KB to 2 MB, 8-way, 64-byte lines; 7Ah-7Ch "2 lines per sector", and
-    the model keeps NetBurst's 128-byte sectors on every part).  docs/memory-model.md says
-    how emulator/memmodel.py uses them.  None of the parts in MODELS has an L3 (the Xeon MP
+    the model keeps NetBurst's 128-byte sectors on every part).  The code-line record of
+    self-modifying-code detection stands for the trace cache (12 K uops on every part, SDM
+    Vol. 1 2.2.2; taken as about 32 KB of x86 code: 512 lines, 8-way), an assumption of the
+    model, not a CPUID fact.  docs/memory-model.md says how emulator/memmodel.py uses them.  None of the parts in MODELS has an L3 (the Xeon MP
     and Extreme Edition parts that do are not modelled)."""
     l1d_kb: int
     l1d_ways: int
@@ -28,12 +30,14 @@ class MemoryGeometry:
     line: int = 64  # bytes per cache line (L1 and L2)
     sector_lines: int = 2  # L2: lines per sector (one tag, replaced together)
     page: int = 4096  # every translation is treated as a 4 KB page
+    code_lines: int = 512  # the code-line record (self-modifying code): lines ...
+    code_ways: int = 8  # ... and ways (true LRU per set)
 
     def c_row(self) -> str:
         """The row of the plugin's generated table (plugin/memmodel.h struct mm_params)."""
-        return "{%d, %d, %d, %d, %d, %d}" % (self.l1d_kb, self.l1d_ways, self.l2_kb,
-                                             self.l2_ways, self.dtlb_entries,
-                                             self.itlb_entries)
+        return "{%d, %d, %d, %d, %d, %d, %d, %d}" % (
+            self.l1d_kb, self.l1d_ways, self.l2_kb, self.l2_ways, self.dtlb_entries,
+            self.itlb_entries, self.code_lines, self.code_ways)
 
 
 # the four geometries of the six parts (CPUID leaf 2: 66h + 7Ah, 66h + 7Bh, 60h + 7Ch,

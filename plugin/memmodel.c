@@ -1,7 +1,8 @@
 /*
  * p4pmu: the memory side of the timing model (emulator/memmodel.py, the reference this
  * follows line by line; docs/memory-model.md): split accesses, DTLB and ITLB, the
- * write-through L1 data cache and the L2 of 128-byte sectors holding two 64-byte lines.
+ * write-through L1 data cache and the L2 of 128-byte sectors holding two 64-byte lines, and
+ * the code-line record that detects self-modifying code.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -177,7 +178,8 @@ int mm_init(struct mm_state *m, const struct mm_params *p)
     unsigned l2_sets = p->l2_ways ?
         p->l2_kb * 1024u / (p->l2_ways * (SECTOR_LINES << LINE_SHIFT)) : 0;
     if (sets_init(&m->dtlb, 1, p->dtlb_entries) || sets_init(&m->itlb, 1, p->itlb_entries) ||
-        sets_init(&m->l1, l1_sets, p->l1d_ways) || sets_init(&m->l2, l2_sets, p->l2_ways)) {
+        sets_init(&m->l1, l1_sets, p->l1d_ways) || sets_init(&m->l2, l2_sets, p->l2_ways) ||
+        sets_init(&m->code, p->code_ways ? p->code_lines / p->code_ways : 0, p->code_ways)) {
         mm_free(m);
         return -1;
     }
@@ -190,6 +192,7 @@ void mm_free(struct mm_state *m)
     sets_free(&m->itlb);
     sets_free(&m->l1);
     sets_free(&m->l2);
+    sets_free(&m->code);
 }
 
 /* 1 if `page` missed the TLB (a walk; the entry filled) */
@@ -204,6 +207,23 @@ static int translate(struct mm_sets *tlb, uint64_t page)
 int mm_fetch(struct mm_state *m, uint64_t addr)
 {
     return translate(&m->itlb, addr >> PAGE_SHIFT);
+}
+
+void mm_fetch_code(struct mm_state *m, uint64_t addr, uint64_t end)
+{
+    const uint64_t lines = UINT64_MAX >> LINE_SHIFT;
+    uint64_t first = addr >> LINE_SHIFT, last = (end - 1) >> LINE_SHIFT;
+    uint64_t n = ((last - first) & lines) + 1;
+    if (n > MM_CODE_FETCH_LINES) n = MM_CODE_FETCH_LINES;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t line = (first + k) & lines;
+        if (sets_lookup(&m->code, line) < 0) {
+            int victim;
+            sets_insert(&m->code, line, 0, &victim);
+        }
+        /* the next store to the last access's line must look the record up again */
+        if (m->last_line == line + 1) m->last_line = 0;
+    }
 }
 
 void mm_flush_tlbs(struct mm_state *m)
@@ -226,10 +246,16 @@ void mm_reset_itlb(struct mm_state *m)
     sets_clear(&m->itlb);
 }
 
+void mm_reset_code(struct mm_state *m)
+{
+    sets_clear(&m->code);
+}
+
 void mm_reset(struct mm_state *m)
 {
     mm_reset_data(m);
     mm_reset_itlb(m);
+    mm_reset_code(m);
 }
 
 void mm_invlpg(struct mm_state *m, uint64_t addr)
@@ -290,6 +316,10 @@ void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
             m->last_in_l1 = sets_lookup(&m->l1, line) >= 0;
             l2_ref(m, line, 1, o);
             m->last_l2m = 1;
+            if (m->code_on && sets_lookup(&m->code, line) >= 0) { /* self-modifying code */
+                sets_drop(&m->code, line);
+                o->smc = 1;
+            }
         } else {
             if (sets_lookup(&m->l1, line) < 0) {
                 int victim;

@@ -2,7 +2,7 @@
  * memmodel.h: what memmodel.c offers.  memmodel.c: the memory side of the timing model in C
  * (emulator/memmodel.py is the reference it follows line by line; docs/memory-model.md):
  * split accesses, a DTLB and an ITLB, the L1 data cache and the sectored L2 of one logical
- * processor.  Self-contained (no QEMU, no other unit), so that tests/emulator/test_memmodel.py
+ * processor, and the code-line record of self-modifying-code detection.  Self-contained (no QEMU, no other unit), so that tests/emulator/test_memmodel.py
  * can compile it alone and prove it equal to the reference on generated sequences.
  */
 #ifndef P4PMU_MEMMODEL_H
@@ -13,12 +13,15 @@
 /* one part's geometry (emulator/models.py MemoryGeometry; 64-byte lines, 2 lines per L2
  * sector, 4 KB pages on every part) */
 struct mm_params {
-    unsigned l1d_kb, l1d_ways, l2_kb, l2_ways, dtlb_entries, itlb_entries;
+    unsigned l1d_kb, l1d_ways, l2_kb, l2_ways, dtlb_entries, itlb_entries, code_lines,
+        code_ways;
 };
+
+#define MM_CODE_FETCH_LINES 16 /* memmodel.CODE_FETCH_LINES */
 
 /* what one access did (memmodel.OUTCOME_FIELDS, same names) */
 struct mm_outcome {
-    uint8_t split, dtlb_miss, l1_miss, l2_hite, l2_hitm, l2_miss, writeback;
+    uint8_t split, dtlb_miss, l1_miss, l2_hite, l2_hitm, l2_miss, writeback, smc;
 };
 
 /* sets x ways entries with true LRU: stamp 0 = invalid, else the time of the last use;
@@ -40,7 +43,10 @@ struct mm_sets {
 };
 
 struct mm_state {
-    struct mm_sets dtlb, itlb, l1, l2;
+    struct mm_sets dtlb, itlb, l1, l2, code;
+    /* stores look up the code-line record (0: the plugin does not feed it, it stays as it
+     * is and no store costs a look-up) */
+    uint8_t code_on;
     /* the line the last access touched (+ 1; 0: none since a flush), and what it left:
      * the line in L1 (the most recent of its set, its page the DTLB's most recent), and
      * valid and modified in L2 (its sector the most recent of its set) -- so that the next
@@ -55,10 +61,12 @@ void mm_free(struct mm_state *m);
 void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
                struct mm_outcome *out);
 int mm_fetch(struct mm_state *m, uint64_t addr);   /* 1: ITLB miss */
+void mm_fetch_code(struct mm_state *m, uint64_t addr, uint64_t end); /* code [addr, end) */
 void mm_flush_tlbs(struct mm_state *m);            /* a CR3 write */
 void mm_invlpg(struct mm_state *m, uint64_t addr); /* INVLPG */
 void mm_reset(struct mm_state *m);                 /* everything empty (MemorySystem.reset) */
 void mm_reset_data(struct mm_state *m);            /* the DTLB and the caches empty */
 void mm_reset_itlb(struct mm_state *m);            /* the ITLB empty */
+void mm_reset_code(struct mm_state *m);            /* the code-line record empty */
 
 #endif

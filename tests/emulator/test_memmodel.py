@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from p4pmu.emulator.memmodel import OUTCOME_FIELDS, MemorySystem
+from p4pmu.emulator.memmodel import CODE_FETCH_LINES, OUTCOME_FIELDS, MemorySystem
 from p4pmu.emulator.models import MODELS, get_model
 
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugin"
@@ -127,6 +127,28 @@ def c_model(tmp_path_factory):
     return mod.ffi, mod.lib
 
 
+def test_stores_into_fetched_code_are_machine_clears_until_fetched_again():
+    g = get_model().memory
+    m = MemorySystem(g)
+    m.fetch_code(0x1000, 0x1000 + 100)  # two lines
+    assert m.access(0x2000, 4, True).smc == 0  # not code
+    assert m.access(0x1000, 4, False).smc == 0  # a load is no modification
+    assert [m.access(0x1000 + 70, 1, True).smc for _ in range(2)] == [1, 0]  # dropped
+    assert m.access(0x103E, 4, True).smc == 1  # split over the two lines: one clear
+    m.fetch_code(0x1000, 0x1001)
+    assert m.access(0x1010, 1, True).smc == 1  # fetched again: clears again
+    # the record's capacity: the least recently fetched line leaves first
+    m.reset()
+    lines = g.code_lines
+    for k in range(lines + 1):
+        m.fetch_code(0x100000 + 64 * k, 0x100000 + 64 * k + 1)
+    assert sum(m.access(0x100000 + 64 * k, 1, True).smc for k in range(lines + 1)) == lines
+    # a long block records its first CODE_FETCH_LINES lines only
+    m.fetch_code(0x400000, 0x400000 + 64 * 40)
+    assert sum(m.access(0x400000 + 64 * k, 1, True).smc for k in range(40)) == \
+        CODE_FETCH_LINES
+
+
 def _ops(rng: random.Random, n: int, g):
     """A mixed sequence: a hot buffer, a buffer near L2's size, streams, conflicting strides,
     unaligned sizes (splits), stores, code fetches, CR3 writes and INVLPGs, resets, addresses
@@ -151,6 +173,16 @@ def _ops(rng: random.Random, n: int, g):
         if r < 0.06:
             yield ("fetch", 0x100000 + rng.randrange(0, 300 * 4096))
             continue
+        if r < 0.08:  # a block of code, in the hot buffer's range too (self-modifying code)
+            a = (0x200000 + rng.randrange(0, hot)) if rng.random() < 0.5 else \
+                (1 << 64) - rng.randrange(1, 3 * 4096)
+            if rng.random() < 0.3:  # a store, its line fetched, the same store again
+                yield ("access", a, 1, True)
+                yield ("code", a, a + 1)
+                yield ("access", a, 1, True)
+            else:
+                yield ("code", a, a + rng.randrange(1, 80 * 64))
+            continue
         if r < 0.35:
             addr = 0x200000 + rng.randrange(0, hot)
         elif r < 0.6:
@@ -173,8 +205,10 @@ def test_c_equals_the_reference(c_model, g, seed):
     ffi, lib = c_model
     st = ffi.new("struct mm_state *")
     p = ffi.new("struct mm_params *", (g.l1d_kb, g.l1d_ways, g.l2_kb, g.l2_ways,
-                                       g.dtlb_entries, g.itlb_entries))
+                                       g.dtlb_entries, g.itlb_entries, g.code_lines,
+                                       g.code_ways))
     assert lib.mm_init(st, p) == 0
+    st.code_on = 1
     out = ffi.new("struct mm_outcome *")
     ref = MemorySystem(g)
     totals = dict.fromkeys(OUTCOME_FIELDS, 0)
@@ -191,6 +225,9 @@ def test_c_equals_the_reference(c_model, g, seed):
                 lib.mm_invlpg(st, op[1])
             elif op[0] == "fetch":
                 assert lib.mm_fetch(st, op[1]) == ref.fetch(op[1]), (i, op)
+            elif op[0] == "code":
+                ref.fetch_code(op[1], op[2])
+                lib.mm_fetch_code(st, op[1], op[2] & ((1 << 64) - 1))
             else:
                 want = ref.access(*op[1:])
                 lib.mm_access(st, op[1], op[2], op[3], out)
@@ -207,7 +244,7 @@ def test_c_equals_the_reference(c_model, g, seed):
 def test_c_rejects_a_bad_geometry(c_model):
     ffi, lib = c_model
     st = ffi.new("struct mm_state *")
-    p = ffi.new("struct mm_params *", (12, 4, 256, 8, 64, 64))  # 48 sets: not a power of 2
+    p = ffi.new("struct mm_params *", (12, 4, 256, 8, 64, 64, 512, 8))  # 48 sets: not 2^n
     assert lib.mm_init(st, p) == -1
 
 
