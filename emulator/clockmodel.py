@@ -62,13 +62,14 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # retiring in a clock: split loads / stores, DTLB misses (page walks) of loads / stores, L1
 # load misses (lines), L2 reads of loads by result (lines: hit Exclusive, hit Modified,
 # miss), L2 misses of stores' reads for ownership (lines), and the load / store accesses
-# (uops) that missed L1, L2 or the DTLB (what replay tagging tags); and the ITLB look-ups of
+# (uops) that missed L1, L2 or the DTLB (what replay tagging tags), self-modifying-code
+# machine clears of stores into fetched code (smc); and the ITLB look-ups of
 # the block's instruction fetch that hit and missed (in the clock of its first instruction).
 # 0 in every clock of a block's schedule; a block execution's memory outcomes change the
 # clocks they happen in (block_clocks's `mem`; the plugin's per-execution corrections,
 # docs/memory-model.md).
 DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
-               "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb")
+               "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
 FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
@@ -100,7 +101,7 @@ def memory_fields(outcome, store: bool) -> dict:
     o = outcome
     if store:
         f = {"split_st": o.split, "dtlb_st": o.dtlb_miss, "l2_rfo": o.l2_miss,
-             "st_dtlb": int(o.dtlb_miss > 0)}
+             "st_dtlb": int(o.dtlb_miss > 0), "smc": o.smc}
     else:
         f = {"split_ld": o.split, "dtlb_ld": o.dtlb_miss, "l1_ld": o.l1_miss,
              "l2_hite": o.l2_hite, "l2_hitm": o.l2_hitm, "l2_ld": o.l2_miss,
@@ -405,6 +406,9 @@ _DIRECT = {
     ("BSQ_cache_reference", "RD_2ndL_HITE"): "l2_hite",
     ("BSQ_cache_reference", "RD_2ndL_HITM"): "l2_hitm",
     ("BSQ_cache_reference", "RD_2ndL_MISS"): "l2_rd_miss",
+    # machine clears (SDM Table 19-30): self-modifying code only; a clear is modelled as one
+    # clock (the storing instruction's), so CLEAR's clocks equal SMCLEAR's clears
+    ("machine_clear", "CLEAR"): "smc", ("machine_clear", "SMCLEAR"): "smc",
 }
 
 
@@ -515,6 +519,8 @@ MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss")
 # kind only while a counter reads it)
 DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss")
 FETCH_FEATURES = FETCH_FIELDS
+# ... and of stores into fetched code: the model must also record the code fetched
+CODE_FEATURES = ("smc",)
 
 
 @functools.lru_cache(maxsize=256)
@@ -587,4 +593,5 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "clock_lines", "clock_kind", "Tagging", "with_params", "replace", "modelled_classes",
            "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging", "MEMORY_FIELDS",
            "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
-           "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields"]
+           "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields",
+           "CODE_FEATURES"]

@@ -79,6 +79,8 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "ld_l2miss": (False, "loads missing L2 (the memory model)"),
     "ld_dtlb": (False, "loads missing the DTLB (the memory model)"),
     "st_dtlb": (False, "stores missing the DTLB (the memory model)"),
+    "smc": (False, "stores into code lines the processor fetched: self-modifying code (the "
+                   "memory model's code-line record)"),
     "itlb_hit": (False, "ITLB look-ups of block fetches that hit (the memory model)"),
     "itlb_miss": (False, "ITLB look-ups of block fetches that missed: page walks (the memory "
                          "model)"),
@@ -100,7 +102,7 @@ ZERO_REASON: dict[str, str] = {
     "x87_assist": "no FP-assist model (operand values are not looked at)",
     "resource_stall": "no pipeline-resource model",
     "WC_Buffer": "no write-combining model",
-    "machine_clear": "no machine-clear model (self-modifying code, memory ordering)",
+    "machine_clear": _NO_MEMORY,
     "uop_type": "tags uops, never counts (SDM Table 19-28)",
     "uop_queue_writes": "no trace-cache model: every uop is delivered, none built",
     "replay_event": "wrong-path uops are not tagged in this model",

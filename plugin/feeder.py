@@ -405,8 +405,9 @@ class Feeder:
               "lite": self._level_wanted(pmu)}
         data = self._memory_counters(pmu, CM.DATA_FEATURES)
         fetch = self._memory_counters(pmu, CM.FETCH_FEATURES)
+        code = self._memory_counters(pmu, CM.CODE_FEATURES)
         st["wmem"] = _bits(data | fetch)
-        st["mem"] = self._memory_wanted(pmu, data, fetch)
+        st["mem"] = self._memory_wanted(pmu, data, fetch, code)
         self._st_cache[vcpu] = (key, st)
         return st
 
@@ -425,16 +426,20 @@ class Feeder:
         lines = (c[:, None] * 4 + np.arange(4)).ravel()
         return (pmu.engine.W[lines, :] != 0).any(axis=0)
 
-    def _memory_wanted(self, pmu, data: np.ndarray, fetch: np.ndarray) -> int:
+    def _memory_wanted(self, pmu, data: np.ndarray, fetch: np.ndarray,
+                       code: np.ndarray) -> int:
         """p4c_out.mem: P4_MEM_DATA if a counter that may count (enabled, or started by a
         cascade) reads a data-access event, | P4_MEM_FETCH if one reads an instruction-fetch
-        (ITLB) event: what the plugin's memory level must feed the model; 0 nothing;
-        P4_LITE_EITHER no counter may count (the level in force is kept)."""
+        (ITLB) event, | P4_MEM_CODE if one reads self-modifying-code clears (the code fetched
+        recorded; `code` counters are among the `data` ones): what the plugin's memory level
+        must feed the model; 0 nothing; P4_LITE_EITHER no counter may count (the level in
+        force is kept)."""
         en = pmu.enable | pmu.cascade | pmu.ext_cascade
         if not en.any():
             return int(self.lib.P4_LITE_EITHER)
         return (int(self.lib.P4_MEM_DATA) if (en & data).any() else 0) | \
-            (int(self.lib.P4_MEM_FETCH) if (en & fetch).any() else 0)
+            (int(self.lib.P4_MEM_FETCH) if (en & fetch).any() else 0) | \
+            (int(self.lib.P4_MEM_CODE) if (en & code).any() else 0)
 
     def _level_wanted(self, pmu) -> int:
         """p4c_out.lite: 1 the outcome-free level may be installed, 0 the full level is

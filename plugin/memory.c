@@ -53,7 +53,7 @@ static void cb_tlb_flush(unsigned int vi, void *ud)
 void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 {
     int level = memory_level_active();
-    if (level & P4_MEM_FETCH) {
+    if (level & (P4_MEM_FETCH | P4_MEM_CODE)) {
         qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, 0), cb_fetch,
                                                P4_CB_NO_REGS, (void *)(uintptr_t)id);
     }
@@ -72,15 +72,16 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_ITLB_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 15,
-                   "the memory fields are the last 15 clock fields");
+    _Static_assert(KF_ITLB_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 16,
+                   "the memory fields are the last 16 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;
         d[KF_DTLB_ST] = o->dtlb_miss;
         d[KF_L2_RFO] = o->l2_miss;
         d[KF_ST_DTLB] = o->dtlb_miss > 0;
-        return o->split | o->dtlb_miss | o->l2_miss;
+        d[KF_SMC] = o->smc;
+        return o->split | o->dtlb_miss | o->l2_miss | o->smc;
     }
     d[KF_SPLIT_LD] = o->split;
     d[KF_DTLB_LD] = o->dtlb_miss;
@@ -258,7 +259,7 @@ static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
     if (!c->mm) {
         c->mm = calloc(1, sizeof(struct mm_state));
         const unsigned *g = p4_mm_geometry[run.mm_model];
-        struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5]};
+        struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]};
         if (!c->mm || mm_init(c->mm, &p)) {
             fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
             exit(1);
@@ -296,8 +297,10 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
     c->mem_accesses++;
     struct mm_outcome o;
     int store = qemu_plugin_mem_is_store(info);
+    m->code_on = (memory_level_active() & P4_MEM_CODE) != 0;
     mm_access(m, vaddr, 1u << qemu_plugin_mem_size_shift(info), store, &o);
-    if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss)) return;
+    if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss | o.smc))
+        return;
     uint8_t d[KF_N];
     if (!access_fields(&o, store, d)) return;
     fields_at(vi, c, id, i, d);
@@ -305,8 +308,9 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
 
 /* A block execution begins (before its first instruction): its instruction fetch looks up
  * the ITLB once per page its instructions span (clockmodel.fetch_fields), in the clock of its
- * first instruction.  The pages are those of the block's translation (a block QEMU shares
- * between two mappings of the same code is looked up at the first one's addresses). */
+ * first instruction, and records its code lines (self-modifying code).  The addresses are
+ * those of the block's translation (a block QEMU shares between two mappings of the same
+ * code is looked up at the first one's addresses). */
 void cb_fetch(unsigned int vi, void *ud)
 {
     struct vcpu_counting *c = &run.per_vcpu[vi];
@@ -315,6 +319,9 @@ void cb_fetch(unsigned int vi, void *ud)
     const struct blk *b = blocks.by_id[id];
     struct mm_state *m = model_of(vi, c);
     const struct insn_info *last = &b->ins[b->n - 1];
+    int level = memory_level_active();
+    if (level & P4_MEM_CODE) mm_fetch_code(m, b->vaddr, last->addr + last->len);
+    if (!(level & P4_MEM_FETCH)) return;
     uint64_t p0 = b->vaddr >> 12, p1 = (last->addr + last->len - 1) >> 12;
     unsigned lookups = 0, misses = 0;
     for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++) misses += mm_fetch(m, p << 12);
@@ -441,6 +448,7 @@ void mem_models_reset(int added)
         struct mm_state *m = run.per_vcpu[i].mm;
         if (m && (added & P4_MEM_DATA)) mm_reset_data(m);
         if (m && (added & P4_MEM_FETCH)) mm_reset_itlb(m);
+        if (m && (added & P4_MEM_CODE)) mm_reset_code(m);
         run.per_vcpu[i].mx.b = 0;
     }
 }

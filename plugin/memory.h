@@ -14,7 +14,9 @@
 /* the memory level of the run (switched by a flush: flush.c mem_update) */
 struct memory_level_state {
     volatile int active;   /* what blocks translated now feed the model: P4_MEM_DATA (memory
-                            * callbacks) | P4_MEM_FETCH (an ITLB look-up per execution) */
+                            * callbacks) | P4_MEM_FETCH (an ITLB look-up per execution) |
+                            * P4_MEM_CODE (the lines of each execution's code recorded, and
+                            * stores looked up in the record) */
     unsigned installs, removals, streak;
 };
 
@@ -27,7 +29,7 @@ static inline int memory_level_active(void)
 
 /* a memory access of instruction (ud & 1023) of block (ud >> 10) */
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud);
-/* the execution of block ud begins: its instruction fetch's ITLB look-ups */
+/* the execution of block ud begins: its instruction fetch's ITLB look-ups, its code lines */
 void cb_fetch(unsigned int vi, void *ud);
 /* translation: the memory callbacks of block `id`'s n instructions */
 void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id);
@@ -61,7 +63,7 @@ int mem_fold_begin(const struct vcpu_counting *c);
 void mem_fold_end(struct vcpu_counting *c, int keep);
 
 /* the memory level starts feeding `added` (P4_MEM_DATA: the DTLB and caches, P4_MEM_FETCH:
- * the ITLB; all vCPUs stopped): those parts of every model start empty, so that what they
+ * the ITLB, P4_MEM_CODE: the code-line record; all vCPUs stopped): those parts of every model start empty, so that what they
  * see does not depend on when the level was off (docs/memory-model.md) */
 void mem_models_reset(int added);
 
