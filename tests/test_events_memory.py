@@ -3,15 +3,24 @@ counted exactly, in the clock their instruction retires in, through every counte
 (threshold, complement, edge) and replay tagging's split metrics -- against the documented
 clock model with the split accesses of the `split` loop (tests/guests/evexpect.py
 ClockOracle), exact.  Every other loop has no split access: its split events must not move.
+
+The patterns whose outcome the memory model fixes, on the guest: `hotbuf` re-reads a buffer
+that fits in L1 (no miss, no walk per iteration once it is in), `pages` loads from 72 pages
+per iteration (more than the DTLB holds: one page walk each), `smc` stores into code it then
+calls (one self-modifying-code machine clear per iteration).  Their expected outcomes come
+from the reference model (emulator/memmodel.py) run over the loops' own accesses and fetches.
 """
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import ClockOracle, LoopModel, oracle_mismatches
+from guests.evexpect import ClockOracle, LoopModel, blocks_of, oracle_mismatches
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import parse_events
-from guests.loops import TRACEABLE
+from guests.loops import TRACEABLE, TRACEABLE_MEMORY
 
+from p4pmu.emulator import clockmodel as CM
+from p4pmu.emulator.memmodel import MemorySystem
+from p4pmu.emulator.models import get_model
 from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
@@ -20,6 +29,9 @@ S0, S1 = "MSR_SAAT_ESCR0", "MSR_SAAT_ESCR1"
 C0, C2, C3 = "MSR_CRU_ESCR0", "MSR_CRU_ESCR2", "MSR_CRU_ESCR3"
 REPLAY_SPLIT_LD = [(0x3F1, (1 << 24) | (1 << 10)), (0x3F2, 1 << 0)]  # SDM Table 19-33
 REPLAY_SPLIT_ST = [(0x3F1, (1 << 24) | (1 << 10)), (0x3F2, 1 << 1)]
+REPLAY_L1_LOAD_MISS = [(0x3F1, (1 << 24) | (1 << 0)), (0x3F2, 1 << 0)]
+REPLAY_DTLB_LOAD_MISS = [(0x3F1, (1 << 24) | (1 << 2)), (0x3F2, 1 << 0)]
+L2_READS = ("RD_2ndL_HITE", "RD_2ndL_HITM", "RD_2ndL_MISS")
 
 SETUPS = [
     Setup("split", [
@@ -53,9 +65,64 @@ SETUPS = [
         Ctr(3, "MSR_ITLB_ESCR1", "ITLB_reference", ("MISS", "HIT_UC"), usr=True),
         Ctr(12, C0, "instr_retired", ("NBOGUSNTAG",), os=True, usr=True),
     ]),
+    # data page walks: DTMISS, the loads' DTLB metric; L2 reads by result
+    Setup("walks", [
+        Ctr(0, "MSR_BSU_ESCR0", "BSQ_cache_reference", L2_READS, os=True, usr=True),
+        Ctr(2, "MSR_PMH_ESCR1", "page_walk_type", ("DTMISS",), os=True, usr=True),
+        Ctr(3, "MSR_PMH_ESCR1", "page_walk_type", ("DTMISS",), os=True, usr=True,
+            compare=True, complement=True, threshold=0, edge=True),
+        Ctr(14, C3, "replay_event", ("NBOGUS",), os=True, usr=True),
+        Ctr(12, C0, "instr_retired", ("NBOGUSNTAG",), os=True, usr=True),
+    ], msr_writes=REPLAY_DTLB_LOAD_MISS),
+    # L1 load misses (the replay metric) and L2 reads, by ring
+    Setup("l1", [
+        Ctr(0, "MSR_BSU_ESCR0", "BSQ_cache_reference", L2_READS, usr=True),
+        Ctr(13, C2, "replay_event", ("NBOGUS",), os=True, usr=True),
+        Ctr(16, C2, "replay_event", ("NBOGUS",), os=True, usr=True, compare=True,
+            threshold=0),
+    ], msr_writes=REPLAY_L1_LOAD_MISS),
+    # self-modifying code: machine clears (a clear is one clock: CLEAR = SMCLEAR)
+    Setup("smc", [
+        Ctr(12, C2, "machine_clear", ("SMCLEAR",), os=True, usr=True),
+        Ctr(13, C2, "machine_clear", ("SMCLEAR",), os=True, usr=True, compare=True,
+            complement=True, threshold=0, edge=True),
+        Ctr(14, C3, "machine_clear", ("CLEAR", "MOCLEAR"), usr=True),
+        Ctr(15, C3, "machine_clear", ("CLEAR", "MOCLEAR"), usr=True, compare=True,
+            threshold=0),
+    ]),
 ]
 
-PLAN = Plan(SETUPS, list(TRACEABLE), rings=(0, 3), ns=(120, 1200))
+PLAN = Plan(SETUPS, list(TRACEABLE) + list(TRACEABLE_MEMORY), rings=(0, 3), ns=(120, 1200))
+def _ebx_access(insn, ebx: int | None):
+    """(address, size, store) of a pattern loop's 4-byte `mov` through %ebx/%rbx (whose
+    value the loop set with a `mov $imm`), or None (the prologue's stack accesses are the
+    same in every measurement)."""
+    if insn.mnemonic != "mov" or not insn.operands.endswith(("(%ebx)", "(%rbx)")) and \
+            "(%ebx)," not in insn.operands and "(%rbx)," not in insn.operands:
+        return None
+    src, dst = [a.strip() for a in insn.operands.split(",", 1)]
+    mem, store = (dst, True) if "(" in dst else (src, False)
+    assert ebx is not None, insn.text
+    disp = mem.split("(")[0]
+    return ebx + (int(disp, 16) if disp else 0), 4, store
+
+
+def pattern_outcomes(model, loop: str) -> dict:
+    """{instruction address: memory fields} of every execution of `loop`'s body once its
+    accesses repeat (the reference model over its fetches and accesses, three iterations:
+    the third's outcomes)."""
+    mm = MemorySystem(get_model().memory)
+    ebx, last = None, {}
+    for blk in blocks_of(model.trace(loop, 3)):
+        mm.fetch_code(blk[0].addr, blk[-1].addr + blk[-1].insn.size)
+        for st in blk:
+            if st.insn.mnemonic == "mov" and st.insn.operands.startswith("$") and \
+                    st.insn.operands.endswith("%ebx"):
+                ebx = int(st.insn.operands[1:].split(",")[0], 16)
+            acc = _ebx_access(st.insn, ebx)
+            if acc is not None:
+                last[st.addr] = CM.memory_fields(mm.access(*acc), acc[2])
+    return {a: f for a, f in last.items() if f}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +138,8 @@ def memory(run_guest):
             mem = {sym["split_body"]: {"split_ld": 1}, sym["split_ld2"]: {"split_ld": 1},
                    sym["split_ld3"]: {"split_ld": 1}, sym["split_ld4"]: {"split_ld": 1},
                    sym["split_st1"]: {"split_st": 1}}
+            for loop in TRACEABLE_MEMORY:
+                mem.update(pattern_outcomes(model, loop))
             # every block's fetch: one ITLB hit (no loop crosses a page)
             cache[bits] = (parse_events(r.out.lines),
                            ClockOracle(model, mem=mem, fetch_hits=True))
@@ -79,14 +148,22 @@ def memory(run_guest):
     return get
 
 
-@pytest.mark.parametrize("loop", TRACEABLE)
+@pytest.mark.parametrize("loop", TRACEABLE + TRACEABLE_MEMORY)
 @pytest.mark.parametrize("bits", (32, 64))
-def test_split_accesses_count_exactly_in_their_clocks(memory, bits, loop):
+def test_memory_events_count_exactly_in_their_clocks(memory, bits, loop):
     out, oracle = memory(bits)
     n1, n2 = PLAN.ns
     bad, rows = oracle_mismatches(PLAN, SETUPS, out, oracle, loop)
-    if loop == "split":  # the loop does split: the expectations are not trivially 0
+    # the loops that do something: the expectations are not trivially 0
+    if loop == "split":
         assert PLAN.delta(out, "split", loop, 3, 10) == 4 * (n2 - n1)
+    if loop == "pages":  # one walk per load, 72 loads per iteration
+        assert PLAN.delta(out, "walks", loop, 0, 2) == 72 * (n2 - n1)
+        assert PLAN.delta(out, "walks", loop, 0, 14) == 72 * (n2 - n1)
+    if loop == "hotbuf":  # 32 loads per iteration, no L1 miss
+        assert PLAN.delta(out, "l1", loop, 0, 13) == 0
+    if loop == "smc":  # one clear per iteration
+        assert PLAN.delta(out, "smc", loop, 0, 12) == n2 - n1
     assert not bad, (f"{bits}-bit guest, loop {loop}, {n2} - {n1} iterations: {len(bad)} of "
                      f"{len(rows)} counts differ:\n" + "\n".join(bad))
 

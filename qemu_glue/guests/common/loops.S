@@ -1,6 +1,7 @@
 /* The measured loops of the events guests: hand-written, so the instruction stream is known
  * exactly.  Every loop is `ureg loop_NAME(ureg n)` (n >= 1 iterations; 32-bit cdecl or SysV
- * x86-64), timer-free, with no memory access outside loop_data.  The same source builds both
+ * x86-64), timer-free, with no memory access outside loop_data, hot_buf and pages_buf (and
+ * smc's store into its own code).  The same source builds both
  * guests; the bodies use 32-bit registers, so the instruction sequence is the same in both
  * (only the encodings and the prologues differ).
  *
@@ -620,6 +621,65 @@ split_end:
 	EPILOGUE
 	ret
 
+/* ---- hotbuf: a 2 KB buffer (32 lines, one page) re-read every iteration, one load per
+ * line: after the first pass it is in the L1 data cache and the DTLB, so an iteration has no
+ * miss and no walk (docs/memory-model.md) ----------------------------------------------- */
+LOOP(hotbuf)
+	PROLOGUE
+	movl $hot_buf, %ebx
+	.globl hotbuf_body
+hotbuf_body:
+	.set off, 0
+	.rept 32
+	movl off(RBX), %eax
+	.set off, off + 64
+	.endr
+	decl %ecx
+	jnz hotbuf_body
+	EPILOGUE
+	ret
+
+/* ---- pages: one load in each of 72 pages per iteration, more pages than the DTLB's 64
+ * entries: with LRU every load finds its page evicted, a page walk each; the loads' lines
+ * (page k, line k mod 64) fit in every part's L1, so nothing else misses ----------------- */
+LOOP(pages)
+	PROLOGUE
+	movl $pages_buf, %ebx
+	.globl pages_body
+pages_body:
+	.set off, 0
+	.rept 72
+	movl off(RBX), %eax
+	.set off, off + 4096 + 64
+	.endr
+	decl %ecx
+	jnz pages_body
+	EPILOGUE
+	ret
+
+/* ---- smc: self-modifying code (machine_clear SMCLEAR): each iteration stores a new
+ * immediate into smc_target's first instruction, in another 64-byte line, then calls it; the
+ * store finds that line fetched by the previous iteration's call: one clear per iteration.
+ * (QEMU translates smc_target again after every store.) -------------------------------- */
+LOOP(smc)
+	PROLOGUE
+	movl $smc_target, %ebx
+	.globl smc_body
+smc_body:
+	.globl smc_st
+smc_st:
+	movl %ecx, 1(RBX)
+	call smc_target
+	decl %ecx
+	jnz smc_body
+	EPILOGUE
+	ret
+	.balign 64
+	.globl smc_target
+smc_target:
+	movl $0, %eax
+	ret
+
 /* ---- empty: nothing (the benchmark's start-up-only run) -------------------------------- */
 LOOP(empty)
 	xorl %eax, %eax
@@ -630,5 +690,13 @@ LOOP(empty)
 	.globl loop_data
 loop_data:
 	.skip 320
+	.balign 64
+	.globl hot_buf
+hot_buf:				/* hotbuf */
+	.skip 2048
+	.balign 4096
+	.globl pages_buf
+pages_buf:				/* pages: 73 pages */
+	.skip 73 * 4096
 
 	.section .note.GNU-stack, "", @progbits
