@@ -32,6 +32,15 @@ Model:
   code_lines and code_ways, true LRU).  A store into a recorded line is one machine clear
   (however many recorded lines it touches) and drops those lines: the code must be fetched
   again, and a store after that clears again.
+* Store buffers (memory_cancel 64K_CONF, MOB_load_replay PARTIAL_DATA / UNALGN_ADDR): the
+  last `store_buffers` stores (address, size) in program order; the model has no time, so a
+  store leaves the buffer when that many younger stores follow it.  A load looks for the
+  youngest buffered store that overlaps its bytes: one that starts at the load's address and
+  is at least as wide forwards its data (no replay, the forwarding rule of the NetBurst
+  store-to-load path); one that holds all of the load's bytes from another start is an
+  UNALGN_ADDR replay; one that holds only some is a PARTIAL_DATA replay.  A load that
+  overlaps no buffered store but has the address of one modulo 64 KB (64 K aliasing) is a
+  64K_CONF cancel.
 * Each logical processor has its own TLBs and caches, so that counts are a function of its
   own accesses, whatever the host's thread interleaving (determinism over sharing).
 """
@@ -51,7 +60,7 @@ PAGES = ADDR_MASK >> PAGE_SHIFT
 
 # What one access yields, in this order (the C struct mm_outcome has the same fields)
 OUTCOME_FIELDS = ("split", "dtlb_miss", "l1_miss", "l2_hite", "l2_hitm", "l2_miss",
-                  "writeback", "smc")
+                  "writeback", "smc", "partial", "unaligned", "alias64k")
 CODE_FETCH_LINES = 16  # a block of code fetched records at most this many lines
 
 
@@ -61,7 +70,9 @@ class Outcome:
     `l1_miss` lines a load missed in L1, `l2_hite` / `l2_hitm` / `l2_miss` L2 reads by
     result (loads that missed L1, and stores' reads for ownership), `writeback` modified
     lines written back by the sectors it replaced, `smc` 1 if a store hit the code-line
-    record (a self-modifying-code machine clear)."""
+    record (a self-modifying-code machine clear); for a load, `partial` / `unaligned` 1 if
+    a buffered store it overlaps cannot forward (MOB replays), `alias64k` 1 if it aliases
+    one modulo 64 KB."""
     split: int = 0
     dtlb_miss: int = 0
     l1_miss: int = 0
@@ -70,6 +81,9 @@ class Outcome:
     l2_miss: int = 0
     writeback: int = 0
     smc: int = 0
+    partial: int = 0
+    unaligned: int = 0
+    alias64k: int = 0
 
     def as_tuple(self) -> tuple:
         return tuple(getattr(self, n) for n in OUTCOME_FIELDS)
@@ -137,6 +151,8 @@ class MemorySystem:
         self.sector_lines = g.sector_lines
         self.l2 = LruSets(g.l2_kb * 1024 // (g.l2_ways * g.line * g.sector_lines), g.l2_ways)
         self.code = LruSets(g.code_lines // g.code_ways, g.code_ways)
+        self.stores: list[tuple[int, int]] = []  # (address, size), oldest first
+        self.store_buffers = g.store_buffers
 
     # -- translations ---------------------------------------------------------------------
 
@@ -171,6 +187,7 @@ class MemorySystem:
         """Every TLB and cache empty (as at the start)."""
         for s in (self.dtlb, self.itlb, self.l1, self.l2, self.code):
             s.clear()
+        self.stores.clear()
 
     def invlpg(self, addr: int) -> None:
         """INVLPG of the page of `addr`."""
@@ -178,6 +195,26 @@ class MemorySystem:
         self.itlb.drop(addr >> PAGE_SHIFT)
 
     # -- data accesses --------------------------------------------------------------------
+
+    def _store_buffer(self, addr: int, size: int, store: bool, out: Outcome) -> None:
+        """A store enters the buffer; a load is checked against it."""
+        if store:
+            self.stores.append((addr, size))
+            if len(self.stores) > self.store_buffers:
+                self.stores.pop(0)
+            return
+        for s_addr, s_size in reversed(self.stores):
+            into = (addr - s_addr) & ADDR_MASK  # the load's start, from the store's
+            if into < s_size or (s_addr - addr) & ADDR_MASK < size:  # the bytes overlap
+                if into == 0 and size <= s_size:
+                    return  # forwarded
+                if into < s_size and into + size <= s_size:
+                    out.unaligned = 1
+                else:
+                    out.partial = 1
+                return
+        if any((addr - s_addr) & 0xFFFF == 0 for s_addr, _ in self.stores):
+            out.alias64k = 1
 
     def _l2(self, line: int, store: bool, out: Outcome) -> None:
         """An L2 reference to 64-byte line `line`: a load's read, or a store's."""
@@ -207,6 +244,7 @@ class MemorySystem:
             raise ValueError(f"access size must be 1-64 bytes, got {size}")
         out = Outcome()
         addr &= ADDR_MASK
+        self._store_buffer(addr, size, store, out)
         first = addr >> LINE_SHIFT
         nlines = ((addr & LINE_MASK) + size + LINE_MASK) >> LINE_SHIFT
         out.split = int(nlines > 1)

@@ -32,12 +32,13 @@ class MemoryGeometry:
     page: int = 4096  # every translation is treated as a 4 KB page
     code_lines: int = 512  # the code-line record (self-modifying code): lines ...
     code_ways: int = 8  # ... and ways (true LRU per set)
+    store_buffers: int = 24  # NetBurst's store buffers (Optimization Reference Manual)
 
     def c_row(self) -> str:
         """The row of the plugin's generated table (plugin/memmodel.h struct mm_params)."""
-        return "{%d, %d, %d, %d, %d, %d, %d, %d}" % (
+        return "{%d, %d, %d, %d, %d, %d, %d, %d, %d}" % (
             self.l1d_kb, self.l1d_ways, self.l2_kb, self.l2_ways, self.dtlb_entries,
-            self.itlb_entries, self.code_lines, self.code_ways)
+            self.itlb_entries, self.code_lines, self.code_ways, self.store_buffers)
 
 
 # the four geometries of the six parts (CPUID leaf 2: 66h + 7Ah, 66h + 7Bh, 60h + 7Ch,

@@ -362,7 +362,7 @@ def _memory_geometry_table() -> str:
     return ("\n/* memory geometry per CPU model, in the model option's order (struct mm_params) "
             "*/\n#ifndef P4_MM_GEOMETRY\n#define P4_MM_GEOMETRY\n"
             f"#define P4_MM_DEFAULT_MODEL {list(MODELS).index(DEFAULT_MODEL)}\n"
-            f"static const unsigned p4_mm_geometry[{len(MODELS)}][8] = {{\n{rows}\n}};\n"
+            f"static const unsigned p4_mm_geometry[{len(MODELS)}][9] = {{\n{rows}\n}};\n"
             "#endif\n")
 
 

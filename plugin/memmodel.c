@@ -2,7 +2,7 @@
  * p4pmu: the memory side of the timing model (emulator/memmodel.py, the reference this
  * follows line by line; docs/memory-model.md): split accesses, DTLB and ITLB, the
  * write-through L1 data cache and the L2 of 128-byte sectors holding two 64-byte lines, and
- * the code-line record that detects self-modifying code.
+ * the code-line record that detects self-modifying code, and the store buffers.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -174,6 +174,8 @@ static void sets_clear(struct mm_sets *s)
 int mm_init(struct mm_state *m, const struct mm_params *p)
 {
     memset(m, 0, sizeof(*m));
+    if (!p->store_buffers || p->store_buffers > MM_STORE_BUFFERS_MAX) return -1;
+    m->sb_cap = p->store_buffers;
     unsigned l1_sets = p->l1d_ways ? p->l1d_kb * 1024u / (p->l1d_ways << LINE_SHIFT) : 0;
     unsigned l2_sets = p->l2_ways ?
         p->l2_kb * 1024u / (p->l2_ways * (SECTOR_LINES << LINE_SHIFT)) : 0;
@@ -251,11 +253,17 @@ void mm_reset_code(struct mm_state *m)
     sets_clear(&m->code);
 }
 
+void mm_reset_stores(struct mm_state *m)
+{
+    m->sb_next = m->sb_n = 0;
+}
+
 void mm_reset(struct mm_state *m)
 {
     mm_reset_data(m);
     mm_reset_itlb(m);
     mm_reset_code(m);
+    mm_reset_stores(m);
 }
 
 void mm_invlpg(struct mm_state *m, uint64_t addr)
@@ -296,10 +304,41 @@ static void l2_ref(struct mm_state *m, uint64_t line, int store, struct mm_outco
     if (victim >= 0) o->writeback += (uint8_t)dirty_lines((unsigned)victim);
 }
 
+/* A store enters the buffers; a load is checked against them (MemorySystem._store_buffer) */
+static void store_buffer(struct mm_state *m, uint64_t addr, unsigned size, int store,
+                         struct mm_outcome *o)
+{
+    if (store) {
+        m->sb_addr[m->sb_next] = addr;
+        m->sb_size[m->sb_next] = (uint8_t)size;
+        m->sb_next = (m->sb_next + 1) % m->sb_cap;
+        if (m->sb_n < m->sb_cap) m->sb_n++;
+        return;
+    }
+    for (unsigned k = 1; k <= m->sb_n; k++) { /* the youngest first */
+        unsigned i = (m->sb_next + m->sb_cap - k) % m->sb_cap;
+        uint64_t into = addr - m->sb_addr[i];
+        unsigned ss = m->sb_size[i];
+        if (into < ss || m->sb_addr[i] - addr < size) {
+            if (into == 0 && size <= ss) return; /* forwarded */
+            if (into < ss && into + size <= ss) o->unaligned = 1;
+            else o->partial = 1;
+            return;
+        }
+    }
+    for (unsigned k = 0; k < m->sb_n; k++) {
+        if (((addr - m->sb_addr[k]) & 0xFFFF) == 0) {
+            o->alias64k = 1;
+            return;
+        }
+    }
+}
+
 void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
                struct mm_outcome *o)
 {
     memset(o, 0, sizeof(*o));
+    if (m->sb_on) store_buffer(m, addr, size, store, o);
     uint64_t first = addr >> LINE_SHIFT;
     unsigned nlines = ((unsigned)(addr & LINE_MASK) + size + LINE_MASK) >> LINE_SHIFT;
     if (nlines == 1 && m->last_line == first + 1 && (store ? m->last_l2m : m->last_in_l1))

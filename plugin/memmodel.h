@@ -2,7 +2,7 @@
  * memmodel.h: what memmodel.c offers.  memmodel.c: the memory side of the timing model in C
  * (emulator/memmodel.py is the reference it follows line by line; docs/memory-model.md):
  * split accesses, a DTLB and an ITLB, the L1 data cache and the sectored L2 of one logical
- * processor, and the code-line record of self-modifying-code detection.  Self-contained (no QEMU, no other unit), so that tests/emulator/test_memmodel.py
+ * processor, the code-line record of self-modifying-code detection and the store buffers.  Self-contained (no QEMU, no other unit), so that tests/emulator/test_memmodel.py
  * can compile it alone and prove it equal to the reference on generated sequences.
  */
 #ifndef P4PMU_MEMMODEL_H
@@ -14,14 +14,16 @@
  * sector, 4 KB pages on every part) */
 struct mm_params {
     unsigned l1d_kb, l1d_ways, l2_kb, l2_ways, dtlb_entries, itlb_entries, code_lines,
-        code_ways;
+        code_ways, store_buffers;
 };
 
 #define MM_CODE_FETCH_LINES 16 /* memmodel.CODE_FETCH_LINES */
+#define MM_STORE_BUFFERS_MAX 64
 
 /* what one access did (memmodel.OUTCOME_FIELDS, same names) */
 struct mm_outcome {
-    uint8_t split, dtlb_miss, l1_miss, l2_hite, l2_hitm, l2_miss, writeback, smc;
+    uint8_t split, dtlb_miss, l1_miss, l2_hite, l2_hitm, l2_miss, writeback, smc, partial,
+        unaligned, alias64k;
 };
 
 /* sets x ways entries with true LRU: stamp 0 = invalid, else the time of the last use;
@@ -47,6 +49,12 @@ struct mm_state {
     /* stores look up the code-line record (0: the plugin does not feed it, it stays as it
      * is and no store costs a look-up) */
     uint8_t code_on;
+    /* the store buffers: the last sb_cap stores, a ring (sb_next: the next slot, sb_n: how
+     * many); used only while sb_on (0: stores are not recorded, loads not checked) */
+    uint64_t sb_addr[MM_STORE_BUFFERS_MAX];
+    uint8_t sb_size[MM_STORE_BUFFERS_MAX];
+    unsigned sb_cap, sb_next, sb_n;
+    uint8_t sb_on;
     /* the line the last access touched (+ 1; 0: none since a flush), and what it left:
      * the line in L1 (the most recent of its set, its page the DTLB's most recent), and
      * valid and modified in L2 (its sector the most recent of its set) -- so that the next
@@ -68,5 +76,6 @@ void mm_reset(struct mm_state *m);                 /* everything empty (MemorySy
 void mm_reset_data(struct mm_state *m);            /* the DTLB and the caches empty */
 void mm_reset_itlb(struct mm_state *m);            /* the ITLB empty */
 void mm_reset_code(struct mm_state *m);            /* the code-line record empty */
+void mm_reset_stores(struct mm_state *m);          /* the store buffers empty */
 
 #endif

@@ -149,6 +149,30 @@ def test_stores_into_fetched_code_are_machine_clears_until_fetched_again():
         CODE_FETCH_LINES
 
 
+def test_store_buffers_forward_replay_and_alias():
+    g = get_model().memory
+    m = MemorySystem(g)
+    m.access(0x3000, 8, True)
+    out = [m.access(a, n, False) for a, n in ((0x3000, 8), (0x3000, 4), (0x3002, 4),
+                                              (0x3004, 8), (0x2FFC, 8), (0x3008, 4),
+                                              (0x13000, 4), (0x13008, 4))]
+    assert [(o.partial, o.unaligned, o.alias64k) for o in out] == [
+        (0, 0, 0), (0, 0, 0),  # same start, as wide or narrower: forwarded
+        (0, 1, 0),  # inside the store, another start: UNALGN_ADDR
+        (1, 0, 0), (1, 0, 0),  # partly: PARTIAL_DATA
+        (0, 0, 0),  # next to it
+        (0, 0, 1),  # 64 KB away: aliases
+        (0, 0, 0)]
+    # the youngest overlapping store decides; a store leaves after store_buffers younger ones
+    m.access(0x3000, 2, True)
+    assert m.access(0x3000, 4, False).partial == 1
+    for k in range(g.store_buffers - 1):
+        m.access(0x9000 + 16 * k, 4, True)
+    assert m.access(0x3000, 4, False).partial == 1
+    m.access(0x9000 + 16 * g.store_buffers, 4, True)
+    assert m.access(0x3000, 4, False).as_tuple()[8:] == (0, 0, 0)
+
+
 def _ops(rng: random.Random, n: int, g):
     """A mixed sequence: a hot buffer, a buffer near L2's size, streams, conflicting strides,
     unaligned sizes (splits), stores, code fetches, CR3 writes and INVLPGs, resets, addresses
@@ -173,7 +197,13 @@ def _ops(rng: random.Random, n: int, g):
         if r < 0.06:
             yield ("fetch", 0x100000 + rng.randrange(0, 300 * 4096))
             continue
-        if r < 0.08:  # a block of code, in the hot buffer's range too (self-modifying code)
+        if r < 0.1:  # a load near a recent store's address, or 64 KB away
+            a = 0x200000 + rng.randrange(0, 64)
+            yield ("access", a, rng.choice((1, 2, 4, 8)), True)
+            yield ("access", a + rng.choice((-6, -2, 0, 0, 1, 3, 4, 65536, 131072 + 2)),
+                   rng.choice((1, 2, 4, 8)), False)
+            continue
+        if r < 0.12:  # a block of code, in the hot buffer's range too (self-modifying code)
             a = (0x200000 + rng.randrange(0, hot)) if rng.random() < 0.5 else \
                 (1 << 64) - rng.randrange(1, 3 * 4096)
             if rng.random() < 0.3:  # a store, its line fetched, the same store again
@@ -206,9 +236,9 @@ def test_c_equals_the_reference(c_model, g, seed):
     st = ffi.new("struct mm_state *")
     p = ffi.new("struct mm_params *", (g.l1d_kb, g.l1d_ways, g.l2_kb, g.l2_ways,
                                        g.dtlb_entries, g.itlb_entries, g.code_lines,
-                                       g.code_ways))
+                                       g.code_ways, g.store_buffers))
     assert lib.mm_init(st, p) == 0
-    st.code_on = 1
+    st.code_on = st.sb_on = 1
     out = ffi.new("struct mm_outcome *")
     ref = MemorySystem(g)
     totals = dict.fromkeys(OUTCOME_FIELDS, 0)
@@ -244,7 +274,7 @@ def test_c_equals_the_reference(c_model, g, seed):
 def test_c_rejects_a_bad_geometry(c_model):
     ffi, lib = c_model
     st = ffi.new("struct mm_state *")
-    p = ffi.new("struct mm_params *", (12, 4, 256, 8, 64, 64, 512, 8))  # 48 sets: not 2^n
+    p = ffi.new("struct mm_params *", (12, 4, 256, 8, 64, 64, 512, 8, 24))  # 48 sets: not 2^n
     assert lib.mm_init(st, p) == -1
 
 
