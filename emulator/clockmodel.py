@@ -63,13 +63,16 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # load misses (lines), L2 reads of loads by result (lines: hit Exclusive, hit Modified,
 # miss), L2 misses of stores' reads for ownership (lines), and the load / store accesses
 # (uops) that missed L1, L2 or the DTLB (what replay tagging tags), self-modifying-code
-# machine clears of stores into fetched code (smc); and the ITLB look-ups of
+# machine clears of stores into fetched code (smc), loads a buffered store could not forward
+# to (partial overlap, another start) or that alias one modulo 64 KB, the modified lines
+# written back to memory (wb, the bus model's writes); and the ITLB look-ups of
 # the block's instruction fetch that hit and missed (in the clock of its first instruction).
 # 0 in every clock of a block's schedule; a block execution's memory outcomes change the
 # clocks they happen in (block_clocks's `mem`; the plugin's per-execution corrections,
 # docs/memory-model.md).
 DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
-               "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc")
+               "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc",
+               "ld_partial", "ld_unalgn", "ld_64k", "wb")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
 FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
@@ -101,12 +104,13 @@ def memory_fields(outcome, store: bool) -> dict:
     o = outcome
     if store:
         f = {"split_st": o.split, "dtlb_st": o.dtlb_miss, "l2_rfo": o.l2_miss,
-             "st_dtlb": int(o.dtlb_miss > 0), "smc": o.smc}
+             "st_dtlb": int(o.dtlb_miss > 0), "smc": o.smc, "wb": o.writeback}
     else:
         f = {"split_ld": o.split, "dtlb_ld": o.dtlb_miss, "l1_ld": o.l1_miss,
              "l2_hite": o.l2_hite, "l2_hitm": o.l2_hitm, "l2_ld": o.l2_miss,
              "ld_l1miss": int(o.l1_miss > 0), "ld_l2miss": int(o.l2_miss > 0),
-             "ld_dtlb": int(o.dtlb_miss > 0)}
+             "ld_dtlb": int(o.dtlb_miss > 0), "ld_partial": o.partial,
+             "ld_unalgn": o.unaligned, "ld_64k": o.alias64k, "wb": o.writeback}
     return {k: v for k, v in f.items() if v}
 
 
@@ -322,7 +326,7 @@ FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "
             "rbt_uncond", "rbt_cond", "rbt_call", "rbt_ret", "rbt_ind",
             "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
             "running", "ms", "ms_uops", "tc_uops") + FP_FIELDS + MEMORY_FIELDS + \
-    ("dtlb_walks", "l2_rd_miss")
+    ("dtlb_walks", "l2_rd_miss", "ld_mob")
 NFEAT = len(FEATURES)
 FE = {n: i for i, n in enumerate(FEATURES)}
 
@@ -337,6 +341,7 @@ def features(fields: np.ndarray) -> np.ndarray:
         out[:, FE[n]] = f[:, FI[n]]
     out[:, FE["dtlb_walks"]] = f[:, FI["dtlb_ld"]] + f[:, FI["dtlb_st"]]
     out[:, FE["l2_rd_miss"]] = f[:, FI["l2_ld"]] + f[:, FI["l2_rfo"]]
+    out[:, FE["ld_mob"]] = f[:, FI["ld_partial"]] + f[:, FI["ld_unalgn"]]
     out[:, FE["tc_uops"]] = f[:, FI["uops"]] - f[:, FI["ms_uops"]]
     br = f[:, FI["br"]]
     isbr = br != BR_NONE
@@ -409,6 +414,15 @@ _DIRECT = {
     # machine clears (SDM Table 19-30): self-modifying code only; a clear is modelled as one
     # clock (the storing instruction's), so CLEAR's clocks equal SMCLEAR's clears
     ("machine_clear", "CLEAR"): "smc", ("machine_clear", "SMCLEAR"): "smc",
+    # the store buffers: loads replayed by the memory order buffer, 64 K aliasing cancels
+    ("MOB_load_replay", "PARTIAL_DATA"): "ld_partial",
+    ("MOB_load_replay", "UNALGN_ADDR"): "ld_unalgn",
+    ("memory_cancel", "64K_CONF"): "ld_64k",
+    # the bus model: a line read (a load's or a store's L2 miss) is data this processor
+    # samples, a write-back data it drives; DRDY and DBSY each once per line transferred
+    ("FSB_data_activity", "DRDY_OWN"): "l2_rd_miss",
+    ("FSB_data_activity", "DBSY_OWN"): "l2_rd_miss",
+    ("FSB_data_activity", "DRDY_DRV"): "wb", ("FSB_data_activity", "DBSY_DRV"): "wb",
 }
 
 
@@ -431,8 +445,8 @@ NO_TAGGING = Tagging()
 
 # Replay-tagging metrics (events.REPLAY_METRICS) the clock model drives, and the features
 # whose uops they tag (SDM Table 19-33): a mispredicted branch's uop, loads that miss L1 or
-# L2, loads and stores that miss the DTLB or split (the memory model).  MOB_load_replay_retired
-# (replays in the memory order buffer) has no model: replay_event reads 0 for it.
+# L2, loads and stores that miss the DTLB or split, loads the memory order buffer replays
+# (the memory model's store buffers).
 REPLAY_FEATURES = {
     "Tagged_mispred_branch": ("misp",),
     "1stL_cache_load_miss_retired": ("ld_l1miss",),
@@ -442,6 +456,7 @@ REPLAY_FEATURES = {
     "DTLB_all_miss_retired": ("ld_dtlb", "st_dtlb"),
     "split_load_retired": ("split_ld",),
     "split_store_retired": ("split_st",),
+    "MOB_load_replay_retired": ("ld_mob",),
 }
 
 
@@ -514,13 +529,15 @@ def outcome_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
 # Features that depend on the memory model's outcomes: a programming whose counters read
 # none of them needs no memory instrumentation (the plugin's memory level,
 # docs/memory-model.md)
-MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss")
+MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob")
 # the features of data accesses and of instruction fetches (the plugin feeds the model each
 # kind only while a counter reads it)
-DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss")
+DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob")
 FETCH_FEATURES = FETCH_FIELDS
 # ... and of stores into fetched code: the model must also record the code fetched
 CODE_FEATURES = ("smc",)
+# ... and of loads against the store buffers: the model must also record the stores
+STORE_FEATURES = ("ld_partial", "ld_unalgn", "ld_64k", "ld_mob")
 
 
 @functools.lru_cache(maxsize=256)
@@ -594,4 +611,4 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging", "MEMORY_FIELDS",
            "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
            "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields",
-           "CODE_FEATURES"]
+           "CODE_FEATURES", "STORE_FEATURES"]

@@ -74,20 +74,32 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "l2_ld": (False, "L2 lines loads missed (the memory model)"),
     "l2_rfo": (False, "L2 lines stores' reads for ownership missed (the memory model)"),
     "l2_rd_miss": (False, "L2 lines loads and stores' reads for ownership missed (the memory "
-                          "model)"),
+                          "model; the bus model: one line read each)"),
     "ld_l1miss": (False, "loads missing the L1 data cache (the memory model)"),
     "ld_l2miss": (False, "loads missing L2 (the memory model)"),
     "ld_dtlb": (False, "loads missing the DTLB (the memory model)"),
     "st_dtlb": (False, "stores missing the DTLB (the memory model)"),
     "smc": (False, "stores into code lines the processor fetched: self-modifying code (the "
                    "memory model's code-line record)"),
+    "ld_partial": (False, "loads a buffered store overlaps in part: no forwarding (the memory "
+                          "model's store buffers)"),
+    "ld_unalgn": (False, "loads inside a buffered store from another start: no forwarding "
+                         "(the memory model's store buffers)"),
+    "ld_64k": (False, "loads at a buffered store's address modulo 64 KB, not overlapping it "
+                      "(the memory model's store buffers)"),
+    "ld_mob": (False, "loads the memory order buffer replays: a buffered store overlaps them "
+                      "and cannot forward (the memory model's store buffers)"),
+    "wb": (False, "modified lines written back to memory (the memory model's L2; the bus "
+                  "model: one transfer each)"),
     "itlb_hit": (False, "ITLB look-ups of block fetches that hit (the memory model)"),
     "itlb_miss": (False, "ITLB look-ups of block fetches that missed: page walks (the memory "
                          "model)"),
 }
 
 _NO_MEMORY = "no memory-order model (store buffers, the memory order buffer)"
-_NO_BUS = "no bus model"
+_NO_BUS = ("no bus-queue model (request-type matching and occupancy over time need bus "
+           "timing; the bus model counts data transfers only)")
+_BUS_SIGNALS = "bus signals whose mask bits no source confirms; not modelled"
 # event -> why it reads 0 (every mask bit the clock model does not drive)
 ZERO_REASON: dict[str, str] = {
     "TC_deliver_mode": "no trace-cache model",
@@ -95,9 +107,9 @@ ZERO_REASON: dict[str, str] = {
     "TC_misc": "no trace-cache model",
     "memory_cancel": _NO_MEMORY,
     "MOB_load_replay": _NO_MEMORY,
-    "IOQ_allocation": _NO_BUS, "IOQ_active_entries": _NO_BUS, "FSB_data_activity": _NO_BUS,
-    "BSQ_allocation": _NO_BUS, "bsq_active_entries": _NO_BUS, "b2b_cycles": _NO_BUS,
-    "bnr": _NO_BUS, "snoop": _NO_BUS, "response": _NO_BUS,
+    "IOQ_allocation": _NO_BUS, "IOQ_active_entries": _NO_BUS,
+    "BSQ_allocation": _NO_BUS, "bsq_active_entries": _NO_BUS, "b2b_cycles": _BUS_SIGNALS,
+    "bnr": _BUS_SIGNALS, "snoop": _BUS_SIGNALS, "response": _BUS_SIGNALS,
     "SSE_input_assist": "no FP-assist model (operand values are not looked at)",
     "x87_assist": "no FP-assist model (operand values are not looked at)",
     "resource_stall": "no pipeline-resource model",
@@ -119,8 +131,15 @@ HARDWARE_ZERO: dict[tuple[str, str], str] = {
     ("BSQ_cache_reference", "WR_2ndL_HIT"): _WRITE_THROUGH,
     ("BSQ_cache_reference", "WR_2ndL_MISS"): _WRITE_THROUGH,
 }
+_OTHER_AGENTS = ("other agents' transfers (another processor, DMA) are not modelled: each "
+                 "processor's model sees its own accesses")
 # mask bits of otherwise modelled events that stay 0
 ZERO_BIT_REASON: dict[tuple[str, str], str] = {
+    ("FSB_data_activity", "DRDY_OTHER"): _OTHER_AGENTS,
+    ("FSB_data_activity", "DBSY_OTHER"): _OTHER_AGENTS,
+    ("memory_cancel", "ST_RB_FULL"): "the model's store buffers have no time: never full",
+    ("MOB_load_replay", "NO_STA"): "no pipeline timing: a store's address is always known",
+    ("MOB_load_replay", "NO_STD"): "no pipeline timing: a store's data is always known",
     ("ITLB_reference", "HIT_UC"): "no memory types (every page is write-back)",
     ("memory_complete", "USC"): "no memory types (every access is write-back)",
     ("memory_complete", "ULC"): "no memory types (every access is write-back)",
@@ -142,8 +161,8 @@ TAGGED_TEXT: dict[tuple[str, str], str] = {
     ("replay_event", "NBOGUS"): "the uops replay tagging tags (MSR_PEBS_ENABLE, "
                                 "MSR_PEBS_MATRIX_VERT; SDM Table 19-33): mispredicted "
                                 "branches (the predictor), loads missing L1 or L2, loads and "
-                                "stores missing the DTLB, split loads and stores (the memory "
-                                "model); MOB_load_replay_retired has no model",
+                                "stores missing the DTLB, split loads and stores, loads the "
+                                "memory order buffer replays (the memory model)",
 }
 
 

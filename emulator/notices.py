@@ -55,8 +55,6 @@ def unmodelled(pmu, counter: int) -> Notice | None:
     missing = [ev.mask[k] for k in bits if not CM.is_modelled(ev.name, k) and
                (ev.name, ev.mask[k]) not in COV.HARDWARE_ZERO]
     name = T.COUNTERS[counter].counter_name
-    if ev.name == "replay_event" and not missing:
-        return _unmodelled_replay(pmu, counter, escr)
     if not missing:
         return None
     if len(missing) == len(bits):
@@ -68,24 +66,6 @@ def unmodelled(pmu, counter: int) -> Notice | None:
     return Notice(("unmodelled", ev.name, tuple(missing)),
                   f"counter {counter} ({name}, through {escr.name}) {what} (docs/events.md "
                   "lists what is modelled)")
-
-
-def _unmodelled_replay(pmu, counter: int, escr) -> Notice | None:
-    """replay_event counts the uops replay tagging tags (SDM 18.15.7): a notice when the
-    metrics MSR_PEBS_ENABLE and MSR_PEBS_MATRIX_VERT select include ones the clock model
-    does not drive (MOB replays: no model, 0 here).  No metric
-    selected reads 0 on silicon too: no notice."""
-    metrics = EV.replay_metrics(pmu.pebs_enable, pmu.pebs_matrix_vert)
-    missing = [m.name for m in metrics if m.name not in CM.REPLAY_FEATURES]
-    if not missing:
-        return None
-    return Notice(("unmodelled-replay", tuple(missing)),
-                  f"counter {counter} ({T.COUNTERS[counter].counter_name}, through "
-                  f"{escr.name}) counts replay_event for the replay-tagging metric(s) "
-                  f"{', '.join(missing)} (MSR_PEBS_ENABLE 0x{pmu.pebs_enable:X}, "
-                  f"MSR_PEBS_MATRIX_VERT 0x{pmu.pebs_matrix_vert:X}), which this emulator "
-                  "does not model (no memory-order model): they contribute 0 "
-                  "(docs/events.md lists what is modelled)")
 
 
 _SHARED = ("Linux's P4 driver does this to multiplexed perf events: p4_pmu_schedule_events "

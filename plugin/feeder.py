@@ -39,9 +39,14 @@ _W = CM.PARAMS["retire_width"]
 
 
 def _class_max() -> np.ndarray:
+    """The most a class's line adds in one clock under the clock model (0: no model feeds
+    it, it never counts: clockmodel.modelled_classes)."""
     m = np.full(EV.NUM_CLASSES, 15.0)
+    fed = CM.modelled_classes()
     for c in EV.CLASSES:
-        if c.event in ("instr_retired", "uops_retired"):
+        if c.id not in fed:
+            m[c.id] = 0.0
+        elif c.event in ("instr_retired", "uops_retired"):
             m[c.id] = _W
         elif c.event in ("branch_retired", "mispred_branch_retired", "retired_branch_type",
                          "retired_mispred_branch_type", "global_power_events"):
@@ -50,6 +55,7 @@ def _class_max() -> np.ndarray:
 
 
 LINE_MAX = np.repeat(_class_max(), 4)  # line id = class * 4 + lp * 2 + priv
+LINE_FED = LINE_MAX > 0  # the lines the clock model can feed
 
 
 @dataclass
@@ -388,7 +394,7 @@ class Feeder:
         # request armed (or no OVF_PMI) it just counts (SDM 18.15.5.8).  A counter that no
         # line feeds (its ESCR selects nothing modelled) never counts, unless COMPARE with
         # COMPLEMENT passes its empty input every clock (SDM 18.15.5.2): no deadline for it
-        can_count = (eng.W > 0).any(axis=0) | (pmu.compare & pmu.complement)
+        can_count = (eng.W[LINE_FED] > 0).any(axis=0) | (pmu.compare & pmu.complement)
         idx = np.flatnonzero((cand | arm) & can_count)
         # the most a counter can receive per clock under the clock model (feeder budget)
         W = eng.W[:, idx]
@@ -406,8 +412,9 @@ class Feeder:
         data = self._memory_counters(pmu, CM.DATA_FEATURES)
         fetch = self._memory_counters(pmu, CM.FETCH_FEATURES)
         code = self._memory_counters(pmu, CM.CODE_FEATURES)
+        stores = self._memory_counters(pmu, CM.STORE_FEATURES)
         st["wmem"] = _bits(data | fetch)
-        st["mem"] = self._memory_wanted(pmu, data, fetch, code)
+        st["mem"] = self._memory_wanted(pmu, data, fetch, code, stores)
         self._st_cache[vcpu] = (key, st)
         return st
 
@@ -426,20 +433,22 @@ class Feeder:
         lines = (c[:, None] * 4 + np.arange(4)).ravel()
         return (pmu.engine.W[lines, :] != 0).any(axis=0)
 
-    def _memory_wanted(self, pmu, data: np.ndarray, fetch: np.ndarray,
-                       code: np.ndarray) -> int:
+    def _memory_wanted(self, pmu, data: np.ndarray, fetch: np.ndarray, code: np.ndarray,
+                       stores: np.ndarray) -> int:
         """p4c_out.mem: P4_MEM_DATA if a counter that may count (enabled, or started by a
         cascade) reads a data-access event, | P4_MEM_FETCH if one reads an instruction-fetch
         (ITLB) event, | P4_MEM_CODE if one reads self-modifying-code clears (the code fetched
-        recorded; `code` counters are among the `data` ones): what the plugin's memory level
-        must feed the model; 0 nothing; P4_LITE_EITHER no counter may count (the level in
-        force is kept)."""
+        recorded), | P4_MEM_SB if one reads the store buffers' replays (`code` and `stores`
+        counters are among the `data` ones): what the plugin's memory level must feed the
+        model; 0 nothing; P4_LITE_EITHER no counter may count (the level in force is
+        kept)."""
         en = pmu.enable | pmu.cascade | pmu.ext_cascade
         if not en.any():
             return int(self.lib.P4_LITE_EITHER)
         return (int(self.lib.P4_MEM_DATA) if (en & data).any() else 0) | \
             (int(self.lib.P4_MEM_FETCH) if (en & fetch).any() else 0) | \
-            (int(self.lib.P4_MEM_CODE) if (en & code).any() else 0)
+            (int(self.lib.P4_MEM_CODE) if (en & code).any() else 0) | \
+            (int(self.lib.P4_MEM_SB) if (en & stores).any() else 0)
 
     def _level_wanted(self, pmu) -> int:
         """p4c_out.lite: 1 the outcome-free level may be installed, 0 the full level is

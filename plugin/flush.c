@@ -60,7 +60,7 @@ static void lite_set(int on)
 }
 
 /* The memory level (memory.c, docs/memory-model.md) the programmings of the vCPUs want:
- * P4_MEM_DATA | P4_MEM_FETCH | P4_MEM_CODE as one of them wants each, 0 if none wants anything, -1 if no
+ * the P4_MEM_ALL parts as one of them wants each, 0 if none wants anything, -1 if no
  * counter may count anywhere (keep the level) */
 static int mem_wanted(void)
 {
@@ -70,7 +70,7 @@ static int mem_wanted(void)
         if (!run.per_vcpu[i].init) continue;
         int w = run.fold_out[i].mem;
         if (w == P4_LITE_EITHER) continue;
-        want = (want < 0 ? 0 : want) | (w & (P4_MEM_DATA | P4_MEM_FETCH | P4_MEM_CODE));
+        want = (want < 0 ? 0 : want) | (w & P4_MEM_ALL);
     }
     return want;
 }
@@ -92,9 +92,9 @@ static void mem_set(int on)
     if (memlvl.active & ~on) memlvl.removals++;
     memlvl.streak = 0;
     __atomic_store_n(&memlvl.active, on, __ATOMIC_RELEASE);
-    DBG("counting: memory level %s%s%s (translation cache flushed)\n",
+    DBG("counting: memory level %s%s%s%s (translation cache flushed)\n",
         on & P4_MEM_DATA ? "data " : "", on & P4_MEM_FETCH ? "fetch " : "",
-        on & P4_MEM_CODE ? "code" : on ? "" : "off");
+        on & P4_MEM_CODE ? "code " : "", on & P4_MEM_SB ? "stores" : on ? "" : "off");
 }
 
 static void reset_done(void *ud)

@@ -72,8 +72,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_ITLB_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 16,
-                   "the memory fields are the last 16 clock fields");
+    _Static_assert(KF_ITLB_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 20,
+                   "the memory fields are the last 20 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;
@@ -81,7 +81,8 @@ static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
         d[KF_L2_RFO] = o->l2_miss;
         d[KF_ST_DTLB] = o->dtlb_miss > 0;
         d[KF_SMC] = o->smc;
-        return o->split | o->dtlb_miss | o->l2_miss | o->smc;
+        d[KF_WB] = o->writeback;
+        return o->split | o->dtlb_miss | o->l2_miss | o->smc | o->writeback;
     }
     d[KF_SPLIT_LD] = o->split;
     d[KF_DTLB_LD] = o->dtlb_miss;
@@ -92,7 +93,12 @@ static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
     d[KF_LD_L1MISS] = o->l1_miss > 0;
     d[KF_LD_L2MISS] = o->l2_miss > 0;
     d[KF_LD_DTLB] = o->dtlb_miss > 0;
-    return o->split | o->dtlb_miss | o->l1_miss | o->l2_hite | o->l2_hitm | o->l2_miss;
+    d[KF_LD_PARTIAL] = o->partial;
+    d[KF_LD_UNALGN] = o->unaligned;
+    d[KF_LD_64K] = o->alias64k;
+    d[KF_WB] = o->writeback;
+    return o->split | o->dtlb_miss | o->l1_miss | o->l2_hite | o->l2_hitm | o->l2_miss |
+           o->partial | o->unaligned | o->alias64k | o->writeback;
 }
 
 static void fields_add(uint8_t *f, const uint8_t *d)
@@ -259,7 +265,7 @@ static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
     if (!c->mm) {
         c->mm = calloc(1, sizeof(struct mm_state));
         const unsigned *g = p4_mm_geometry[run.mm_model];
-        struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]};
+        struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]};
         if (!c->mm || mm_init(c->mm, &p)) {
             fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
             exit(1);
@@ -297,9 +303,12 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
     c->mem_accesses++;
     struct mm_outcome o;
     int store = qemu_plugin_mem_is_store(info);
-    m->code_on = (memory_level_active() & P4_MEM_CODE) != 0;
+    int level = memory_level_active();
+    m->code_on = (level & P4_MEM_CODE) != 0;
+    m->sb_on = (level & P4_MEM_SB) != 0;
     mm_access(m, vaddr, 1u << qemu_plugin_mem_size_shift(info), store, &o);
-    if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss | o.smc))
+    if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss | o.smc |
+          o.partial | o.unaligned | o.alias64k | o.writeback))
         return;
     uint8_t d[KF_N];
     if (!access_fields(&o, store, d)) return;
@@ -449,6 +458,7 @@ void mem_models_reset(int added)
         if (m && (added & P4_MEM_DATA)) mm_reset_data(m);
         if (m && (added & P4_MEM_FETCH)) mm_reset_itlb(m);
         if (m && (added & P4_MEM_CODE)) mm_reset_code(m);
+        if (m && (added & P4_MEM_SB)) mm_reset_stores(m);
         run.per_vcpu[i].mx.b = 0;
     }
 }

@@ -16,7 +16,8 @@ struct memory_level_state {
     volatile int active;   /* what blocks translated now feed the model: P4_MEM_DATA (memory
                             * callbacks) | P4_MEM_FETCH (an ITLB look-up per execution) |
                             * P4_MEM_CODE (the lines of each execution's code recorded, and
-                            * stores looked up in the record) */
+                            * stores looked up in the record) | P4_MEM_SB (stores buffered,
+                            * loads checked against them) */
     unsigned installs, removals, streak;
 };
 
@@ -63,7 +64,8 @@ int mem_fold_begin(const struct vcpu_counting *c);
 void mem_fold_end(struct vcpu_counting *c, int keep);
 
 /* the memory level starts feeding `added` (P4_MEM_DATA: the DTLB and caches, P4_MEM_FETCH:
- * the ITLB, P4_MEM_CODE: the code-line record; all vCPUs stopped): those parts of every model start empty, so that what they
+ * the ITLB, P4_MEM_CODE: the code-line record, P4_MEM_SB: the store buffers; all vCPUs
+ * stopped): those parts of every model start empty, so that what they
  * see does not depend on when the level was off (docs/memory-model.md) */
 void mem_models_reset(int added);
 

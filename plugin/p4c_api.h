@@ -25,6 +25,8 @@
 #define P4_MEM_DATA 1       /* p4c_out.mem: the memory level feeds data accesses ... */
 #define P4_MEM_FETCH 4      /* ... and instruction fetches (P4_LITE_EITHER: keep the level) */
 #define P4_MEM_CODE 8       /* ... and the code fetched, for stores into it (with P4_MEM_DATA) */
+#define P4_MEM_SB 16        /* ... and the stores, for loads (the store buffers; with DATA) */
+#define P4_MEM_ALL 29       /* DATA | FETCH | CODE | SB */
 
 /* One fold of a vCPU's activity (fold.c), and what Python leaves for the C side's deadline
  * checks (deadline.c) and counter totals. */
@@ -72,8 +74,8 @@ struct p4c_out {
                         * outcome (the outcome-free level may be installed: lite_update),
                         * 0 some need them, P4_LITE_EITHER no counter may count */
     int mem;           /* written by Python: what the memory level must feed (P4_MEM_DATA |
-                        * P4_MEM_FETCH | P4_MEM_CODE: a counter that may count reads such an
-                        * event;
+                        * P4_MEM_FETCH | P4_MEM_CODE | P4_MEM_SB: a counter that may count
+                        * reads such an event;
                         * mem_update), 0 nothing, P4_LITE_EITHER no counter may count */
     uint32_t wmem;     /* written by Python: the counters (bit n: counter n) whose increments
                         * memory outcomes change: their wrate is a bound per clock whatever

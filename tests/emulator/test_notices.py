@@ -36,7 +36,9 @@ def test_modelled_classes_are_the_clock_models_lines():
     assert CM.is_modelled("front_end_event", "NBOGUS")  # through load/store tagging
     assert CM.is_modelled("BSQ_cache_reference", "RD_2ndL_MISS")  # the memory model
     assert not CM.is_modelled("BSQ_cache_reference", "RD_3rdL_MISS")  # no L3
-    assert not CM.is_modelled("FSB_data_activity", "DRDY_OWN")  # no bus model
+    assert CM.is_modelled("FSB_data_activity", "DRDY_OWN")  # the bus model
+    assert not CM.is_modelled("FSB_data_activity", "DRDY_OTHER")  # no other agent
+    assert not CM.is_modelled("IOQ_allocation", "ALL_READ")  # no bus-queue model
     assert CM.is_modelled("replay_event", "NBOGUS")  # through the replay-tagging metrics
     assert not CM.is_modelled("replay_event", "BOGUS")
     assert not CM.is_modelled("uop_type", "TAGLOADS")  # tags, never counts
@@ -45,11 +47,13 @@ def test_modelled_classes_are_the_clock_models_lines():
 
 def test_unmodelled_event_on_an_enabled_counter():
     p = pmu()
-    p.wrmsr(0, FSB_ESCR0, 0x2E00_060C)  # FSB_data_activity DRDY_DRV|DRDY_OWN (bus-cycles)
+    p.wrmsr(0, FSB_ESCR0, (0x03 << 25) | (0x60 << 9) | 0xC)  # IOQ_allocation ALL_READ|WRITE
     p.wrmsr(0, BPU_CCCR0, cccr(6))
     n = N.unmodelled(p, 0)
-    assert n is not None and "FSB_data_activity" in n.text and "reads 0" in n.text
-    assert n.key == ("unmodelled", "FSB_data_activity", ("DRDY_DRV", "DRDY_OWN"))
+    assert n is not None and "IOQ_allocation" in n.text and "reads 0" in n.text
+    assert n.key == ("unmodelled", "IOQ_allocation", ("ALL_READ", "ALL_WRITE"))
+    p.wrmsr(0, FSB_ESCR0, 0x2E00_060C)  # FSB_data_activity DRDY_DRV|DRDY_OWN (bus-cycles)
+    assert N.unmodelled(p, 0) is None  # the bus model
     p.wrmsr(0, BPU_CCCR0, cccr(6) & ~ENABLE)
     assert N.unmodelled(p, 0) is None  # not enabled: nothing counts
     # Linux's cache-misses: L2 misses (modelled), L3 misses and L1 write-back lookups (none on
@@ -64,15 +68,13 @@ def test_modelled_events_and_the_every_clock_filter_are_not_reported():
     p.wrmsr(0, CRU_ESCR0, INSTR_ESCR)
     p.wrmsr(0, IQ_CCCR0, cccr(4))
     assert N.unmodelled(p, 12) is None
-    # replay_event for a metric without a model (MOB_load_replay_retired) under
-    # COMPARE+COMPLEMENT threshold 15 counts every clock
-    p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0200)
-    p.wrmsr(0, T.MSR_PEBS_MATRIX_VERT, 0x1)
-    p.wrmsr(0, CRU_ESCR2, 0x1200_020C)
+    # an event without a model (x87_assist) under COMPARE+COMPLEMENT threshold 15 counts
+    # every clock
+    p.wrmsr(0, CRU_ESCR2, (0x03 << 25) | (0x1F << 9) | 0xC)
     p.wrmsr(0, IQ_CCCR0, cccr(5, compare=True, complement=True, threshold=15))
     assert N.unmodelled(p, 12) is None
     p.wrmsr(0, IQ_CCCR0, cccr(5))
-    assert "replay_event" in N.unmodelled(p, 12).text
+    assert "x87_assist" in N.unmodelled(p, 12).text
 
 
 def test_an_escr_reprogrammed_under_an_enabled_counter():
@@ -109,10 +111,10 @@ def test_counter_rewritten_names_the_61_driver():
     assert "periods 1000 and 0" in n.text and "--kernel 5.10" in n.text
 
 
-def test_replay_event_warns_for_the_metrics_without_a_model():
-    """replay_event counts replay-tagged uops (SDM Table 19-33): MOB_load_replay_retired has
-    no model here and is reported by name; the tagged mispredicted-branch metric and Linux's
-    cache and TLB metrics are modelled, and no metric at all reads 0 on silicon too."""
+def test_every_replay_metric_is_modelled():
+    """replay_event counts replay-tagged uops (SDM Table 19-33): every metric has a model
+    (the predictor, the memory model), and no metric at all reads 0 on silicon too."""
+    assert {m.name for m in EV.REPLAY_METRICS} == set(CM.REPLAY_FEATURES)
     p = pmu()
     CRU_ESCR2, IQ_CCCR1 = 0x3CC, 0x36D
     p.wrmsr(0, CRU_ESCR2, (0x09 << 25) | (1 << 9) | (1 << 2) | (1 << 3))
@@ -125,8 +127,7 @@ def test_replay_event_warns_for_the_metrics_without_a_model():
     p.wrmsr(0, T.MSR_PEBS_MATRIX_VERT, 0x1)
     assert N.unmodelled(p, 13) is None  # DTLB_load_miss_retired (the memory model)
     p.wrmsr(0, T.MSR_PEBS_ENABLE, 0x0100_0200)
-    n = N.unmodelled(p, 13)
-    assert n is not None and "MOB_load_replay_retired" in n.text, n
+    assert N.unmodelled(p, 13) is None  # MOB_load_replay_retired (the store buffers)
     assert [m.name for m in EV.replay_metrics(0x0100_0004, 0x3)] == [
         "DTLB_load_miss_retired", "DTLB_store_miss_retired", "DTLB_all_miss_retired"]
     assert EV.replay_metrics(0x4, 0x1) == ()  # no UOP_TAG: nothing tagged
