@@ -83,7 +83,7 @@ class GuestSpec:
 _COMMON = ("common/rt.c", "common/probe.c")
 # the events guests: script interpreter, APIC/PMI/AP runtime, asm loops
 _EVENTS = ("common/rt.c", "common/evrt.c", "common/evasm.S", "common/loops.S",
-           "common/events.c")
+           "common/events.c", "common/fuzz.c")
 GUESTS: dict[str, GuestSpec] = {
     g.name: g for g in (
         GuestSpec("probe32", 32, ("arch32/boot.S",) + _COMMON, "arch32/link.ld", False),
@@ -92,7 +92,7 @@ GUESTS: dict[str, GuestSpec] = {
         GuestSpec("events64", 64, ("arch64/boot.S",) + _EVENTS, "arch64/link.ld", True),
     )
 }
-HEADERS = ("common/rt.h", "common/regs.h", "common/evrt.h")
+HEADERS = ("common/rt.h", "common/regs.h", "common/evrt.h", "common/fuzz.h")
 
 
 def guest_path(name: str) -> Path:

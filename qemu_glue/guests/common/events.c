@@ -38,8 +38,11 @@
  *                          command runs, so both logical processors run; 0: it waits in HLT
  *   mark TAG               -> "M TAG"
  *   ticks TAG              RDTSC            -> "V TAG <hex>"
+ *   fuzz SEED N EVERY FROM COUNT   N random PMU accesses (fuzz.c): "FZ <done> <digest> <#GPs>
+ *                          <PMIs>" every EVERY of them; "FZD ..." for accesses FROM..+COUNT-1
  */
 #include "evrt.h"
+#include "fuzz.h"
 
 #define MB_BOOT_MAGIC 0x2BADB002u
 #define MAX_CMDS 16384
@@ -54,7 +57,7 @@ struct mb_module {
 
 /* ---- the loops (loops.S) ---- */
 typedef ureg (*loop_fn)(ureg);
-#define LOOPS(X) X(nop4) X(alu) X(alt) X(pat3) X(callret) X(indirect) X(swing) X(ucode) X(repmov) X(split) X(hotbuf) X(pages) X(smc) X(x87) X(sse) X(mmx) \
+#define LOOPS(X) X(nop4) X(alu) X(alt) X(pat3) X(callret) X(indirect) X(swing) X(ucode) X(repmov) X(split) X(hotbuf) X(pages) X(smc) X(sbuf) X(thrash) X(x87) X(sse) X(mmx) \
     X(mem) X(phases) X(members) X(bench) X(rdmsr) X(wrmsr) X(rdmsr_other) X(rdpmc) X(empty) \
     X(selfnmi) X(selfnmi_ram)
 #define DECL(n) ureg loop_##n(ureg);
@@ -68,13 +71,14 @@ static const struct {
 
 enum op { C_W, C_R, C_PMC, C_LOOP, C_LVT, C_LVTR, C_PMICFG, C_PMIRESET, C_PMILOG, C_HALT,
           C_STI, C_CLI, C_APSTART, C_MARK, C_TICKS, C_MTAB, C_MEAS, C_APSYNC, C_TIMER,
-          C_APSPIN };
+          C_APSPIN, C_FUZZ };
 static const char *const op_names[] = {"w", "r", "pmc", "loop", "lvt", "lvtr", "pmicfg",
                                        "pmireset", "pmilog", "halt", "sti", "cli", "apstart",
                                        "mark", "ticks", "mtab", "meas", "apsync", "timer",
-                                       "apspin"};
-static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1, 1, 1};
-static const int op_has_tag[] = {0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0};
+                                       "apspin", "fuzz"};
+static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1, 1, 1, 5};
+static const int op_has_tag[] = {0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0,
+                                 0};
 static int ap_spin; /* apspin: the BSP busy-waits for @1 commands */
 
 struct cmd {
@@ -317,6 +321,10 @@ static ureg exec_cmd(ureg arg)
         break;
     case C_MARK:
         rt_printf("M %s\n", c->tag);
+        break;
+    case C_FUZZ:
+        fuzz_run(c->a[0], (u32)c->a[1], c->a[2] ? (u32)c->a[2] : 1, (u32)c->a[3],
+                 (u32)c->a[4]);
         break;
     case C_TICKS: {
         u32 lo, hi;

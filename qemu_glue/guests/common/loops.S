@@ -1,7 +1,7 @@
 /* The measured loops of the events guests: hand-written, so the instruction stream is known
  * exactly.  Every loop is `ureg loop_NAME(ureg n)` (n >= 1 iterations; 32-bit cdecl or SysV
- * x86-64), timer-free, with no memory access outside loop_data, hot_buf and pages_buf (and
- * smc's store into its own code).  The same source builds both
+ * x86-64), timer-free, with no memory access outside loop_data, hot_buf, pages_buf and
+ * thrash_buf (and smc's store into its own code).  The same source builds both
  * guests; the bodies use 32-bit registers, so the instruction sequence is the same in both
  * (only the encodings and the prologues differ).
  *
@@ -621,6 +621,8 @@ split_end:
 	EPILOGUE
 	ret
 
+	.balign 4096	/* the memory pattern loops: a page of their own (no loop crosses a page) */
+
 /* ---- hotbuf: a 2 KB buffer (32 lines, one page) re-read every iteration, one load per
  * line: after the first pass it is in the L1 data cache and the DTLB, so an iteration has no
  * miss and no walk (docs/memory-model.md) ----------------------------------------------- */
@@ -680,6 +682,48 @@ smc_target:
 	movl $0, %eax
 	ret
 
+/* ---- sbuf: loads against the store buffers (MOB_load_replay, memory_cancel): a 2-byte load
+ * inside a 4-byte store from another start (UNALGN_ADDR), a 4-byte load over a 2-byte store
+ * (PARTIAL_DATA), a load 64 KB away from a store (64K_CONF), a load of what a store of the
+ * same size at the same address wrote (forwarded: nothing) ---------------------------- */
+LOOP(sbuf)
+	PROLOGUE
+	movl $pages_buf, %ebx
+	xorl %eax, %eax
+	.globl sbuf_body
+sbuf_body:
+	movl %eax, 16(RBX)
+	movw 18(RBX), %dx
+	movw %ax, 64(RBX)
+	movl 64(RBX), %edx
+	movl %eax, 128(RBX)
+	movl 0x10080(RBX), %edx
+	movl %eax, 192(RBX)
+	movl 192(RBX), %edx
+	decl %ecx
+	jnz sbuf_body
+	EPILOGUE
+	ret
+
+/* ---- thrash: stores to 9 lines 256 KB apart, one set of L2 (and of L1) on every part, more
+ * lines than its 8 ways: with LRU every store misses L2 (a read for ownership: a bus line
+ * read) and replaces the modified sector 8 stores old (a write-back) ------------------- */
+LOOP(thrash)
+	PROLOGUE
+	movl $thrash_buf, %ebx
+	xorl %eax, %eax
+	.globl thrash_body
+thrash_body:
+	.set off, 0
+	.rept 9
+	movl %eax, off(RBX)
+	.set off, off + 0x40000
+	.endr
+	decl %ecx
+	jnz thrash_body
+	EPILOGUE
+	ret
+
 /* ---- empty: nothing (the benchmark's start-up-only run) -------------------------------- */
 LOOP(empty)
 	xorl %eax, %eax
@@ -696,7 +740,11 @@ hot_buf:				/* hotbuf */
 	.skip 2048
 	.balign 4096
 	.globl pages_buf
-pages_buf:				/* pages: 73 pages */
+pages_buf:				/* pages: 73 pages; sbuf */
 	.skip 73 * 4096
+	.balign 4096
+	.globl thrash_buf
+thrash_buf:				/* thrash: 9 lines 256 KB apart */
+	.skip 8 * 0x40000 + 64
 
 	.section .note.GNU-stack, "", @progbits
