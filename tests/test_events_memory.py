@@ -7,7 +7,10 @@ ClockOracle), exact.  Every other loop has no split access: its split events mus
 The patterns whose outcome the memory model fixes, on the guest: `hotbuf` re-reads a buffer
 that fits in L1 (no miss, no walk per iteration once it is in), `pages` loads from 72 pages
 per iteration (more than the DTLB holds: one page walk each), `smc` stores into code it then
-calls (one self-modifying-code machine clear per iteration).  Their expected outcomes come
+calls (one self-modifying-code machine clear per iteration), `sbuf` loads against buffered
+stores (a replay for a partial overlap and for another start, a cancel for 64 K aliasing),
+`thrash` stores to more lines of one L2 set than it has ways (a bus line read and a
+write-back per store).  Their expected outcomes come
 from the reference model (emulator/memmodel.py) run over the loops' own accesses and fetches.
 """
 from __future__ import annotations
@@ -31,6 +34,7 @@ REPLAY_SPLIT_LD = [(0x3F1, (1 << 24) | (1 << 10)), (0x3F2, 1 << 0)]  # SDM Table
 REPLAY_SPLIT_ST = [(0x3F1, (1 << 24) | (1 << 10)), (0x3F2, 1 << 1)]
 REPLAY_L1_LOAD_MISS = [(0x3F1, (1 << 24) | (1 << 0)), (0x3F2, 1 << 0)]
 REPLAY_DTLB_LOAD_MISS = [(0x3F1, (1 << 24) | (1 << 2)), (0x3F2, 1 << 0)]
+REPLAY_MOB_LOAD = [(0x3F1, (1 << 24) | (1 << 9)), (0x3F2, 1 << 0)]
 L2_READS = ("RD_2ndL_HITE", "RD_2ndL_HITM", "RD_2ndL_MISS")
 
 SETUPS = [
@@ -90,21 +94,42 @@ SETUPS = [
         Ctr(15, C3, "machine_clear", ("CLEAR", "MOCLEAR"), usr=True, compare=True,
             threshold=0),
     ]),
+    # the store buffers: MOB replays, 64 K aliasing cancels, the MOB replay metric
+    Setup("mob", [
+        Ctr(0, "MSR_MOB_ESCR0", "MOB_load_replay", ("PARTIAL_DATA", "UNALGN_ADDR", "NO_STA"),
+            os=True, usr=True),
+        Ctr(2, "MSR_MOB_ESCR1", "MOB_load_replay", ("UNALGN_ADDR",), usr=True),
+        Ctr(3, "MSR_MOB_ESCR1", "MOB_load_replay", ("UNALGN_ADDR",), usr=True, compare=True,
+            complement=True, threshold=0, edge=True),
+        Ctr(8, "MSR_DAC_ESCR0", "memory_cancel", ("64K_CONF", "ST_RB_FULL"), os=True,
+            usr=True),
+        Ctr(13, C2, "replay_event", ("NBOGUS",), os=True, usr=True),
+    ], msr_writes=REPLAY_MOB_LOAD),
+    # the bus: line reads and write-backs (Linux's bus-cycles: DRDY_DRV|DRDY_OWN, EDGE)
+    Setup("bus", [
+        Ctr(0, "MSR_FSB_ESCR0", "FSB_data_activity", ("DRDY_DRV", "DRDY_OWN"), os=True,
+            usr=True),
+        Ctr(1, "MSR_FSB_ESCR0", "FSB_data_activity", ("DRDY_DRV", "DRDY_OWN"), os=True,
+            usr=True, compare=True, threshold=0, edge=True),
+        Ctr(2, "MSR_FSB_ESCR1", "FSB_data_activity", ("DBSY_DRV", "DBSY_OTHER"), usr=True),
+    ]),
 ]
 
 PLAN = Plan(SETUPS, list(TRACEABLE) + list(TRACEABLE_MEMORY), rings=(0, 3), ns=(120, 1200))
 def _ebx_access(insn, ebx: int | None):
-    """(address, size, store) of a pattern loop's 4-byte `mov` through %ebx/%rbx (whose
-    value the loop set with a `mov $imm`), or None (the prologue's stack accesses are the
-    same in every measurement)."""
+    """(address, size, store) of a pattern loop's `mov` between a 32- or 16-bit register and memory
+    through %ebx/%rbx (whose value the loop set with a `mov $imm`), or None (the prologue's
+    stack accesses are the same in every measurement)."""
     if insn.mnemonic != "mov" or not insn.operands.endswith(("(%ebx)", "(%rbx)")) and \
             "(%ebx)," not in insn.operands and "(%rbx)," not in insn.operands:
         return None
     src, dst = [a.strip() for a in insn.operands.split(",", 1)]
-    mem, store = (dst, True) if "(" in dst else (src, False)
+    (mem, reg), store = ((dst, src), True) if "(" in dst else ((src, dst), False)
     assert ebx is not None, insn.text
     disp = mem.split("(")[0]
-    return ebx + (int(disp, 16) if disp else 0), 4, store
+    size = 4 if reg.startswith("%e") else 2 if len(reg) == 3 and reg.endswith("x") else None
+    assert size, insn.text
+    return ebx + (int(disp, 16) if disp else 0), size, store
 
 
 def pattern_outcomes(model, loop: str) -> dict:
@@ -135,11 +160,18 @@ def memory(run_guest):
             r.require_completed()
             model = LoopModel(guest_build.BUILD_DIR / f"events{bits}.elf", bits)
             sym = model.img.symbols
-            mem = {sym["split_body"]: {"split_ld": 1}, sym["split_ld2"]: {"split_ld": 1},
-                   sym["split_ld3"]: {"split_ld": 1}, sym["split_ld4"]: {"split_ld": 1},
-                   sym["split_st1"]: {"split_st": 1}}
-            for loop in TRACEABLE_MEMORY:
+            mem = {}
+            for loop in ("split",) + TRACEABLE_MEMORY:
                 mem.update(pattern_outcomes(model, loop))
+            # the split loop's line crossings, counted by hand; its load at 125 also overlaps
+            # part of the store before it at 126 (a MOB replay)
+            splits = {a: {k: v for k, v in f.items() if k.startswith("split")}
+                      for a, f in mem.items()}
+            assert {a: f for a, f in splits.items() if f} == {
+                sym["split_body"]: {"split_ld": 1}, sym["split_ld2"]: {"split_ld": 1},
+                sym["split_ld3"]: {"split_ld": 1}, sym["split_ld4"]: {"split_ld": 1},
+                sym["split_st1"]: {"split_st": 1}}
+            assert mem[sym["split_ld3"]].get("ld_partial") == 1
             # every block's fetch: one ITLB hit (no loop crosses a page)
             cache[bits] = (parse_events(r.out.lines),
                            ClockOracle(model, mem=mem, fetch_hits=True))
@@ -164,6 +196,14 @@ def test_memory_events_count_exactly_in_their_clocks(memory, bits, loop):
         assert PLAN.delta(out, "l1", loop, 0, 13) == 0
     if loop == "smc":  # one clear per iteration
         assert PLAN.delta(out, "smc", loop, 0, 12) == n2 - n1
+    if loop == "sbuf":  # one replay of each kind and one 64 K aliasing cancel per iteration
+        assert PLAN.delta(out, "mob", loop, 0, 0) == 2 * (n2 - n1)
+        assert PLAN.delta(out, "mob", loop, 3, 2) == n2 - n1
+        assert PLAN.delta(out, "mob", loop, 0, 8) == n2 - n1
+        assert PLAN.delta(out, "mob", loop, 0, 13) == 2 * (n2 - n1)
+    if loop == "thrash":  # 9 line reads for ownership and 9 write-backs per iteration
+        assert PLAN.delta(out, "bus", loop, 0, 0) == 18 * (n2 - n1)
+        assert PLAN.delta(out, "bus", loop, 3, 2) == 9 * (n2 - n1)
     assert not bad, (f"{bits}-bit guest, loop {loop}, {n2} - {n1} iterations: {len(bad)} of "
                      f"{len(rows)} counts differ:\n" + "\n".join(bad))
 
