@@ -230,6 +230,9 @@ def test_line_sink_passes_whole_lines_then_the_rest():
 def test_usage_errors():
     for args, msg in ((["--model", "0F_02", "--", "true"], "no EM64T"),
                       (["--smp", "3", "--threads", "2", "--", "true"], "must be even"),
+                      (["--add", "/nonexistent/p4pmu:/x", "--", "true"], "does not exist"),
+                      (["--memory", "8", "--", "true"], "at least 128 MB"),
+                      (["--model", "0F_09", "--", "true"], "unknown CPU model '0F_09'"),
                       ([], "no COMMAND")):
         r = subprocess.run([*P4PMU_LINUX, *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2, r.stderr

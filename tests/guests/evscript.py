@@ -152,6 +152,10 @@ class EvScript:
     def pmi_reset(self):
         return self._add("pmireset")
 
+    def fuzz(self, seed: int, n: int, every: int, dump_from: int = 0, dump_n: int = 0):
+        """n random PMU accesses of the stream `seed` (tests/guests/fuzz.py)."""
+        return self._add(f"fuzz 0x{seed:x} {n} {every} {dump_from} {dump_n}")
+
     def pmi_log(self, cpu: int = 0):
         return self._add("pmilog", cpu)
 
