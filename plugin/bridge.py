@@ -22,7 +22,8 @@ at QEMU's exit, and completes the access as the hardware would where that is pos
   RDPMC   the counter's last known value as for RDMSR (ECX[31]: its low 32 bits), #GP(0) for
           an index beyond the 18 counters (SDM Vol. 2B, RDPMC; the model's PMU.rdpmc)
   RDMSR IA32_MISC_ENABLE   QEMU's value
-  deadline                 no deadline until the next PMU access (the C side's "not handled")
+  deadline                 tried again P4_DEADLINE_RETRY clocks later (the C side's "not
+                           handled")
   note, counter rewritten  dropped
 """
 from __future__ import annotations
@@ -569,8 +570,9 @@ class Bridge:
         return 0, qemu_value  # not handled: QEMU's value stays
 
     def deadline_failed(self, vcpu: int, exc_info) -> int:
+        retry = self.feeder.lib.P4_DEADLINE_RETRY if self.feeder is not None else 0
         self.errors.record("deadline", f"a counting deadline of vCPU {vcpu}", exc_info,
-                           "no deadline until the next PMU access")
+                           f"the deadline is tried again {retry} clocks later")
         return 0  # not handled: the C side sets no deadline
 
     def call_failed(self, kind: str, vcpu: int, exc_info) -> int:

@@ -529,7 +529,9 @@ static void deadline_step(unsigned vi, uint32_t id)
     int watch = control_breaks();
     if (watch) control_snap(vi, ovf);
     if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
-        run.fold_out[vi].budget = 0;
+        /* (reported by the bridge) tried again later: a passing failure loses no interrupt
+         * for longer, a lasting one costs a call per retry */
+        run.fold_out[vi].budget = P4_DEADLINE_RETRY;
     }
     if (watch) control_overflows(vi, ovf, -1, blocks.by_id[id]->vaddr);
     if (after_python(vi, 0)) {

@@ -27,6 +27,8 @@
 #define P4_MEM_CODE 8       /* ... and the code fetched, for stores into it (with P4_MEM_DATA) */
 #define P4_MEM_SB 16        /* ... and the stores, for loads (the store buffers; with DATA) */
 #define P4_MEM_ALL 29       /* DATA | FETCH | CODE | SB */
+#define P4_DEADLINE_RETRY 4096 /* clocks after which a deadline whose Python step failed is
+                                * tried again (deadline.c) */
 
 /* One fold of a vCPU's activity (fold.c), and what Python leaves for the C side's deadline
  * checks (deadline.c) and counter totals. */

@@ -81,6 +81,77 @@ def test_python_errors_are_reported_counted_and_summarised(run_guest, tmp_path):
     assert len(end) == 1 and end[0].endswith(", 3 Python errors"), end
 
 
+# Failures in the other callbacks of counting: a fold (Feeder.consume, at a deadline or an
+# access), the PMI decision after it (Feeder.after) and a deadline itself (Bridge.deadline),
+# raising once, at the Nth call, while a counter counts a ring-0 loop and interrupts every
+# PERIOD instructions
+INJECT_COUNTING = '''
+"""Test only: one failure in {target}, at its {at}th call."""
+from p4pmu.plugin import bridge, feeder
+
+calls = [0]
+_fn = {target}
+
+
+def wrapped(*a, **k):
+    calls[0] += 1
+    if calls[0] == {at}:
+        raise RuntimeError("injected {kind} failure")
+    return _fn(*a, **k)
+
+
+{target} = wrapped
+'''
+TARGETS = {"fold": "feeder.Feeder.consume", "PMI": "feeder.Feeder.after",
+           "deadline": "bridge.Bridge.deadline"}
+PERIOD = 2000
+
+
+def _interrupting_run(run_guest, plugin_opts=()):
+    """A ring-0 loop of 400,000 instructions under a counter that interrupts every PERIOD
+    of them (the handler reloads it): (the run, the interrupts taken)."""
+    from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, EvScript, \
+        cccr_value, escr_value, parse_events, preset
+    s = EvScript()
+    s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=12, reload=preset(PERIOD),
+                 lvt=LVT_NMI)
+    s.lvt(LVT_NMI)
+    s.program(12, "MSR_CRU_ESCR0", escr_value("instr_retired", "NBOGUSNTAG", t0_os=True),
+              cccr_value(12, "MSR_CRU_ESCR0", pmi_t0=True), start=preset(PERIOD))
+    s.loop("nop4", 100_000)
+    s.pmi_log()
+    r = run_guest("events64", script=s, timeout=300, plugin_opts=("mirror=off", *plugin_opts))
+    r.require_completed()
+    (n, _, _), = parse_events(r.out.lines).pmi_counts
+    return r, n
+
+
+@pytest.fixture(scope="module")
+def interrupts_without_failures(run_guest):
+    r, n = _interrupting_run(run_guest)
+    assert "Python error" not in r.stderr and n > 150, (n, r.stderr[-2000:])
+    return n
+
+
+@pytest.mark.parametrize("kind", TARGETS)
+def test_a_failure_in_a_fold_a_pmi_decision_or_a_deadline_is_reported_and_counting_goes_on(
+        run_guest, tmp_path, kind, interrupts_without_failures):
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "p4pmu_test_inject2.py").write_text(
+        INJECT_COUNTING.format(target=TARGETS[kind], at=50, kind=kind))
+    (inject / "p4pmu_test_inject2.pth").write_text("import p4pmu_test_inject2\n")
+    site = sysconfig.get_paths()["purelib"]
+    r, n = _interrupting_run(run_guest, (f"pypath={site}:{inject}",))
+    err = r.stderr
+    assert f"RuntimeError: injected {kind} failure" in err, err[-3000:]
+    assert err.count("Traceback (most recent call last)") == 1, err[-3000:]
+    assert "p4pmu: 1 Python error during the run" in err, err[-3000:]
+    # counting and interrupts went on: at most a period or two lost to the failed step
+    n0 = interrupts_without_failures
+    assert n0 - 2 <= n <= n0 + 1, (n, n0, err[-2000:])
+
+
 # --------------------------------------------------------------------------------------------
 # The fallbacks and the report, without QEMU
 
