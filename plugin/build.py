@@ -394,9 +394,10 @@ def _stamp(info: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _fingerprint(path: Path) -> str:
-    """The built library's size and a hash of its first and last MB: a truncated or
-    overwritten plugin no longer matches its stamp (and is built again)."""
+def fingerprint(path: Path) -> str:
+    """A file's size and a hash of its first and last MB: a truncated or overwritten file
+    no longer matches the stamp that recorded it (the plugin, the Linux images: built
+    again)."""
     h = hashlib.sha256()
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -412,7 +413,7 @@ def _stamp_ok(path: Path, stamp: Path, want: str) -> bool:
     if not path.is_file() or not stamp.is_file():
         return False
     lines = stamp.read_text().split()
-    return len(lines) == 2 and lines[0] == want and lines[1] == _fingerprint(path)
+    return len(lines) == 2 and lines[0] == want and lines[1] == fingerprint(path)
 
 
 def is_stale(path: Path | None = None) -> bool:
@@ -482,7 +483,7 @@ def ensure_built(progress: bool = True) -> Path:
             if link.is_symlink() or link.exists():
                 link.unlink()
             link.symlink_to(target)
-        stamp_path.write_text(f"{want}\n{_fingerprint(path)}\n")
+        stamp_path.write_text(f"{want}\n{fingerprint(path)}\n")
     return path
 
 

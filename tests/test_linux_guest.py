@@ -227,6 +227,46 @@ def test_line_sink_passes_whole_lines_then_the_rest():
     assert out[-1] == b"x" * lx.LineSink.MAX_PARTIAL and big.partial == b""
 
 
+def test_a_damaged_image_in_the_cache_is_not_used(tmp_path, monkeypatch):
+    """A finished image whose kernel or initramfs no longer matches its stamp (truncated, or
+    overwritten at its end) counts as incomplete, so `ensure_image` builds it again; stamps
+    from before fingerprints were recorded are checked by size."""
+    import json
+
+    from p4pmu.plugin.build import fingerprint
+    from p4pmu.qemu_glue.linux_image import cache as C
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    vdir = image_dir("amd64")
+    vdir.mkdir(parents=True)
+    kernel = vdir / ("vmlinux" if C.pin_for("amd64").boot == "pvh" else "bzImage")
+    initrd = vdir / "initrd.cpio"
+    kernel.write_bytes(os.urandom(3 << 20))
+    initrd.write_bytes(os.urandom(5 << 20))
+    stamp = {"format": C._STAMP_FORMAT, "recipe": recipe_hash("amd64"),
+             "kernel_bytes": kernel.stat().st_size, "initrd_bytes": initrd.stat().st_size,
+             "kernel_fingerprint": fingerprint(kernel), "initrd_fingerprint": fingerprint(initrd)}
+    (vdir / "stamp").write_text(json.dumps(stamp))
+    assert C.image_state("amd64") == "complete" and C.find_image("amd64") is not None
+    good_kernel, good_initrd = kernel.read_bytes(), initrd.read_bytes()
+    with open(initrd, "r+b") as f:
+        f.truncate(4 << 20)
+    assert C.image_state("amd64") == "incomplete" and C.find_image("amd64") is None
+    initrd.write_bytes(good_initrd)
+    with open(kernel, "r+b") as f:  # same size, its last page overwritten
+        f.seek(-4096, 2)
+        f.write(bytes(4096))
+    assert C.image_state("amd64") == "incomplete"
+    kernel.write_bytes(good_kernel)
+    assert C.image_state("amd64") == "complete"
+    for key in ("kernel_fingerprint", "initrd_fingerprint"):
+        del stamp[key]
+    (vdir / "stamp").write_text(json.dumps(stamp))
+    assert C.image_state("amd64") == "complete"
+    with open(kernel, "ab") as f:
+        f.write(b"x")
+    assert C.image_state("amd64") == "incomplete"
+
+
 def test_usage_errors():
     for args, msg in ((["--model", "0F_02", "--", "true"], "no EM64T"),
                       (["--smp", "3", "--threads", "2", "--", "true"], "must be even"),

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from p4pmu.plugin.build import fingerprint
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.guest_init import INIT_SCRIPT, guest_helpers
 from p4pmu.qemu_glue.linux_image.kernel import install_kernel
@@ -82,10 +83,20 @@ def _read_stamp(vdir: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _intact(path: Path, size, fp) -> bool:
+    """`path` has the size its stamp recorded and, for stamps that record one, the same
+    fingerprint (size and the hash of its first and last MB: a truncated or overwritten
+    image is built again)."""
+    if not path.is_file() or path.stat().st_size != size:
+        return False
+    return fp is None or fingerprint(path) == fp
+
+
 def _image_from_stamp(pin: KernelPin, vdir: Path, st: dict) -> LinuxImage | None:
     kernel = vdir / ("vmlinux" if pin.boot == "pvh" else "bzImage")
     initrd = vdir / "initrd.cpio"
-    if not (kernel.is_file() and initrd.is_file()):
+    if not (_intact(kernel, st.get("kernel_bytes"), st.get("kernel_fingerprint")) and
+            _intact(initrd, st.get("initrd_bytes"), st.get("initrd_fingerprint"))):
         return None
     return LinuxImage(pin.arch, vdir, kernel, initrd, pin.boot, pin.version, pin.release, pin,
                       st)
@@ -102,14 +113,17 @@ def find_image(arch: str, kernel: str = DEFAULT_KERNEL) -> LinuxImage | None:
 
 
 def image_state(arch: str, kernel: str = DEFAULT_KERNEL) -> str:
-    """'complete', 'missing', 'incomplete' (no valid stamp) or 'stale' (another recipe)."""
+    """'complete', 'missing', 'incomplete' (no valid stamp, or a file that does not match
+    it) or 'stale' (another recipe)."""
     vdir = image_dir(arch, kernel)
     if not vdir.exists():
         return "missing"
     if find_image(arch, kernel):
         return "complete"
     st = _read_stamp(vdir)
-    return "stale" if st and st.get("format") == _STAMP_FORMAT else "incomplete"
+    if not st or st.get("format") != _STAMP_FORMAT:
+        return "incomplete"
+    return "stale" if st.get("recipe") != recipe_hash(arch, kernel) else "incomplete"
 
 
 def ensure_image(arch: str = "amd64", progress: bool = True, stream=None,
@@ -202,6 +216,8 @@ def _stamp(pin: KernelPin, vdir: Path, kernel_file: Path, facts: dict,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "kernel_bytes": kernel_file.stat().st_size,
         "initrd_bytes": (vdir / "initrd.cpio").stat().st_size,
+        "kernel_fingerprint": fingerprint(kernel_file),
+        "initrd_fingerprint": fingerprint(vdir / "initrd.cpio"),
         "image": facts,
         "packages": [{"file": p.filename, "name": p.name, "version": p.version,
                       "size": p.size, "sha256": p.sha256} for p in pkgs],
