@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -177,6 +178,53 @@ def test_a_killed_qemu_leaves_a_readable_trace(tmp_path, guests):
     recs = [json.loads(ln) for ln in complete]
     assert recs[0]["k"] == "header" and not any(r["k"] == "end" for r in recs)
     assert sum(r["k"] == "pmi" for r in recs) > 10
+
+
+def _processes_with(arg: str) -> list[int]:
+    """The processes whose command line holds `arg`."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if arg.encode() in (d / "cmdline").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["keyboard-controller-reset", "triple-fault"])
+def test_a_guest_reset_or_triple_fault_ends_the_run_with_complete_files(tmp_path, guests,
+                                                                        kind):
+    """A guest that resets (port 64h) or triple-faults in the middle of a counting run with
+    interrupts: with -no-reboot QEMU shuts down with status 0 (a bare-metal guest's own exit
+    through isa-debug-exit gives an odd status), the trace ends with its end record and reads,
+    the log has its summary, nothing is reported as an error, no QEMU is left."""
+    from conftest import QEMU_MACHINE_ARGS
+    from p4pmu.qemu_glue.guests import build as guest_build
+    s = EvScript()
+    s._add(pmi_script().text())
+    s._add(f"reset {kind}")
+    trace, log, pidfile = tmp_path / "t.jsonl", tmp_path / "pmu.log", tmp_path / "qemu.pid"
+    serial = tmp_path / "serial.txt"
+    cmd = [str(P4PMU), "qemu", "--plugin-opt", f"trace={trace}", "--plugin-opt", f"log={log}",
+           "--", *QEMU_MACHINE_ARGS, "-serial", f"file:{serial}", "-pidfile", str(pidfile),
+           "-kernel", str(guest_build.guest_path("events32")),
+           "-initrd", str(s.write(tmp_path / "script.bin"))]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"M reset{kind}" in serial.read_text()  # it got that far, and no further
+    assert "DONE" not in serial.read_text()
+    assert "error" not in r.stderr.lower(), r.stderr[-2000:]
+    assert not _processes_with(str(pidfile)), "a QEMU is left"
+    recs = records(trace)
+    assert recs[0]["k"] == "header" and recs[-1]["k"] == "end", recs[-1]
+    assert sum(rec["k"] == "pmi" for rec in recs) > 10
+    summary = subprocess.run([str(P4PMU), "trace", str(trace), "--summary"],
+                             capture_output=True, text=True, timeout=120)
+    assert summary.returncode == 0, summary.stderr[-2000:]
+    assert "# end:" in log.read_text()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)

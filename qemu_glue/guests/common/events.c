@@ -40,6 +40,8 @@
  *   ticks TAG              RDTSC            -> "V TAG <hex>"
  *   fuzz SEED N EVERY FROM COUNT   N random PMU accesses (fuzz.c): "FZ <done> <digest> <#GPs>
  *                          <PMIs>" every EVERY of them; "FZD ..." for accesses FROM..+COUNT-1
+ *   reset KIND             0: a reset through the keyboard controller (port 64h, FEh);
+ *                          1: a triple fault (an empty IDT, then INT3).  Does not return.
  */
 #include "evrt.h"
 #include "fuzz.h"
@@ -71,14 +73,15 @@ static const struct {
 
 enum op { C_W, C_R, C_PMC, C_LOOP, C_LVT, C_LVTR, C_PMICFG, C_PMIRESET, C_PMILOG, C_HALT,
           C_STI, C_CLI, C_APSTART, C_MARK, C_TICKS, C_MTAB, C_MEAS, C_APSYNC, C_TIMER,
-          C_APSPIN, C_FUZZ };
+          C_APSPIN, C_FUZZ, C_RESET };
 static const char *const op_names[] = {"w", "r", "pmc", "loop", "lvt", "lvtr", "pmicfg",
                                        "pmireset", "pmilog", "halt", "sti", "cli", "apstart",
                                        "mark", "ticks", "mtab", "meas", "apsync", "timer",
-                                       "apspin", "fuzz"};
-static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1, 1, 1, 5};
+                                       "apspin", "fuzz", "reset"};
+static const int op_nargs[] = {2, 1, 1, 2, 1, 0, 6, 0, 0, 2, 0, 0, 0, 0, 0, 4, 2, 1, 1, 1, 5,
+                               1};
 static const int op_has_tag[] = {0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0,
-                                 0};
+                                 0, 0};
 static int ap_spin; /* apspin: the BSP busy-waits for @1 commands */
 
 struct cmd {
@@ -91,6 +94,23 @@ struct cmd {
 static struct cmd cmds[MAX_CMDS];
 static char script_text[1 << 20];
 static int n_cmds;
+
+/* ---- reset ---- */
+__attribute__((noreturn)) static void guest_reset(int kind)
+{
+    rt_printf("M reset%d\n", kind);
+    if (kind == 0) {
+        rt_outb(0x64, 0xFE);
+    } else {
+        struct {
+            u16 limit;
+            ureg base;
+        } __attribute__((packed)) none = {0, 0};
+        __asm__ volatile("lidt %0\n\tint3" ::"m"(none) : "memory");
+    }
+    for (;;)
+        __asm__ volatile("cli; hlt");
+}
 
 /* ---- parsing ---- */
 static int streq(const char *a, const char *b)
@@ -325,6 +345,9 @@ static ureg exec_cmd(ureg arg)
     case C_FUZZ:
         fuzz_run(c->a[0], (u32)c->a[1], c->a[2] ? (u32)c->a[2] : 1, (u32)c->a[3],
                  (u32)c->a[4]);
+        break;
+    case C_RESET:
+        guest_reset((int)c->a[0]);
         break;
     case C_TICKS: {
         u32 lo, hi;
