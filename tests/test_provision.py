@@ -1,6 +1,7 @@
 """QEMU provisioning (p4pmu.qemu_glue.provision) with the real QEMU and the real apt."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -85,6 +86,35 @@ def test_cache_root_follows_xdg(temp_cache, monkeypatch):
     assert pv.cache_root() == temp_cache
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # ignored, per the XDG spec
     assert pv.cache_root() == pv.Path(os.path.expanduser("~/.cache/p4pmu"))
+
+
+def _free_bytes(n: int):
+    return lambda path: shutil._ntuple_diskusage(1 << 40, (1 << 40) - n, n)
+
+
+def _disk_fills_up(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_during_set_up_is_named(temp_cache, monkeypatch):
+    """Too little space is said before anything is written; a disk that fills up while QEMU
+    is unpacked (ENOSPC from the file system, simulated) is named as such, with what to
+    do."""
+    from p4pmu.qemu_glue.linux_image import cache as C
+    from p4pmu.qemu_glue.linux_image.errors import ImageError
+    monkeypatch.setattr(shutil, "disk_usage", _free_bytes(5 << 20))
+    with pytest.raises(pv.ProvisionError, match="not enough free disk space for QEMU .* 5"):
+        pv.provision()
+    with pytest.raises(ImageError, match="not enough free disk space .* Linux guest image"):
+        C.ensure_image("amd64", progress=False)
+    monkeypatch.setattr(shutil, "disk_usage", _free_bytes(10 << 30))
+    monkeypatch.setattr(pv, "_provision_locked", _disk_fills_up)
+    with pytest.raises(pv.ProvisionError, match="the disk is full while provisioning QEMU"):
+        pv.provision()
+    monkeypatch.setattr(C, "_build_locked", _disk_fills_up)
+    with pytest.raises(ImageError, match="the disk is full while building the Linux guest "
+                                         "image"):
+        C.ensure_image("amd64", progress=False)
 
 
 def test_stamp_states(temp_cache):
