@@ -50,8 +50,8 @@ def test_an_escr_nothing_selects_is_found_at_the_end():
 
 
 def test_unmodelled_event():
-    """An event this emulator does not model (a bus event) reads 0: said, not hidden."""
-    bus = escr_value("FSB_data_activity", "DRDY_OWN", t0_usr=True)
+    """An event this emulator does not model (a bus-queue event) reads 0: said, not hidden."""
+    bus = escr_value("IOQ_allocation", "ALL_READ", "ALL_WRITE", t0_usr=True)
     found = run([(0x3A2, bus), (0x360, cccr_value(0, "MSR_FSB_ESCR0"))])
     assert "unmodelled" in rules(found), [f.line() for f in found]
 

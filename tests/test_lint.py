@@ -19,7 +19,7 @@ from p4pmu.emulator import checker as K
 pytestmark = pytest.mark.guest
 
 C0 = "MSR_CRU_ESCR0"
-BUS = escr_value("FSB_data_activity", "DRDY_OWN", t0_usr=True)
+BUS = escr_value("IOQ_allocation", "ALL_READ", "ALL_WRITE", t0_usr=True)  # no bus-queue model
 
 
 def _pmi(s: EvScript, lvt: int) -> None:
