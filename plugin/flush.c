@@ -85,10 +85,8 @@ static void mem_set(int on)
 {
     if (on == memlvl.active) return;
     int added = on & ~memlvl.active;
-    if (added) {
-        memlvl.installs++;
-        mem_models_reset(added);
-    }
+    if (added) memlvl.installs++;
+    mem_models_reset(added, on);
     if (memlvl.active & ~on) memlvl.removals++;
     memlvl.streak = 0;
     __atomic_store_n(&memlvl.active, on, __ATOMIC_RELEASE);

@@ -270,6 +270,9 @@ static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
             fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
             exit(1);
         }
+        int level = memory_level_active();
+        c->mm->code_on = (level & P4_MEM_CODE) != 0;
+        c->mm->sb_on = (level & P4_MEM_SB) != 0;
     }
     return c->mm;
 }
@@ -303,9 +306,6 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
     c->mem_accesses++;
     struct mm_outcome o;
     int store = qemu_plugin_mem_is_store(info);
-    int level = memory_level_active();
-    m->code_on = (level & P4_MEM_CODE) != 0;
-    m->sb_on = (level & P4_MEM_SB) != 0;
     mm_access(m, vaddr, 1u << qemu_plugin_mem_size_shift(info), store, &o);
     if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss | o.smc |
           o.partial | o.unaligned | o.alias64k | o.writeback))
@@ -451,7 +451,7 @@ void mem_fold_end(struct vcpu_counting *c, int keep)
     x->folds = c->folds;
 }
 
-void mem_models_reset(int added)
+void mem_models_reset(int added, int on)
 {
     for (int i = 0; run.per_vcpu && i < n_vcpus_max; i++) {
         struct mm_state *m = run.per_vcpu[i].mm;
@@ -459,7 +459,11 @@ void mem_models_reset(int added)
         if (m && (added & P4_MEM_FETCH)) mm_reset_itlb(m);
         if (m && (added & P4_MEM_CODE)) mm_reset_code(m);
         if (m && (added & P4_MEM_SB)) mm_reset_stores(m);
-        run.per_vcpu[i].mx.b = 0;
+        if (m) { /* what stores and loads look up from now on (not per access) */
+            m->code_on = (on & P4_MEM_CODE) != 0;
+            m->sb_on = (on & P4_MEM_SB) != 0;
+        }
+        if (added) run.per_vcpu[i].mx.b = 0;
     }
 }
 

@@ -66,8 +66,9 @@ void mem_fold_end(struct vcpu_counting *c, int keep);
 /* the memory level starts feeding `added` (P4_MEM_DATA: the DTLB and caches, P4_MEM_FETCH:
  * the ITLB, P4_MEM_CODE: the code-line record, P4_MEM_SB: the store buffers; all vCPUs
  * stopped): those parts of every model start empty, so that what they
- * see does not depend on when the level was off (docs/memory-model.md) */
-void mem_models_reset(int added);
+ * see does not depend on when the level was off (docs/memory-model.md); every model takes
+ * up the parts `on` feeds (the code-line record and the store buffers looked up or not) */
+void mem_models_reset(int added, int on);
 
 void mem_report(unsigned vi, const struct vcpu_counting *c);
 
