@@ -187,6 +187,8 @@ struct mem_exec {
     uint32_t last_now;     /* the last static clock's kind now (0: unchanged; else kind + 1) */
     int has_fin;
     uint8_t fin[KF_N];
+    int resolved;          /* its end was resolved: nothing of it is left to fix, but a fold
+                            * of that one execution still lists its fixed clocks (mx_listed) */
 };
 
 struct mm_state;

@@ -142,11 +142,17 @@ static uint32_t kind_plus(uint32_t k, const uint8_t *d)
     return nw;
 }
 
-/* Is c->mx the record of the execution of block id under way (or whose end is pending)? */
-static int mx_is(const struct vcpu_counting *c, uint32_t id)
+/* Is c->mx the record of the latest execution of block id in this batch (resolved or not)? */
+static int mx_listed(const struct vcpu_counting *c, uint32_t id)
 {
     const struct mem_exec *x = &c->mx;
     return x->b == id && id && x->stamp == en_total(c, id) && x->folds == c->folds;
+}
+
+/* Is c->mx the record of the execution of block id under way (or whose end is pending)? */
+static int mx_is(const struct vcpu_counting *c, uint32_t id)
+{
+    return mx_listed(c, id) && !c->mx.resolved;
 }
 
 static void mx_start(struct vcpu_counting *c, uint32_t id)
@@ -158,6 +164,7 @@ static void mx_start(struct vcpu_counting *c, uint32_t id)
     x->n = 0;
     x->last_now = 0;
     x->has_fin = 0;
+    x->resolved = 0;
 }
 
 static uint32_t fixed_kind(const struct mem_exec *x, const struct blk *b, unsigned j)
@@ -182,7 +189,7 @@ uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct 
 void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
                    uint32_t *seq, unsigned n)
 {
-    if (!mx_is(c, id)) return;
+    if (!mx_listed(c, id)) return; /* (also once its end is resolved: the fold comes after) */
     for (unsigned j = 0; j < n && j < b->nclocks; j++) {
         seq[j] = ext(fixed_kind(&c->mx, b, j), b->os);
     }
@@ -375,7 +382,7 @@ void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
         pair_hash_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), -1);
         pair_hash_add(&c->pairs, ext(last, os), ext(fin_now, os), 1);
     }
-    x->b = 0; /* resolved: nothing of it is left to fix */
+    x->resolved = 1; /* nothing of it is left to fix; its fixes stay listed for mem_patch_seq */
 }
 
 void mem_rep_final(struct vcpu_counting *c, uint32_t pid, const struct blk *pb, uint8_t *f,
@@ -385,7 +392,7 @@ void mem_rep_final(struct vcpu_counting *c, uint32_t pid, const struct blk *pb, 
     struct mem_exec *x = &c->mx;
     if (x->has_fin) fields_add(f, x->fin);
     if (x->last_now) *prev = ext(x->last_now - 1, pb->os);
-    x->b = 0;
+    x->resolved = 1;
 }
 
 void mem_cut(struct vcpu_counting *c, uint32_t id)
