@@ -428,7 +428,11 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     int64_t best = INT64_MAX;
     for (int w = 0; w < nw; w++) {
         int64_t r = o->whead[w] - U[w];
-        if (r <= N[w]) return 0; /* the next block may take it over the edge: Python */
+        /* the next block may take it over the edge: Python steps that block alone.  An
+         * order-free change (p4c_out.wfree) needs no such step: Python only once it may
+         * have happened.  Its head is one event, so the clock budget below is one clock
+         * and the next block's entry is checked again */
+        if (o->wfree >> o->widx[w] & 1 ? r <= 0 : r <= N[w]) return 0;
         if (c->exact_on && w == c->exact_slot) {
             /* W2 watches it exactly: events left before `next` runs */
             c->exact_left = r;

@@ -102,6 +102,7 @@ class Feeder:
         self.threads = bridge.threads
         self.ht = self.threads == 2
         self.mode = bridge.options.count
+        self.tight = bool(bridge.options.tight)  # the tight deadline bounds (wfree, edge_fail)
         self._F = np.zeros((0, CM.NFEAT))  # features per kind id
         self._tag_cache = {}
         self.n_batches = self.n_clocks = self.n_bad = 0
@@ -344,6 +345,7 @@ class Feeder:
         o.lite = st["lite"]
         o.mem = st["mem"]
         o.wmem = st["wmem"]
+        o.wfree = st["wfree"]
         if not self.started and st["any_run"]:
             self.started = True
             o.start = 1
@@ -366,6 +368,9 @@ class Feeder:
         b = 0
         if self.started and idx.size:
             head = np.where(st["arm_w"], 1.0, LIMIT - pmu.counter[idx].astype(np.float64))
+            # an EDGE counter watched in its failing clocks: edges <= failing clocks + one
+            # when the clock before the batch failed (_edge_by_failing)
+            head -= st["edge_fail"] & ~pmu.edge_prev[idx]
             need = np.ceil(head / st["rate_b"])
             best = float(need.min())
             if self.ht:
@@ -402,10 +407,14 @@ class Feeder:
         rate = np.where(pmu.compare[idx] | pmu.force_ovf[idx] | arm[idx], 1.0,
                         np.maximum(rate, 1.0))
         head1 = arm[idx] | pmu.force_ovf[idx]
+        fail = self._edge_by_failing(pmu)
         st = {"any_run": bool(run.any()), "idx": idx, "arm_w": head1, "rate_b": rate,
               "levels": tuple(1 if pmu.pmi_request(t) else 0 for t in range(self.threads)),
               "watch_ok": 0 < idx.size <= self.lib.P4_NCOUNTERS,
               "exact": not bool(eng.edge_eff.any()),
+              "wfree": _bits(self._order_free(pmu, run, arm, can_count) & can_count)
+              if self.tight else 0,
+              "edge_fail": fail[idx],
               "nopairs": 0 if (pmu.edge & pmu.compare).any() else 1,
               "tmask": _bits(run),
               "lite": self._level_wanted(pmu)}
@@ -417,6 +426,31 @@ class Feeder:
         st["mem"] = self._memory_wanted(pmu, data, fetch, code, stores)
         self._st_cache[vcpu] = (key, st)
         return st
+
+    @staticmethod
+    def _order_free(pmu, run: np.ndarray, arm: np.ndarray, can_count: np.ndarray) -> np.ndarray:
+        """The counters whose next state change a batch of any length steps exactly,
+        wherever in it the change happens (docs/emulator.md, "Exactness"): a PMI arming
+        (OVF already set), and the OVF 0 -> 1 of a FORCE_OVF counter (its arming is exact,
+        SDM 18.15.5.8) that no stopped counter able to count waits on with CASCADE or the
+        extended-cascade bit (a started counter's share would depend on the clock, SDM
+        18.15.5.6)."""
+        waits = np.zeros(T.NUM_COUNTERS, dtype=bool)
+        stopped = ~run & can_count
+        waits[pmu.alt[stopped & pmu.cascade]] = True
+        waits[pmu.ext_src[stopped & pmu.ext_cascade]] = True
+        return arm | (pmu.force_ovf & ~pmu.ovf & run & ~waits)
+
+    def _edge_by_failing(self, pmu) -> np.ndarray:
+        """The EDGE counters whose per-kind table column gives failing clocks, not passing
+        ones: a rising edge (SDM 18.15.5.2, Fig. 18-46) needs a failing clock before it, so
+        edges <= the batch's failing clocks + 1 if the clock before it failed.  Chosen for
+        COMPLEMENT counters, whose idle clock (no event) passes: most clocks pass and few
+        fail, where the passing-clock bound would send every block to Python.  One logical
+        processor per core only (the sibling's clocks are not in the batch)."""
+        if self.ht or not self.tight:
+            return np.zeros(T.NUM_COUNTERS, dtype=bool)
+        return pmu.engine.edge_eff & pmu.complement
 
     def _memory_counters(self, pmu, features=CM.MEMORY_FEATURES) -> np.ndarray:
         """The counters whose input reads one of the memory-side `features`
@@ -553,7 +587,8 @@ class Feeder:
     def _kind_incs(self, vcpu: int, pmu, o) -> tuple[tuple, np.ndarray]:
         """(its key, the (2 * n_kinds, 18) per-clock increments of every known (kind, CPL)
         on this LP with the current programming): exact for counters without EDGE, the
-        passing clocks (an upper bound of the edges) for EDGE counters.  Tables are kept
+        passing clocks (an upper bound of the edges) for EDGE counters, or their failing
+        clocks (_edge_by_failing; the other bound).  Tables are kept
         per programming (a driver that multiplexes keeps coming back to the same few), and
         kinds keep appearing while a guest runs: when only new kinds came since a
         programming's table, and no EDGE counter makes rows depend on their neighbours, only
@@ -604,7 +639,10 @@ class Feeder:
             chain = np.zeros((K, K)) if K < 2 else _chain(K)
         act = Activity.from_arrays(np.ones(K), active, os_, np.concatenate(cols),
                                    np.concatenate(blocks, axis=1), chain, 0, K - 1)
-        _, inc, _, _ = pmu.engine.increments(act)
+        pas, inc, _, _ = pmu.engine.increments(act)
+        fail = self._edge_by_failing(pmu)
+        if fail.any():
+            inc[:, fail] = ~pas[:, fail]
         return np.ascontiguousarray(np.rint(inc), dtype=np.int32)
 
     # -- the C-side register mirror (plugin/mirror.c; docs/bridge.md "The register mirror") ---

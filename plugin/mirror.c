@@ -177,9 +177,11 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     }
     int nw = 0;
     int64_t best = INT64_MAX;
+    uint32_t wfree = 0;
     for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (!m->run[n]) continue;
         int arming = m->ovf[n] && m->pmi[n] && !m->armed[n];
+        wfree |= arming ? 1u << n : 0u;
         if (m->ovf[n] && !arming) continue; /* neither an overflow nor an arming ahead */
         int64_t head = arming ? 1 : (int64_t)(m->ctr_limit - m->ctr[n]);
         int64_t rate = arming ? 1 : m->rate_b[n];
@@ -197,6 +199,7 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     o->budget = b;
     o->tot_ok = 0;
     o->nwatch = b ? nw : 0;
+    o->wfree = wfree;
 }
 
 /* can an access be served at all (before anything changes) */

@@ -117,6 +117,9 @@ OPTIONS: tuple[Option, ...] = (
            "watched in its own events (docs/guest-events.md)", reader="C"),
     Option("lite", BOOL, True, "the outcome-free level: blocks without outcome callbacks while "
            "no enabled counter depends on branch outcomes (docs/guest-events.md)", reader="C"),
+    Option("tight", BOOL, True, "tight deadline bounds: an order-free change (a PMI arming, a "
+           "FORCE_OVF overflow) is stepped once it may have happened, an EDGE counter with "
+           "COMPLEMENT is bounded by its failing clocks (docs/guest-events.md)"),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 NAMES = tuple(BY_NAME)

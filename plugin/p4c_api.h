@@ -82,6 +82,12 @@ struct p4c_out {
     uint32_t wmem;     /* written by Python: the counters (bit n: counter n) whose increments
                         * memory outcomes change: their wrate is a bound per clock whatever
                         * the kinds, and they are not watched by W2 */
+    uint32_t wfree;    /* written by Python or the mirror: the watched counters (bit n:
+                        * counter n) whose next state change any batch steps exactly, in
+                        * whatever clock of it it happens (docs/emulator.md, "Exactness"): a
+                        * PMI arming, or the overflow of a FORCE_OVF counter that starts no
+                        * other counter.  The deadline check then only needs to see it once
+                        * it may have happened, not before the block that may do it */
 };
 
 #define P4_PROGS 128 /* programmings a vCPU's mirror may switch between (programs.c) */
