@@ -336,6 +336,9 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
     }
     unsigned a = open_start(c, id, sb);
     if ((unsigned)i < pos_insn(a)) i = (int)pos_insn(a);
+    /* an access by the block's first instruction: the fetch's memory fields went to that
+     * instruction's clock, which is in neither portion (not counted, like a cut's) */
+    if (i == 0) mem_cut(c, id);
     acc_portion(c, b, a, b->n, !dyn_end(b), -1);
     acc_portion(c, b, a, (unsigned)i, 0, +1);
     const uint32_t *s;
