@@ -1,0 +1,100 @@
+"""Soak: -smp 4 Linux guests under multi-threaded TCG, every vCPU counting at once
+(docs/hostile-guests.md; not in the README's test command: `./p4pmu.sh test -m soak`).
+
+The default guest (Linux 5.10, the virtual clock, the NMI watchdog on every CPU) with four
+vCPUs, as four processors (threads=1) and as two Hyper-Threading cores (threads=2): on each
+CPU a task pinned there runs, ROUNDS times, `perf stat -e instructions:u,branches:u count N`
+and `perf record -e instructions:u -c PERIOD count N`, all four CPUs at once, for minutes.
+Every one of the 4 x ROUNDS counts equals the model's count for that CPU's run (each vCPU has
+its own branch predictor: the replay of its runs in order); every recording has one sample
+per PERIOD of the run's instructions, within one (an interrupt lost or doubled would show);
+the run ends (no deadlock between the interpreter lock and QEMU's locks); the kernel saw no
+NMI it could not explain and no lockup (its reports of slow handlers are the host clock's).
+The NMI watchdog is turned off first: its cycles event and a perf event on the same CPU
+can be given the same counter by Linux's P4 driver (docs/linux-guest.md, "Multiplexed
+events"; seen here as a recording with 1 sample instead of 4), which is the driver's
+behaviour on a real Pentium 4, not something this soak is about.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_linux_perf import BAD_KERNEL_MESSAGES, N1, replay, run_session
+
+pytestmark = [pytest.mark.guest, pytest.mark.soak]
+
+CPUS = 4
+ROUNDS = 40
+PERIOD = 100003
+# On the host clock (several vCPUs) an interrupt's host cost shows as guest time: Linux
+# reports its handlers as slow and would throttle sampling (perf_cpu_time_max_percent = 0
+# turns that off); those timing messages are the clock's, not the PMU's
+TIMING = ("took too long", "interrupt took")
+
+
+def _round(k: int) -> str:
+    pin, data = f"taskset {1 << k:x}", f"/tmp/r{k}.data"
+    # perf record's closing line says how many samples it wrote: "(N samples)"
+    return (f"{pin} perf stat -x, -e instructions:u,branches:u count {N1}; "
+            f"{pin} perf record -o {data} -e instructions:u -c {PERIOD} count {N1} "
+            f"2>&1 > /dev/null | sed -n 's/.*(\\([0-9]*\\) samples).*/samples \\1/p'")
+
+
+def _sections() -> list:
+    loops = " ".join(f"( for i in $(seq {ROUNDS}); do {_round(k)}; done > /tmp/soak{k}.txt "
+                     f"2>&1 ) &" for k in range(CPUS))
+    show = "; ".join(f"echo '== cpu{k}'; cat /tmp/soak{k}.txt" for k in range(CPUS))
+    return [("boot", "dmesg | grep -e 'Brought up' -e 'NMI watchdog'"),
+            ("no_throttling", "echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; "
+                              "echo 0 > /proc/sys/kernel/nmi_watchdog"),
+            ("soak", f"{loops} wait; {show}"),
+            ("dmesg", "dmesg")]
+
+
+def _runs(text: str) -> dict[int, tuple[list, list]]:
+    """cpu -> ([(instructions, branches)] of its perf stat runs, [samples] of its recordings),
+    in order."""
+    out: dict[int, tuple] = {}
+    parts = re.split(r"^== cpu(\d+)\n", text, flags=re.M)
+    for cpu, body in zip(parts[1::2], parts[2::2]):
+        vals = {"instructions:u": [], "branches:u": []}
+        samples = []
+        for ln in body.splitlines():
+            f = ln.split(",")
+            if len(f) > 2 and f[2] in vals:
+                vals[f[2]].append(int(f[0]) if f[0].isdigit() else None)
+            elif ln.startswith("samples "):
+                samples.append(int(ln.split()[1]))
+        out[int(cpu)] = (list(zip(vals["instructions:u"], vals["branches:u"])), samples)
+    return out
+
+
+@pytest.mark.parametrize("threads", (1, pytest.param(2, marks=pytest.mark.xfail(
+    reason="known gap (docs/hostile-guests.md, 'Not guaranteed yet'): with two HT cores on a "
+    "2-core host, 2 of 160 recordings on CPU 0 had 3 samples instead of 4 while every count "
+    "was exact; the plugin noted a sibling that did not fold within 20 ms", strict=False))))
+def test_four_cpus_count_exactly_at_once_for_minutes(tmp_path, threads):
+    s = run_session(tmp_path, f"smp4-t{threads}", "amd64", _sections(), smp=CPUS,
+                    threads=threads, kernel="5.10", recipe=False, clock="auto",
+                    timeout=3700, guest_timeout=3600)
+    assert s.returncode == 0, s.stderr[-4000:]
+    assert f"Brought up 1 node, {CPUS} CPUs" in s.sec("boot").text
+    runs = _runs(s.sec("soak").text)
+    # each CPU: its stat and record runs alternate, one predictor through all of them
+    model = replay("amd64", "count", [N1] * (2 * ROUNDS))
+    want = [(c.linux_instructions, c.linux_branches) for c in model[0::2]]
+    want_samples = [c.linux_instructions / PERIOD for c in model[1::2]]
+    assert sorted(runs) == list(range(CPUS)), s.sec("soak").text[-3000:]
+    for cpu, (got, samples) in runs.items():
+        bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        assert len(got) == ROUNDS and not bad, \
+            f"CPU {cpu}: {len(got)} runs, {len(bad)} differ from the model, e.g. {bad[:3]}"
+        off = [(i, n, w) for i, (n, w) in enumerate(zip(samples, want_samples))
+               if abs(n - w) > 1]
+        assert len(samples) == ROUNDS and not off, \
+            f"CPU {cpu}: {len(samples)} recordings, {len(off)} off by more than one, {off[:3]}"
+    for bad in BAD_KERNEL_MESSAGES:
+        if not any(t in bad for t in TIMING):
+            assert bad not in s.sec("dmesg").text, bad
+    assert "Traceback" not in s.stderr, s.stderr[-3000:]
