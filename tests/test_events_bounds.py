@@ -1,4 +1,4 @@
-"""The deadline check's tight bounds (docs/guest-events.md, "Exact deadlines", the `tight`
+"""The deadline check's tight bounds (docs/guest-events.md, "Deadlines and exactness at an overflow", the `tight`
 plugin option) must never change results, only how often Python is asked.
 
 A counter one rare event away from a state change was stepped block by block in Python:
