@@ -1,5 +1,6 @@
-"""The deadline check's tight bounds (docs/guest-events.md, "Deadlines and exactness at an overflow", the `tight`
-plugin option) must never change results, only how often Python is asked.
+"""The deadline check's tight bounds (the `tight` plugin option; docs/guest-events.md,
+"Deadlines and exactness at an overflow") must never change results, only how often Python
+is asked.
 
 A counter one rare event away from a state change was stepped block by block in Python:
 a FORCE_OVF counter on an event that hardly ever happens (its next event overflows it), a
