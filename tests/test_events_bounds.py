@@ -62,8 +62,9 @@ def test_a_force_ovf_counter_on_a_rare_event(run_guest, bits):
     overflows): none in the quiet loop, then one clear per iteration of `smc` after the
     first (which stores into code not fetched yet), each an overflow, a PMI and the
     handler's OVF clear.  Nothing waits on counter 12 (no CASCADE): its overflow is
-    order-free.  (Stepping it block by block once lost the clears: a one-block batch listed
-    its clocks without their memory fields once the block's end was resolved.)"""
+    order-free.  With `tight=off` it is stepped block by block, one-block batches whose
+    clocks must keep their memory fields after the block's end is resolved (plugin/memory.c
+    mem_patch_seq)."""
     s = EvScript()
     _handler(s, 12)
     s.wrmsr(escr_msr(C2), escr_value("machine_clear", "SMCLEAR", t0_os=True))
