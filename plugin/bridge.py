@@ -25,9 +25,18 @@ at QEMU's exit, and completes the access as the hardware would where that is pos
   deadline                 tried again P4_DEADLINE_RETRY clocks later (the C side's "not
                            handled")
   note, counter rewritten  dropped
+
+One step per core at a time: vCPU threads run at once (multi-threaded TCG) and the GIL passes
+between them in the middle of a step (every few milliseconds, and whenever numpy releases
+it), so the two logical processors of a core (threads=2) stepping its one PMU together would
+interleave their steps and lose updates (a counter's new value computed from the old one
+while the sibling added to it).  Every call that reads or steps a core's PMU holds that
+core's lock (`_one_step_per_core`); waiting for it releases the GIL, and the C side holds no
+lock of its own across a Python call.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -46,6 +55,16 @@ U64 = (1 << 64) - 1
 MSR_MISC_ENABLE = 0x1A0
 FAULTS_SHOWN = 5  # #GP(0) lines on stderr per kind (without log=), then totals at exit
 MAX_FINDINGS_KEPT = 1000  # for the control channel's `state` (stderr and the trace have all)
+
+
+def _one_step_per_core(method: Callable) -> Callable:
+    """`method(self, vcpu, ...)` runs holding the lock of vCPU `vcpu`'s core (the module
+    docstring says why)."""
+    @functools.wraps(method)
+    def stepped(self, vcpu: int, *args):
+        with self._core_lock(vcpu):
+            return method(self, vcpu, *args)
+    return stepped
 
 
 class Bridge:
@@ -76,6 +95,7 @@ class Bridge:
         self._factory = pmu_factory
         self.pmus: dict[int, object] = {}
         self._lock = threading.Lock()
+        self._core_locks: dict[int, threading.Lock] = {}
         self.n_rdmsr = self.n_wrmsr = self.n_rdpmc = self.n_misc = 0
         self.n_faults = 0
         self.fault_kinds: dict[tuple, int] = {}  # (instruction, PMUFault.kind) -> faults
@@ -165,6 +185,14 @@ class Bridge:
                 if pmu is None:
                     pmu = self.pmus[core] = self._factory(core)
         return pmu
+
+    def _core_lock(self, vcpu: int) -> threading.Lock:
+        core = vcpu // self.threads
+        lock = self._core_locks.get(core)
+        if lock is None:
+            with self._lock:
+                lock = self._core_locks.setdefault(core, threading.Lock())
+        return lock
 
     @property
     def logging(self) -> bool:
@@ -334,6 +362,7 @@ class Bridge:
 
     # -- the accesses (hot path: no formatting unless a log is open) ------------------------
 
+    @_one_step_per_core
     def rdmsr(self, vcpu: int, msr: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_rdmsr += 1
@@ -357,6 +386,7 @@ class Bridge:
                         f"0x{value:X}")
         return OK, value
 
+    @_one_step_per_core
     def wrmsr(self, vcpu: int, msr: int, value: int) -> int:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_wrmsr += 1
@@ -427,6 +457,7 @@ class Bridge:
         from p4pmu.emulator import notices
         self._say(vcpu, notices.counter_rewritten(msr, first, second))
 
+    @_one_step_per_core
     def rdpmc(self, vcpu: int, ecx: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_rdpmc += 1
@@ -449,6 +480,7 @@ class Bridge:
             self._write(f"{self._who(vcpu)}: RDPMC ECX=0x{ecx:X} -> 0x{value:X}")
         return OK, value
 
+    @_one_step_per_core
     def misc_enable(self, vcpu: int, qemu_value: int) -> tuple[int, int]:
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
         self.n_misc += 1
@@ -465,6 +497,7 @@ class Bridge:
             self._profiled.add(t)
             self._profile.enable()  # cProfile follows the thread that enables it
 
+    @_one_step_per_core
     def deadline(self, vcpu: int) -> int:
         """A counting deadline or fold request of vCPU `vcpu` (C side: cb_sched)."""
         pmu = self.pmus.get(vcpu // self.threads) or self.pmu_of(vcpu)
@@ -547,6 +580,7 @@ class Bridge:
         """An error known only as its traceback text: reported and counted (plugin/errors.py)."""
         self.errors.record_text(where, where, text, "left to QEMU")
 
+    @_one_step_per_core
     def rdmsr_failed(self, vcpu: int, msr: int, exc_info) -> tuple[int, int]:
         status, value = self._safely(lambda: self._last_known(vcpu, msr), (OK, 0))
         self.errors.record("RDMSR", f"RDMSR 0x{msr:X} on vCPU {vcpu}", exc_info,
@@ -558,6 +592,7 @@ class Bridge:
                            "the write is dropped")
         return OK
 
+    @_one_step_per_core
     def rdpmc_failed(self, vcpu: int, ecx: int, exc_info) -> tuple[int, int]:
         status, value = self._safely(lambda: self._last_pmc(vcpu, ecx), (OK, 0))
         self.errors.record("RDPMC", f"RDPMC ECX=0x{ecx:X} on vCPU {vcpu}", exc_info,
@@ -590,6 +625,7 @@ class Bridge:
         """vCPU `vcpu` steps (deadline, PMI) at its next block entry."""
         self._native[1].p4c_control_changed(vcpu)
 
+    @_one_step_per_core
     def host_wrmsr(self, vcpu: int, msr: int, value: int) -> tuple[bool, int, str]:
         """A write by the host (gdb's `p4pmu set`), validated as the guest's WRMSR: (done,
         the value before, the reason the hardware would fault).  In the trace as a note."""

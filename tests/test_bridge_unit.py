@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
+import time
 
 import pytest
 
@@ -127,6 +129,40 @@ def test_vcpu_to_core_and_lp(threads, expect):
         assert b.rdmsr(vcpu, 0x300) == (OK, 0x1234)
         assert b.pmus[core].calls[-1] == ("rdmsr", lp, 0x300)
     assert len(FakePMU.instances) == 4 // threads
+
+
+
+class SlowPMU(FakePMU):
+    """A PMU whose step gives the GIL away in the middle (as numpy does), counting how many
+    threads are inside it at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = self.most_inside = 0
+
+    def rdmsr(self, lp, msr):
+        self.inside += 1
+        self.most_inside = max(self.most_inside, self.inside)
+        time.sleep(0.0005)  # releases the GIL
+        self.inside -= 1
+        return super().rdmsr(lp, msr)
+
+
+@pytest.mark.parametrize("threads", (1, 2))
+def test_the_two_threads_of_a_core_step_its_pmu_one_at_a_time(threads):
+    """With threads=2 the two vCPUs of a core share one PMU model; their vCPU threads call
+    the bridge at once (multi-threaded TCG) and the GIL passes between them inside a step:
+    the bridge serves one step per core at a time (plugin/bridge.py, _one_step_per_core)."""
+    opts = parse_options([f"threads={threads}"])
+    b = Bridge(opts, 2, 2, pmu_factory=lambda core: SlowPMU())
+    workers = [threading.Thread(target=lambda v=v: [b.rdmsr(v, 0x300) for _ in range(100)])
+               for v in (0, 1)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert {c: p.most_inside for c, p in b.pmus.items()} == {c: 1 for c in range(2 // threads)}
+    assert sum(len(p.calls) for p in b.pmus.values()) == 200
 
 
 def test_statuses():
