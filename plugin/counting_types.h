@@ -272,7 +272,7 @@ struct vcpu_counting {
     int64_t exact_left;
     const int32_t *exact_key_winc;
     uint32_t exact_key_nk;
-    int exact_key_ctr, exact_key_ok;
+    uint32_t exact_key_match; /* counters whose column is the signature's */
     int exact_cand;
     const int32_t *exact_cand_winc;
     uint32_t exact_cand_nk, exact_streak;

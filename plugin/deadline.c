@@ -32,11 +32,14 @@ static inline int64_t watch_clocks(const struct p4c_out *o, int w, int64_t event
     return (events + rate - 1) / rate;
 }
 
-/* does the increment table of run.fold_out[vi] give counter `ctr` the signature's increments? */
+/* does the increment table of run.fold_out[vi] give counter `ctr` the signature's increments?
+ * Any counter may: W2 adds the signature's events per kind, which are ctr's when the columns
+ * are equal (the two logical processors of a core count the same events on different
+ * counters: Linux's P4 driver gives thread 1 counter 14 where thread 0 has 12). */
 static int exact_matches(const struct p4c_out *o, int ctr)
 {
     const struct exact_signature *g = &exact.sig;
-    if (ctr != g->ctr || !o->winc) return 0;
+    if (!o->winc) return 0;
     uint32_t nk = o->nkext < g->nk ? o->nkext : g->nk;
     for (uint32_t e = 0; e < nk; e++) {
         if (o->winc[(size_t)e * P4_NCOUNTERS + ctr] != g->col[e]) return 0;
@@ -79,6 +82,18 @@ static void exact_first(struct vcpu_counting *c, const struct p4c_out *o, int ca
     }
 }
 
+/* P4PMU_DEBUG: a vCPU replaces the signature with counter `top`: where its column differs */
+static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out *o, int top)
+{
+    const struct exact_signature *g = &exact.sig;
+    uint32_t e = 0, nk = o->nkext < g->nk ? o->nkext : g->nk;
+    while (e < nk && o->winc[(size_t)e * P4_NCOUNTERS + top] == g->col[e]) e++;
+    DBG("exact: a vCPU replaces the signature (counter %d) with counter %d (counters with the "
+        "signature's column %#x; kinds %u and %u, first difference at %u: %d and %d)\n",
+        g->ctr, top, c->exact_key_match, o->nkext, g->nk, e,
+        e < nk ? o->winc[(size_t)e * P4_NCOUNTERS + top] : -1, e < nk ? g->col[e] : -1);
+}
+
 /* Replacing a signature: which counter caused most of the last W2_WINDOW deadline checks
  * (W's by the counter that set its clock budget, W2's by the signature's: exact_note).  By
  * checks, not steps in a row or accesses: a sampling counter is not watched between its
@@ -95,29 +110,36 @@ static void exact_vote(struct vcpu_counting *c, const struct p4c_out *o)
     for (int w = 0; w < o->nwatch; w++) {
         if (o->widx[w] == top && !(o->wmem >> top & 1)) slot = w;
     }
-    int move = top != exact.sig.ctr && slot >= 0 && c->w2_votes[top] * 3 >= 2 * c->w2_steps;
+    /* (a counter with the signature's column is watched by W2 already: exact_take_up) */
+    int move = !(c->exact_key_match >> top & 1) && slot >= 0 &&
+               c->w2_votes[top] * 3 >= 2 * c->w2_steps;
     memset(c->w2_votes, 0, sizeof(c->w2_votes));
     c->w2_steps = 0;
+    if (move && debug) exact_move_note(c, o, top);
     if (move) exact_request(o, slot);
 }
 
-/* Take up the installed signature if this vCPU's programming matches it (W2 watches that
- * counter); returns its watched slot or -1. */
+/* Take up the installed signature if one of this vCPU's watched counters has its increments
+ * (W2 watches that counter; of several, the nearest to its limit); returns its watched slot
+ * or -1.  Which counters match is cached per increment table (a flush clears the cache). */
 static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
 {
-    int slot = -1;
-    for (int w = 0; w < o->nwatch; w++) {
-        if (o->widx[w] == exact.sig.ctr) slot = w;
-    }
-    if (slot < 0 || (o->wmem >> exact.sig.ctr & 1)) return -1; /* (memory outcomes: no W2) */
-    if (c->exact_key_winc != o->winc || c->exact_key_nk != o->nkext ||
-        c->exact_key_ctr != exact.sig.ctr) {
+    if (c->exact_key_winc != o->winc || c->exact_key_nk != o->nkext) {
         c->exact_key_winc = o->winc;
         c->exact_key_nk = o->nkext;
-        c->exact_key_ctr = exact.sig.ctr;
-        c->exact_key_ok = exact_matches(o, exact.sig.ctr);
+        c->exact_key_match = 0;
+        for (int n = 0; n < P4_NCOUNTERS; n++) {
+            if (exact_matches(o, n)) c->exact_key_match |= 1u << n;
+        }
     }
-    if (!c->exact_key_ok) return -1;
+    int slot = -1;
+    for (int w = 0; w < o->nwatch; w++) {
+        /* (a counter whose increments memory outcomes change gets no W2) */
+        int n = o->widx[w];
+        int usable = (c->exact_key_match >> n & 1) && !(o->wmem >> n & 1);
+        if (usable && (slot < 0 || o->whead[w] < o->whead[slot])) slot = w;
+    }
+    if (slot < 0) return -1;
     c->exact_on = 1;
     for (int os = 0; os < 2; os++) {
         c->exact_pen[os] = (uint32_t)(exact.sig.pen[os] > 0 ? exact.sig.pen[os] : 0);
@@ -126,6 +148,24 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
     c->exact_left = o->whead[slot];
     c->exact_fresh = 1;
     return slot;
+}
+
+/* A new signature was installed (flush.c flush_installed; all vCPUs stopped): W2 stops for
+ * every vCPU until its next step takes the new one up.  A vCPU whose W left W2's counter out
+ * (exact_budget) must not run on that budget: its next block entry checks every watched
+ * counter (cb_sched, fast_check). */
+void exact_drop(unsigned vi)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    uint64_t *sb = scoreboard_of(vi);
+    if (c->exact_on && c->py_left > 0) {
+        c->py_left = 1;
+        if (sb[SB_DEADLINE_CLOCKS] < SB_FIRES_AT) sb[SB_DEADLINE_CLOCKS] = SB_FIRES_AT;
+    }
+    c->exact_on = 0;
+    c->exact_pen[0] = c->exact_pen[1] = 0;
+    c->exact_key_winc = NULL;
+    sb[SB_EXACT_EVENTS] = 0;
 }
 
 void exact_update(unsigned vi)
@@ -509,7 +549,7 @@ void cb_exact_deadline(unsigned int vi, void *ud)
     }
     c->cpl_os = b->os;
     c->exact_checks++;
-    exact_note(c, exact.sig.ctr);
+    exact_note(c, run.fold_out[vi].widx[c->exact_slot]);
     entry_settle(vi, c);
     int64_t ok = fast_check(vi, b);
     if (ok > 0) {

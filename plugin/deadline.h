@@ -36,6 +36,7 @@ struct dirty_sums {
 };
 
 void exact_update(unsigned vi);
+void exact_drop(unsigned vi);
 void arm(unsigned vi, int64_t rest);
 int after_python(unsigned vi, int64_t rest_clocks);
 void cb_sched(unsigned int vi, void *ud);

@@ -56,6 +56,8 @@ def _class_max() -> np.ndarray:
 
 LINE_MAX = np.repeat(_class_max(), 4)  # line id = class * 4 + lp * 2 + priv
 LINE_FED = LINE_MAX > 0  # the lines the clock model can feed
+# the lines of logical processor 0 and 1 (only its own batches feed them)
+LP_LINES = tuple((np.arange(LINE_MAX.size) // 2) % 2 == lp for lp in (0, 1))
 
 
 @dataclass
@@ -398,8 +400,12 @@ class Feeder:
         # something: OVF 0 -> 1 (a candidate) or the PMI arming; with OVF set and the
         # request armed (or no OVF_PMI) it just counts (SDM 18.15.5.8).  A counter that no
         # line feeds (its ESCR selects nothing modelled) never counts, unless COMPARE with
-        # COMPLEMENT passes its empty input every clock (SDM 18.15.5.2): no deadline for it
-        can_count = (eng.W[LINE_FED] > 0).any(axis=0) | (pmu.compare & pmu.complement)
+        # COMPLEMENT passes its empty input every clock (SDM 18.15.5.2): no deadline for it.
+        # With threads=2, only the lines of this vCPU's logical processor: a counter whose
+        # ESCR selects the other LP's events only (T1 bits where this is LP 0) is the
+        # sibling's to watch, its steps alone add to it
+        fed = LINE_FED & LP_LINES[vcpu % 2] if self.ht else LINE_FED
+        can_count = (eng.W[fed] > 0).any(axis=0) | (pmu.compare & pmu.complement)
         idx = np.flatnonzero((cand | arm) & can_count)
         # the most a counter can receive per clock under the clock model (feeder budget)
         W = eng.W[:, idx]

@@ -11,6 +11,7 @@
 
 #include "flush.h"
 #include "counting.h"
+#include "deadline.h"
 #include "install.h"
 #include "kinds.h"
 #include "memory.h"
@@ -122,11 +123,7 @@ static void flush_installed(void *ud)
     exact.sig = exact.next;
     exact.flushes++;
     for (int i = 0; i < n_vcpus_max; i++) {
-        if (!run.per_vcpu[i].init) continue;
-        run.per_vcpu[i].exact_on = 0;
-        run.per_vcpu[i].exact_pen[0] = run.per_vcpu[i].exact_pen[1] = 0;
-        run.per_vcpu[i].exact_key_winc = NULL;
-        scoreboard_of((unsigned)i)[SB_EXACT_EVENTS] = 0;
+        if (run.per_vcpu[i].init) exact_drop((unsigned)i);
     }
     __atomic_store_n(&exact.active, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);

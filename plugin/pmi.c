@@ -58,7 +58,8 @@ int pmi_deliver_here(unsigned vi)
     apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
     /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
-    DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u\n", vi, lvt, vec, mode);
+    DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u at %#llx\n", vi, lvt, vec, mode,
+        (unsigned long long)reg_read(v, regs.rip));
     trace_record(vi, P4_TR_PMI, vec | mode << 8, 0, 0, 0); /* at the access or block entry */
     if (control_breaks()) control_pmi(vi, vec | mode << 8, reg_read(v, regs.rip));
     return 1;

@@ -226,6 +226,7 @@ void sibling_sync(unsigned vi, uint64_t addr)
         clock_gettime(CLOCK_MONOTONIC, &t);
         if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) > SIBLING_WAIT_NS) {
             static int warned;
+            DBG("sync vCPU %u: vCPU %u did not fold within 20 ms\n", vi, sib);
             if (!warned++) {
                 fprintf(stderr, "p4pmu: note: vCPU %u did not fold its activity within 20 ms "
                                 "for a PMU access of its sibling (it may be blocked); reads "

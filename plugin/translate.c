@@ -155,8 +155,11 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
                                                   sibling, 0, ud);
     }
-    if (b->exact_max) {
-        /* fires when this block might take the exact-deadline counter to its limit */
+    if (__atomic_load_n(&exact.active, __ATOMIC_ACQUIRE)) {
+        /* fires when this block might take the exact-deadline counter to its limit; on a
+         * block of weight 0 (OS code for a USR-only counter, say) when an earlier block may
+         * have taken it there: the block after an overflow is checked whatever its weight
+         * (W's budget leaves W2's counter out) */
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_exact_deadline, P4_CB_RW_REGS_PC,
                                                   P4_COND_GE, exact_events,
                                                   SB_FIRES_AT - b->exact_max, ud);

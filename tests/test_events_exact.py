@@ -85,6 +85,15 @@ def _sampling(s: EvScript, ctr: int, escr: str, escr_val: int, period: int, loop
     s.pmi_log()
 
 
+def _both(run_guest, script, mirror):
+    """The 32-bit script with exact=on and exact=off: the guest output must be identical.
+    Returns the interrupts of each logged phase and both runs' statistics."""
+    on, st_on = _run(run_guest, script, "on", mirror, 32)
+    off, st_off = _run(run_guest, script, "off", mirror, 32)
+    _same(on, off)
+    return [c[0] for c in parse_events(on).pmi_counts], st_on, st_off
+
+
 def _same(on, off):
     assert on == off, "guest output differs:\n" + "\n".join(
         f"  exact=on  {a!r}\n  exact=off {b!r}" for a, b in zip(on, off) if a != b)
@@ -180,10 +189,7 @@ def test_the_signature_moves_to_the_counter_that_drives_the_deadline(run_guest, 
               3000, "alu", 100_000, "s_ctr")
     s.wrmsr(cccr_msr(0), 0)
     s.rdmsr(counter_msr(0), "c0_last")
-    on, st_on = _run(run_guest, s, "on", mirror, 32)
-    off, st_off = _run(run_guest, s, "off", mirror, 32)
-    _same(on, off)
-    pmis = [c[0] for c in parse_events(on).pmi_counts]
+    pmis, st_on, st_off = _both(run_guest, s, mirror)
     assert pmis[0] >= 4 and pmis[1] >= 200, pmis
     assert st_on["signatures"] == 2 and st_on["counter"] == 12, st_on
     assert st_on["checks"] <= 0.5 * st_off["checks"], (st_on, st_off)
@@ -210,3 +216,21 @@ def test_clock_sampling_over_calls_returns_and_indirect_branches(run_guest, mirr
     assert len(pmis) == 4 and min(pmis) >= 20, pmis
     assert st_on["signatures"] >= 1 and st_on["counter"] == 0, st_on
     assert st_on["checks"] < st_off["checks"], (st_on, st_off)
+
+
+@pytest.mark.parametrize("mirror", ("on", "off"))
+def test_a_counter_with_the_signatures_events_shares_it(run_guest, mirror):
+    """W2 watches whichever counter has the signature's increments, not only the counter it
+    was taken from: after configuration (d) on counter 12 (the signature), counter 14
+    counts the same events through the other ESCR (MSR_CRU_ESCR1) and interrupts every
+    3,000 -- as the two logical processors of a core do under Linux's P4 driver (thread 1
+    gets counter 14 where thread 0 has 12).  It is watched exactly at once: no second
+    signature, no flush; with the signature tied to counter 12, the two would take it from
+    each other up to 16 times per run, each time with a flush."""
+    s = _bench_script()
+    instr = escr_value("instr_retired", "NBOGUSNTAG", t0_os=True, t0_usr=True)
+    _sampling(s, 14, "MSR_CRU_ESCR1", instr, 3000, "alu", 100_000, "c14")
+    pmis, st_on, st_off = _both(run_guest, s, mirror)
+    assert pmis[0] >= 50 and pmis[1] >= 250, pmis
+    assert st_on["signatures"] == 1 and st_on["counter"] == 12, st_on
+    assert st_on["checks"] <= 0.75 * st_off["checks"], (st_on, st_off)
