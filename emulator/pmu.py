@@ -192,6 +192,9 @@ class PMU:
         for name in self.STATE_ARRAYS:
             getattr(self, name)[:] = 0
         self.edge_prev = np.zeros(n, dtype=bool)  # edge-detector history (beh. 1)
+        # per counter: overflows whose PMI was discarded before it was raised (OVF cleared by
+        # software before the next counted event, SDM 18.15.5.8): a diagnostic, not state
+        self.discarded_pmis = np.zeros(n, dtype=np.int64)
         # decoded CCCR fields (effective values: HT-only fields are 0 / "any" without HT)
         self.enable = np.zeros(n, dtype=bool)
         self.escr_select = np.zeros(n, dtype=np.int64)
@@ -408,6 +411,9 @@ class PMU:
     def _write_cccr(self, n: int, value: int) -> None:
         """Decode a CCCR once, at write time (SDM Fig. 18-45)."""
         v = value & 0xFFFF_FFFF
+        # an overflow that asked for a PMI, not raised yet: it comes with the next counted
+        # event (SDM 18.15.5.8), so a write clearing OVF before that discards it
+        waiting = self.ovf[n] and not self.pmi_armed[n] and (self.pmi_t0[n] or self.pmi_t1[n])
         self.cccr_raw[n] = value
         self.enable[n] = _F["ENABLE"].get(v)
         sel = _F["ESCR_SELECT"].get(v)
@@ -426,6 +432,7 @@ class PMU:
         ovf = bool(_F["OVF"].get(v))
         if not ovf:
             self.pmi_armed[n] = False  # software clearing OVF ends the request (decision D2)
+            self.discarded_pmis[n] += int(waiting)
         self.ovf[n] = ovf  # plain R/W bit (decision D2)
         self.edge_prev[n] = False  # decision D1: a CCCR write resets the edge detector
         self.config_version += 1

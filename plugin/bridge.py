@@ -44,6 +44,7 @@ from typing import Callable
 
 import numpy as np
 
+from p4pmu.emulator import tables as T
 from p4pmu.plugin.errors import RunErrors
 from p4pmu.plugin.options import OptionError, Options, parse_options
 from p4pmu.plugin.trace_writer import TREC, TREC_FIELDS, TraceWriter
@@ -710,6 +711,7 @@ class Bridge:
             self._write(self.feeder.summary())
         self._write(f"# end: {n_rd} RDMSR, {n_wr} WRMSR, {n_pmc} RDPMC, {self.n_misc} "
                     f"MISC_ENABLE reads, {self.n_faults} faults, {self.n_errors} Python errors")
+        self._write_discarded_pmis()
         if self._checker is not None:
             if self.feeder is not None and self.feeder.mirror_on:
                 for vcpu in self.feeder.mirror_vcpus():  # the registers C changed last
@@ -720,6 +722,27 @@ class Bridge:
             dropped = sum(int(t.dropped) for t in self._ctrace or ())
             self._trace.end(rdmsr=n_rd, wrmsr=n_wr, rdpmc=n_pmc, faults=self.n_faults,
                             python_errors=self.n_errors, dropped=dropped)
+
+
+    def discarded_pmis(self, core: int) -> np.ndarray:
+        """Per counter of `core`: overflows whose PMI was discarded before it was raised --
+        software cleared OVF before the next counted event (SDM 18.15.5.8), as Linux's P4
+        driver does when it stops a counter that has just overflowed: that sample is lost, on
+        silicon too.  Python's writes and the C mirror's."""
+        pmu = self.pmus.get(core)
+        d = np.array(getattr(pmu, "discarded_pmis", np.zeros(T.NUM_COUNTERS)), dtype=np.int64)
+        if self.feeder is not None:
+            for lp in range(self.threads):
+                d = d + self.feeder.mirror_discarded(core * self.threads + lp)
+        return d
+
+    def _write_discarded_pmis(self) -> None:
+        for core in sorted(self.pmus):
+            d = self.discarded_pmis(core)
+            if d.any():
+                each = ", ".join(f"counter {n}: {int(d[n])}" for n in np.flatnonzero(d))
+                self._write(f"# core {core}: interrupts discarded before they were raised "
+                            f"(OVF cleared before the next counted event): {each}")
 
 
 def _read_outcome(status: int, value: int) -> str:

@@ -778,6 +778,13 @@ class Feeder:
                 t[i] += int(x)
         return tuple(t)
 
+    def mirror_discarded(self, vcpu: int) -> np.ndarray:
+        """Per counter: the PMIs the C mirror's CCCR writes discarded (p4c_mirror.discarded)."""
+        mv = self._mv.get(vcpu)
+        if mv is None:
+            return np.zeros(T.NUM_COUNTERS, dtype=np.int64)
+        return np.frombuffer(self.ffi.buffer(mv.m.discarded), dtype=np.uint64).astype(np.int64)
+
     def summary(self) -> str:
         s = (f"# feeder: {self.n_batches} batches ({self.n_fast} added up in C), "
              f"{self.n_clocks} clocks, {self.n_bad} repaired")

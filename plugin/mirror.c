@@ -313,6 +313,7 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
         m->cccr[k] = value;
         uint8_t ovf = (value & m->ovf_mask) != 0;
         uint8_t armed = ovf ? m->armed[k] : 0;
+        if (m->ovf[k] && !ovf && !m->armed[k] && m->pmi[k]) m->discarded[k]++;
         if (ovf != m->ovf[k] || armed != m->armed[k]) m->state_changes++;
         m->ovf[k] = ovf;
         m->armed[k] = armed;

@@ -183,6 +183,9 @@ struct p4c_mirror {
     uint64_t state_changes;
     /* statistics (C) */
     uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks, n_switches;
+    /* overflows whose PMI a CCCR write served here discarded before it was raised (OVF
+     * cleared before the next counted event: PMU.discarded_pmis, SDM 18.15.5.8) */
+    uint64_t discarded[P4_NCOUNTERS];
 };
 
 

@@ -24,6 +24,7 @@ from guests.evscript import LVT_MASK, LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UN
     parse_events, preset
 from guests.suite import full_script
 from test_events_seeds import halting_script
+from p4pmu.emulator import tables as T
 from p4pmu.qemu_glue import bench
 
 pytestmark = pytest.mark.guest
@@ -499,3 +500,31 @@ def test_hyper_threading_never_hands_over(run_guest, tmp_path):
     stats = [ln for ln in log if ln.startswith("# mirror:")]
     assert stats == ["# mirror: off"], stats
     assert parse_events(r.out.lines)["c12"] > 0
+
+
+def test_interrupts_discarded_before_they_were_raised_are_reported(run_guest, tmp_path):
+    """OVF set (by software here, as an overflow would) asks for a PMI that comes with the
+    next counted event (SDM 18.15.5.8); a CCCR write clearing OVF before that discards it.
+    The log's summary counts those per counter -- the same whether C or Python served the
+    writes: three discarded, then one raised first (a USR loop) and cleared: not counted."""
+    s = EvScript()
+    cccr = cccr_value(12, C0, pmi_t0=True)
+    ovf = T.CCCR_FIELD["OVF"].mask
+    s.lvt(LVT_MASK | LVT_NMI | VEC_PMI)  # a raised request stays pending, undelivered
+    s.wrmsr(escr_msr(C0), USR_INSTR)  # counts nothing while the script runs at CPL 0
+    s.wrmsr(counter_msr(12), 0)
+    s.wrmsr(cccr_msr(12), cccr)
+    for _ in range(3):
+        s.wrmsr(cccr_msr(12), cccr | ovf)
+        s.wrmsr(cccr_msr(12), cccr)
+    s.wrmsr(cccr_msr(12), cccr | ovf)
+    s.loop("alu", 10, user=True)
+    s.rdmsr(cccr_msr(12), "raised")
+    s.wrmsr(cccr_msr(12), cccr)
+    s.wrmsr(cccr_msr(12), 0)
+    served, lines = both(run_guest, tmp_path, s)
+    assert parse_events(lines)["raised"] & ovf
+    log = (tmp_path / "log-on.txt").read_text()
+    assert "# core 0: interrupts discarded before they were raised (OVF cleared before the " \
+           "next counted event): counter 12: 3\n" in log, log[-1500:]
+    assert served.wrmsr >= 6, served  # the OVF writes were C's in the mirror=on run

@@ -1,13 +1,18 @@
 """Soak: -smp 4 Linux guests under multi-threaded TCG, every vCPU counting at once
 (docs/hostile-guests.md; not in the README's test command: `./p4pmu.sh test -m soak`).
 
-The default guest (Linux 5.10, the virtual clock, the NMI watchdog on every CPU) with four
+The default guest (Linux 5.10, the host clock with several vCPUs) with four
 vCPUs, as four processors (threads=1) and as two Hyper-Threading cores (threads=2): on each
 CPU a task pinned there runs, ROUNDS times, `perf stat -e instructions:u,branches:u count N`
 and `perf record -e instructions:u -c PERIOD count N`, all four CPUs at once, for minutes.
 Every one of the 4 x ROUNDS counts equals the model's count for that CPU's run (each vCPU has
 its own branch predictor: the replay of its runs in order); every recording has one sample
-per PERIOD of the run's instructions, within one (an interrupt lost or doubled would show);
+per overflow (PERIOD of the run's instructions), except where the PMU log says the interrupt
+was discarded before it was raised: the overflow came on the last counted event before
+Linux stopped the counter (a context switch), whose write clears OVF before the next counted
+event would have raised the PMI (SDM 18.15.5.8) -- on silicon too, but likelier here, where
+the host time a deadline step takes brings the guest's timer interrupt right after the
+block it stepped.  An interrupt lost or doubled by the plugin would show;
 the run ends (no deadlock between the interpreter lock and QEMU's locks); the kernel saw no
 NMI it could not explain and no lockup (its reports of slow handlers are the host clock's).
 The NMI watchdog is turned off first: its cycles event and a perf event on the same CPU
@@ -52,6 +57,24 @@ def _sections() -> list:
             ("dmesg", "dmesg")]
 
 
+# the counters Linux's P4 driver gives thread 1 of a core for the CRU_ESCR events
+# (instructions, branches): thread 0 gets 12, 13 and 16
+THREAD1_COUNTERS = {14, 15, 17}
+_DISCARDED = re.compile(r"^# core (\d+): interrupts discarded before they were raised "
+                        r"\(OVF cleared before the next counted event\): (.*)$", re.M)
+
+
+def _discarded(pmu_log: str, threads: int) -> dict[int, int]:
+    """cpu -> the interrupts the PMU discarded on its counters (Bridge's summary line)."""
+    out: dict[int, int] = {}
+    for core, each in _DISCARDED.findall(pmu_log):
+        for ctr, n in re.findall(r"counter (\d+): (\d+)", each):
+            lp = 1 if threads == 2 and int(ctr) in THREAD1_COUNTERS else 0
+            cpu = int(core) * threads + lp
+            out[cpu] = out.get(cpu, 0) + int(n)
+    return out
+
+
 def _runs(text: str) -> dict[int, tuple[list, list]]:
     """cpu -> ([(instructions, branches)] of its perf stat runs, [samples] of its recordings),
     in order."""
@@ -70,9 +93,7 @@ def _runs(text: str) -> dict[int, tuple[list, list]]:
     return out
 
 
-@pytest.mark.parametrize("threads", (1, pytest.param(2, marks=pytest.mark.xfail(
-    reason="known gap (docs/hostile-guests.md, 'Not guaranteed yet'): with two HT cores a "
-    "recording can be one sample short while every count is exact", strict=False))))
+@pytest.mark.parametrize("threads", (1, 2))
 def test_four_cpus_count_exactly_at_once_for_minutes(tmp_path, threads):
     s = run_session(tmp_path, f"smp4-t{threads}", "amd64", _sections(), smp=CPUS,
                     threads=threads, kernel="5.10", recipe=False, clock="auto",
@@ -83,16 +104,21 @@ def test_four_cpus_count_exactly_at_once_for_minutes(tmp_path, threads):
     # each CPU: its stat and record runs alternate, one predictor through all of them
     model = replay("amd64", "count", [N1] * (2 * ROUNDS))
     want = [(c.linux_instructions, c.linux_branches) for c in model[0::2]]
-    want_samples = [c.linux_instructions / PERIOD for c in model[1::2]]
+    want_samples = [c.linux_instructions // PERIOD for c in model[1::2]]  # overflows
+    discarded = _discarded(s.pmu_log, threads)
     assert sorted(runs) == list(range(CPUS)), s.sec("soak").text[-3000:]
     for cpu, (got, samples) in runs.items():
         bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
         assert len(got) == ROUNDS and not bad, \
             f"CPU {cpu}: {len(got)} runs, {len(bad)} differ from the model, e.g. {bad[:3]}"
         off = [(i, n, w) for i, (n, w) in enumerate(zip(samples, want_samples))
-               if abs(n - w) > 1]
+               if not w - 1 <= n <= w]
+        short = sum(w - n for n, w in zip(samples, want_samples))
         assert len(samples) == ROUNDS and not off, \
             f"CPU {cpu}: {len(samples)} recordings, {len(off)} off by more than one, {off[:3]}"
+        assert short <= discarded.get(cpu, 0), \
+            f"CPU {cpu}: {short} samples missing, {discarded.get(cpu, 0)} interrupts " \
+            f"discarded by the guest's writes"
     for bad in BAD_KERNEL_MESSAGES:
         if not any(t in bad for t in TIMING):
             assert bad not in s.sec("dmesg").text, bad

@@ -58,6 +58,30 @@ def test_d2_ovf_is_writable_and_starts_cascade_partners():
     assert pmu.pmi_request(0)
 
 
+
+def test_d2_clearing_ovf_before_the_next_event_discards_the_pmi():
+    """The PMI comes with the next counted event after the overflow (SDM 18.15.5.8): a CCCR
+    write clearing OVF before it discards the interrupt -- Linux's P4 driver stopping a
+    counter whose last counted event overflowed it loses that sample.  The PMU tallies such
+    writes per counter (PMU.discarded_pmis; the plugin's log reports them)."""
+    pmu = PMU(get_model())
+    uop = kind(UOPS + (0, 1))
+    program(pmu, 12, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], preset=neg(3), ENABLE=1,
+            OVF_PMI_T0=1)
+    run_clocks(pmu, [uop] * 3)  # overflows on the third
+    assert pmu.ovf[12] and not pmu.pmi_request(0)
+    stop = pmu.rdmsr(0, 0x36C) & ~F["ENABLE"].mask & ~F["OVF"].mask
+    pmu.wrmsr(0, 0x36C, stop)
+    assert pmu.discarded_pmis[12] == 1 and not pmu.pmi_request(0)
+    # raised (one more event), then cleared by the handler: nothing discarded
+    pmu.wrmsr(0, 0x30C, neg(3))
+    pmu.wrmsr(0, 0x36C, stop | F["ENABLE"].mask)
+    run_clocks(pmu, [uop] * 4)
+    assert pmu.pmi_request(0)
+    pmu.wrmsr(0, 0x36C, stop)
+    assert pmu.discarded_pmis.tolist() == [0] * 12 + [1] + [0] * 5
+
+
 def test_d3_forced_overflow_is_a_real_overflow():
     pmu = PMU(get_model())
     program(pmu, 12, "MSR_CRU_ESCR0", "uops_retired", ["NBOGUS"], preset=5, ENABLE=1,
