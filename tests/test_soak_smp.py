@@ -117,7 +117,8 @@ def test_four_cpus_count_exactly_at_once_for_minutes(tmp_path, threads):
                if not w - 1 <= n <= w]
         short = sum(w - n for n, w in zip(samples, want_samples))
         assert len(samples) == ROUNDS and not off, \
-            f"CPU {cpu}: {len(samples)} recordings, {len(off)} off by more than one, {off[:3]}"
+            f"CPU {cpu}: {len(samples)} recordings, {len(off)} neither complete nor one " \
+            f"sample short, e.g. {off[:3]}"
         assert short <= discarded.get(cpu, 0), \
             f"CPU {cpu}: {short} samples missing, {discarded.get(cpu, 0)} interrupts " \
             f"discarded by the guest's writes"
