@@ -136,11 +136,13 @@ def ensure_built(arch: str = "amd64", progress: bool = False) -> Path:
     with open(out.parent / f".{arch}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if out.is_dir() and stamp.is_file() and stamp.read_text().strip() == want:
+            out.chmod(0o755)  # --add copies the mode: every guest user may run them
             return out
         if progress:
             print(f"p4pmu: building the workloads for {arch} into {out}", file=sys.stderr,
                   flush=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{arch}-", dir=out.parent))
+        tmp.chmod(0o755)  # mkdtemp's 0700 would reach the guest through --add
         try:
             for w in WORKLOADS:
                 _compile(w, arch, tmp / w.name)
