@@ -109,10 +109,12 @@ _SECTION_RE = re.compile(r"^@@begin (\S+)\n(.*?)^@@end \1 (\d+)$", re.M | re.S)
 
 def run_session(tmp: Path, name: str, arch: str, sections, *, smp: int = 1, threads: int = 1,
                 timeout: float = 400, kernel: str = "6.1", recipe: bool = True,
-                clock: str = "host", guest_timeout: float | None = None) -> Session:
+                clock: str = "host", guest_timeout: float | None = None,
+                append: tuple[str, ...] = ()) -> Session:
     """One boot running `sections`.  `recipe`: perf-setup first and watchdog_thresh=1 (the
     6.1 sessions); without it the guest is the default one, as a newcomer gets it.
-    `guest_timeout`: p4pmu linux's --timeout (its default otherwise)."""
+    `guest_timeout`: p4pmu linux's --timeout (its default otherwise); `append`: more kernel
+    command-line arguments."""
     from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.linux_image.cache import ensure_image
     from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
@@ -128,6 +130,7 @@ def run_session(tmp: Path, name: str, arch: str, sections, *, smp: int = 1, thre
     cmd = [*P4PMU_LINUX, "--kernel", kernel, "--clock", clock, "--arch", arch, "--smp", str(smp),
            "--threads",
            str(threads), *(("--append", "watchdog_thresh=1") if recipe else ()),
+           *(a for arg in append for a in ("--append", arg)),
            *(("--timeout", str(int(guest_timeout))) if guest_timeout else ()),
            "--add", add, "--kernel-log", str(klog), "--plugin-opt", f"log={plog}", "--",
            _script(sections, recipe)]

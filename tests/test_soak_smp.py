@@ -15,10 +15,16 @@ the host time a deadline step takes brings the guest's timer interrupt right aft
 block it stepped.  An interrupt lost or doubled by the plugin would show;
 the run ends (no deadlock between the interpreter lock and QEMU's locks); the kernel saw no
 NMI it could not explain and no lockup (its reports of slow handlers are the host clock's).
-The NMI watchdog is turned off first: its cycles event and a perf event on the same CPU
-can be given the same counter by Linux's P4 driver (docs/linux-guest.md, "Multiplexed
-events": a recording then loses samples), which is the driver's behaviour on a real
-Pentium 4, not something this soak is about.
+The loops run perf as an ordinary user (nobody, perf_event_paranoid 2), as most people
+run it: perf 5.10 run by root first probes the kernel with a CPU-wide `cycles:u` event on
+the first online CPU, whatever CPU perf itself runs on (tools/perf/util/perf_api_probe.c),
+so every perf started on CPUs 1-3 put short-lived events on CPU 0.  Linux's P4 driver
+schedules those next to CPU 0's own events with its multiplexing bug (docs/linux-guest.md,
+"Multiplexed events"): on CPU 0 a count then took in another event's clocks or a recording
+lost its samples now and then -- the driver's behaviour on a real Pentium 4 too, not
+something this soak is about.  For an ordinary user the probe is a task event of perf itself.
+For the same reason the guest boots with `nmi_watchdog=0`: no watchdog event shares a CPU
+with the soak's events either.
 """
 from __future__ import annotations
 
@@ -38,21 +44,30 @@ PERIOD = 100003
 TIMING = ("took too long", "interrupt took")
 
 
-def _round(k: int) -> str:
-    pin, data = f"taskset {1 << k:x}", f"/tmp/r{k}.data"
-    # perf record's closing line says how many samples it wrote: "(N samples)"
-    return (f"{pin} perf stat -x, -e instructions:u,branches:u count {N1}; "
-            f"{pin} perf record -o {data} -e instructions:u -c {PERIOD} count {N1} "
-            f"2>&1 > /dev/null | sed -n 's/.*(\\([0-9]*\\) samples).*/samples \\1/p'")
+# one CPU's loop, run as nobody: `sh /tmp/soak.sh K MASK`.  perf record's closing line says
+# how many samples it wrote, "(N samples)", and leaves that out when it wrote none; its
+# other messages pass (an error shows in the test's message); -m 16: four perf records'
+# buffers stay within an ordinary user's locked-memory allowance (perf_event_mlock_kb)
+_LOOP = f"""k=$1; pin=$2; export HOME=/tmp
+for i in $(seq {ROUNDS}); do
+  taskset $pin perf stat -x, -e instructions:u,branches:u count {N1}
+  taskset $pin perf record -m 16 -o /tmp/r$k.data -e instructions:u -c {PERIOD} count {N1} \\
+    2>&1 > /dev/null | sed -e 's/.*(\\([0-9]*\\) samples).*/samples \\1/' \\
+                           -e 's/.*Captured and wrote.*/samples 0/' -e '/Woken up/d'
+done
+"""
 
 
 def _sections() -> list:
-    loops = " ".join(f"( for i in $(seq {ROUNDS}); do {_round(k)}; done > /tmp/soak{k}.txt "
-                     f"2>&1 ) &" for k in range(CPUS))
+    loops = " ".join(f"( su -s /bin/sh nobody -c 'sh /tmp/soak.sh {k} {1 << k:x}' "
+                     f"> /tmp/soak{k}.txt 2>&1 ) &" for k in range(CPUS))
     show = "; ".join(f"echo '== cpu{k}'; cat /tmp/soak{k}.txt" for k in range(CPUS))
-    return [("boot", "dmesg | grep -e 'Brought up' -e 'NMI watchdog'"),
-            ("no_throttling", "echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; "
-                              "echo 0 > /proc/sys/kernel/nmi_watchdog"),
+    return [("boot", "dmesg | grep -e 'Brought up' -e 'NMI watchdog'; "
+                     "echo watchdog $(cat /proc/sys/kernel/nmi_watchdog)"),
+            # no throttling; perf for ordinary users (their own tasks, user mode)
+            ("setup", "echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; "
+                      "echo 2 > /proc/sys/kernel/perf_event_paranoid; "
+                      f"cat > /tmp/soak.sh <<'EOF'\n{_LOOP}EOF\nchmod 755 /tmp/soak.sh"),
             ("soak", f"{loops} wait; {show}"),
             ("dmesg", "dmesg")]
 
@@ -75,33 +90,36 @@ def _discarded(pmu_log: str, threads: int) -> dict[int, int]:
     return out
 
 
-def _runs(text: str) -> dict[int, tuple[list, list]]:
-    """cpu -> ([(instructions, branches)] of its perf stat runs, [samples] of its recordings),
-    in order."""
+def _runs(text: str) -> dict[int, tuple[list, list, list]]:
+    """cpu -> ([(instructions, branches)] of its perf stat runs, [samples] of its recordings,
+    [any other line perf printed]), in order."""
     out: dict[int, tuple] = {}
     parts = re.split(r"^== cpu(\d+)\n", text, flags=re.M)
     for cpu, body in zip(parts[1::2], parts[2::2]):
         vals = {"instructions:u": [], "branches:u": []}
-        samples = []
+        samples, other = [], []
         for ln in body.splitlines():
             f = ln.split(",")
             if len(f) > 2 and f[2] in vals:
                 vals[f[2]].append(int(f[0]) if f[0].isdigit() else None)
             elif ln.startswith("samples "):
                 samples.append(int(ln.split()[1]))
-        out[int(cpu)] = (list(zip(vals["instructions:u"], vals["branches:u"])), samples)
+            else:
+                other.append(ln)
+        out[int(cpu)] = (list(zip(vals["instructions:u"], vals["branches:u"])), samples, other)
     return out
 
 
-@pytest.mark.parametrize("threads", (1, pytest.param(2, marks=pytest.mark.xfail(
-    reason="known gap (docs/hostile-guests.md, 'Not guaranteed yet'): with two HT cores a "
-    "perf stat count or a recording on CPU 0 is off now and then", strict=False))))
+@pytest.mark.parametrize("threads", (1, 2))
 def test_four_cpus_count_exactly_at_once_for_minutes(tmp_path, threads):
     s = run_session(tmp_path, f"smp4-t{threads}", "amd64", _sections(), smp=CPUS,
                     threads=threads, kernel="5.10", recipe=False, clock="auto",
-                    timeout=3700, guest_timeout=3600)
+                    timeout=3700, guest_timeout=3600, append=("nmi_watchdog=0",))
     assert s.returncode == 0, s.stderr[-4000:]
     assert f"Brought up 1 node, {CPUS} CPUs" in s.sec("boot").text
+    assert "watchdog 0" in s.sec("boot").text, s.sec("boot").text
+    # each CPU held only its own task's events: Linux never multiplexed them
+    assert "reprogrammed while enabled" not in s.pmu_log, s.pmu_log[-3000:]
     runs = _runs(s.sec("soak").text)
     # each CPU: its stat and record runs alternate, one predictor through all of them
     model = replay("amd64", "count", [N1] * (2 * ROUNDS))
@@ -109,16 +127,17 @@ def test_four_cpus_count_exactly_at_once_for_minutes(tmp_path, threads):
     want_samples = [c.linux_instructions // PERIOD for c in model[1::2]]  # overflows
     discarded = _discarded(s.pmu_log, threads)
     assert sorted(runs) == list(range(CPUS)), s.sec("soak").text[-3000:]
-    for cpu, (got, samples) in runs.items():
+    for cpu, (got, samples, other) in runs.items():
         bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
         assert len(got) == ROUNDS and not bad, \
-            f"CPU {cpu}: {len(got)} runs, {len(bad)} differ from the model, e.g. {bad[:3]}"
+            f"CPU {cpu}: {len(got)} runs, {len(bad)} differ from the model, e.g. {bad[:3]}; " \
+            f"perf also said: {other[:4]}"
         off = [(i, n, w) for i, (n, w) in enumerate(zip(samples, want_samples))
                if not w - 1 <= n <= w]
         short = sum(w - n for n, w in zip(samples, want_samples))
         assert len(samples) == ROUNDS and not off, \
             f"CPU {cpu}: {len(samples)} recordings, {len(off)} neither complete nor one " \
-            f"sample short, e.g. {off[:3]}"
+            f"sample short, e.g. {off[:3]}; perf also said: {other[:4]}"
         assert short <= discarded.get(cpu, 0), \
             f"CPU {cpu}: {short} samples missing, {discarded.get(cpu, 0)} interrupts " \
             f"discarded by the guest's writes"
