@@ -75,9 +75,11 @@ DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite",
                "ld_partial", "ld_unalgn", "ld_64k", "wb")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
+# instr_x: the extra counts of instr_retired that silicon adds for instructions it counts
+# twice (insn_classes.OVERCOUNTED); instr_completed does not see them.
 FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
           "misp", "x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld",
-          "bogus_instr", "bogus_uops", "ms", "ms_uops") + MEMORY_FIELDS
+          "bogus_instr", "bogus_uops", "ms", "ms_uops", "instr_x") + MEMORY_FIELDS
 NF = len(FIELDS)
 FI = {n: i for i, n in enumerate(FIELDS)}
 FP_FIELDS = ("x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld")
@@ -213,6 +215,7 @@ def microcoded(insn, params=None) -> bool:
 def _attrs(c: Clock, insn, ms: bool) -> None:
     f = c.f
     f[FI["instr"]] += 1
+    f[FI["instr_x"]] += insn.extra_retired
     f[FI["ms"]] += ms
     ld, st = insn.loads > 0, insn.stores > 0
     f[FI["instr_ld"]] += ld
@@ -325,7 +328,7 @@ FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "
             "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
             "rbt_uncond", "rbt_cond", "rbt_call", "rbt_ret", "rbt_ind",
             "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
-            "running", "ms", "ms_uops", "tc_uops") + FP_FIELDS + MEMORY_FIELDS + \
+            "running", "ms", "ms_uops", "tc_uops", "instr_x") + FP_FIELDS + MEMORY_FIELDS + \
     ("dtlb_walks", "l2_rd_miss", "ld_mob")
 NFEAT = len(FEATURES)
 FE = {n: i for i, n in enumerate(FEATURES)}
@@ -337,7 +340,7 @@ def features(fields: np.ndarray) -> np.ndarray:
     K = f.shape[0]
     out = np.zeros((K, NFEAT))
     for n in ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "bogus_instr",
-              "bogus_uops", "ms", "ms_uops") + FP_FIELDS + MEMORY_FIELDS:
+              "bogus_uops", "ms", "ms_uops", "instr_x") + FP_FIELDS + MEMORY_FIELDS:
         out[:, FE[n]] = f[:, FI[n]]
     out[:, FE["dtlb_walks"]] = f[:, FI["dtlb_ld"]] + f[:, FI["dtlb_st"]]
     out[:, FE["l2_rd_miss"]] = f[:, FI["l2_ld"]] + f[:, FI["l2_rfo"]]
@@ -483,6 +486,7 @@ def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
     tl, ts = float(tagging.tag_loads), float(tagging.tag_stores)
     # tagged instructions = TL*instr_ld + TS*instr_st - TL*TS*instr_ldst
     add("instr_retired", "NBOGUSNTAG", "instr")
+    add("instr_retired", "NBOGUSNTAG", "instr_x")  # counted twice, untagged (OVERCOUNTED)
     for feat, w in (("instr_ld", tl), ("instr_st", ts), ("instr_ldst", -tl * ts)):
         if w:
             add("instr_retired", "NBOGUSTAG", feat, w)

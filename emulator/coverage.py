@@ -53,6 +53,9 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "ms": (False, "microcoded instructions: more than ms_rom_above uops, or REP string"),
     "ms_uops": (False, "uops of microcoded instructions"),
     "tc_uops": (False, "uops of the other instructions"),
+    "instr_x": (True, "the second count of instructions silicon counts twice (FLDCW, "
+                      "FLDENV, FRSTOR, EMMS, MASKMOVQ, SFENCE, MFENCE, CVT(T)PD2PI from "
+                      "memory)"),
     "x87": (False, "x87 arithmetic uops (insn_classes)"),
     "psp": (False, "packed single-precision SSE uops (insn_classes)"),
     "pdp": (False, "packed double-precision SSE2 uops (insn_classes)"),

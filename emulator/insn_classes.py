@@ -135,6 +135,26 @@ TABLE.update(_rows("movaps movups movapd movupd movss movhps movlps movhpd movlp
 TABLE.update(_rows("movmskps movmskpd pmovmskb", Row(1, "simdmove")))
 TABLE.update(_rows("ldmxcsr stmxcsr", Row(4, flags=ALIGN)))
 
+# ---- instructions silicon counts twice -----------------------------------------------------
+# instr_retired (NBOGUSNTAG) counts these instructions twice on NetBurst; instr_completed and
+# branch_retired count them once.  Measured on a Pentium D / Xeon, CPUID 0F_06 (Weaver,
+# Terpstra, Moore, "Non-Determinism and Overcount on Modern Hardware Performance Counter
+# Implementations", ISPASS 2013, section IV "Total Retired Instruction Overcount"); the
+# benchmark's own notes say the same of the Pentium 4 in general, so the rule applies to every
+# model (docs/fidelity.md, "Counting rules").  "mem": only the form with a memory operand.
+ALWAYS, WITH_MEMORY = 1, 2
+OVERCOUNTED = {
+    "fldcw": ALWAYS, "fldenv": ALWAYS, "frstor": ALWAYS, "emms": ALWAYS, "maskmovq": ALWAYS,
+    "sfence": ALWAYS, "mfence": ALWAYS, "cvtpd2pi": WITH_MEMORY, "cvttpd2pi": WITH_MEMORY,
+}
+
+
+def extra_retired(name: str, loads: int) -> int:
+    """The extra instr_retired counts of one execution of `name` with `loads` memory reads."""
+    rule = OVERCOUNTED.get(name, 0)
+    return int(rule == ALWAYS or (rule == WITH_MEMORY and loads > 0))
+
+
 # ---- latencies of SSE FP divides/square roots ----------------------------------------------
 _SSE_SLOW = {"divps", "divpd", "divss", "divsd", "sqrtps", "sqrtpd", "sqrtss", "sqrtsd"}
 
@@ -179,6 +199,7 @@ class Insn:
     halts: bool = False
     fp: dict = field(default_factory=dict)  # clock field name -> uops of that class
     rep_per_iter: int = 0  # uops per REP iteration (rep only)
+    extra_retired: int = 0  # instr_retired counts it this many more times (OVERCOUNTED)
 
     @property
     def next(self) -> int:
@@ -209,7 +230,8 @@ def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirec
     if flags & MOVE and (loads or stores):
         op = 0
     insn = Insn(addr=addr, length=length, mnemonic=name, latency=row.latency,
-                align=bool(flags & ALIGN) or ctl, halts=bool(flags & HLT))
+                align=bool(flags & ALIGN) or ctl, halts=bool(flags & HLT),
+                extra_retired=extra_retired(name, loads))
     insn.rep = bool(rep and flags & STRING)
     if insn.rep:
         insn.rep_per_iter = 1 + loads + 2 * stores
@@ -345,7 +367,10 @@ def c_header() -> str:
         lines.append(f"#define CLS_{n.upper()} {i}")
     for n in ("MOVE", "ALIGN", "NOMEM", "STORE", "ILOAD", "ISTORE", "STRING", "HLT"):
         lines.append(f"#define RF_{n} {globals()[n]}")
-    lines.append("struct p4_row { unsigned char op, cls, lat, br; unsigned short flags; };")
+    lines.append(f"#define P4_OVERCOUNT_ALWAYS {ALWAYS}")
+    lines.append(f"#define P4_OVERCOUNT_WITH_MEMORY {WITH_MEMORY}")
+    lines.append("struct p4_row { unsigned char op, cls, lat, br; unsigned short flags; "
+                 "unsigned char dup; };")
     lines.append("struct p4_named_row { const char *name; struct p4_row r[2]; };")
     names = sorted({md.insn_name(i) for i in range(1, X.X86_INS_ENDING)} - {None, ""})
     lines.append(f"#define P4_NAMED_ROWS {len(names)}")
@@ -354,8 +379,9 @@ def c_header() -> str:
         cells = []
         for sse in (False, True):
             r = TABLE.get(name) or row_for(name, sse)
-            cells.append("{%d,%d,%d,%d,%d}" % (r.op_uops, CL[r.cls], r.latency,
-                                                BR_CODE[r.branch], r.flags))
+            cells.append("{%d,%d,%d,%d,%d,%d}" % (r.op_uops, CL[r.cls], r.latency,
+                                                   BR_CODE[r.branch], r.flags,
+                                                   OVERCOUNTED.get(name, 0)))
         lines.append(f'  {{"{name}", {{{cells[0]}, {cells[1]}}}}},')
     lines.append("};")
     lines.append("#endif")

@@ -57,7 +57,7 @@ int cs_setup(void)
             if (r) {
                 capstone.rows[s][id] = r->r[s];
             } else {
-                struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, 0, BRK_NONE, 0};
+                struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, 0, BRK_NONE, 0, 0};
                 capstone.rows[s][id] = d;
             }
         }
@@ -196,7 +196,7 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     const cs_x86 *x = &ci->detail->x86;
     int sse = is_sse_group(ci->detail);
     struct p4_row row = (ci->id < capstone.n_ids) ? capstone.rows[sse][ci->id]
-                                                  : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0};
+                                                  : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0, 0};
     struct operand_scan ops = scan_operands(x, &row);
     unsigned loads = ops.loads, stores = ops.stores;
     int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
@@ -233,6 +233,8 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     o->uops = uops > 255 ? 255 : (uint8_t)uops;
     o->loads = (uint8_t)loads;
     o->stores = (uint8_t)stores;
+    /* insn_classes.extra_retired: counted twice by instr_retired */
+    o->dup = row.dup == P4_OVERCOUNT_ALWAYS || (row.dup == P4_OVERCOUNT_WITH_MEMORY && loads);
     set_fp_fields(o, cls, op ? op : 1, loads, stores, ops.xmm);
     set_branch(o, row.br, ops.indirect, ops.target);
 }

@@ -64,6 +64,7 @@ struct insn_info {
     uint64_t target;
     uint8_t len, uops, loads, stores, lat, br, flags, rep_iter;
     uint8_t addr_size; /* REP: 2, 4 or 8 bytes of RCX */
+    uint8_t dup;       /* instr_retired counts it once more (insn_classes.OVERCOUNTED) */
     uint8_t fp[FPI_N];
 };
 

@@ -73,6 +73,7 @@ static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
 #define ADDF(k, v) \
     do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
     ADDF(KF_INSTR, 1);
+    ADDF(KF_INSTR_X, in->dup);
     ADDF(KF_MS, ms);
     ADDF(KF_INSTR_LD, ld);
     ADDF(KF_INSTR_ST, st);

@@ -97,7 +97,9 @@ class LoopModel:
         c: Counter = Counter()
         for s in trace:
             i = self.ic(s.insn)
-            c["instr_retired.NBOGUSNTAG"] += 1  # tagging: see lines_tagged
+            # tagging: see lines_tagged; an instruction silicon counts twice is counted
+            # again untagged (insn_classes.OVERCOUNTED)
+            c["instr_retired.NBOGUSNTAG"] += 1 + i.extra_retired
             c["instr_completed.NBOGUS"] += 1
             c["uops_retired.NBOGUS"] += i.uops
             ms = int(_models()[0].microcoded(i))

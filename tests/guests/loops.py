@@ -21,7 +21,7 @@ from pathlib import Path
 
 # Loops whose control flow the replay understands (bench's data-dependent branch is not).
 TRACEABLE = ("nop4", "alu", "alt", "pat3", "callret", "indirect", "x87", "sse", "mmx", "mem",
-             "phases", "members", "ucode", "split")
+             "phases", "members", "ucode", "split", "overcount")
 # Traceable loops of the memory model's patterns (tests/test_events_memory.py): not in
 # TRACEABLE, so that the other event tests do not run them.
 TRACEABLE_MEMORY = ("hotbuf", "pages", "smc", "sbuf", "thrash")

@@ -418,6 +418,44 @@ mmx_end:
 	EPILOGUE
 	ret
 
+/* ---- overcount: the instructions NetBurst's instr_retired counts twice (FLDCW, FLDENV,
+ * FRSTOR, EMMS, MASKMOVQ, SFENCE, MFENCE, CVTPD2PI and CVTTPD2PI from memory), and the
+ * register form of CVTTPD2PI, which it counts once.  The x87 images FLDENV and FRSTOR load
+ * are saved before the loop (an empty stack); MASKMOVQ's mask is 0 (no byte stored). ---- */
+LOOP(overcount)
+	PROLOGUE
+	movl $loop_data, %ebx
+	movl $loop_data + 256, %edi
+	fninit
+	fnstcw (RBX)
+	fnstenv 32(RBX)
+	fnsave 64(RBX)
+	pxor %mm0, %mm0
+	pxor %mm1, %mm1
+	xorps %xmm0, %xmm0
+	movaps %xmm0, 192(RBX)
+	.globl overcount_body
+overcount_body:
+	fldcw (RBX)
+	fldenv 32(RBX)
+	frstor 64(RBX)
+	maskmovq %mm1, %mm0
+	emms
+	sfence
+	mfence
+	cvtpd2pi 192(RBX), %mm2
+	cvttpd2pi 192(RBX), %mm3
+	cvttpd2pi %xmm0, %mm3
+	decl %ecx
+	.globl overcount_br
+overcount_br:
+	jnz overcount_body
+	.globl overcount_end
+overcount_end:
+	emms
+	EPILOGUE
+	ret
+
 /* ---- mem: loads and stores ------------------------------------------------------------- */
 LOOP(mem)
 	PROLOGUE
