@@ -421,7 +421,9 @@ mmx_end:
 /* ---- overcount: the instructions NetBurst's instr_retired counts twice (FLDCW, FLDENV,
  * FRSTOR, EMMS, MASKMOVQ, SFENCE, MFENCE, CVTPD2PI and CVTTPD2PI from memory), and the
  * register form of CVTTPD2PI, which it counts once.  The x87 images FLDENV and FRSTOR load
- * are saved before the loop (an empty stack); MASKMOVQ's mask is 0 (no byte stored). ---- */
+ * are saved before the loop (an empty stack); MASKMOVQ's mask is 0 (no byte stored).  No
+ * access crosses a cache line: the FNSAVE image starts 6 bytes into a line, so that its
+ * fourth 10-byte register starts the next line (the memory events stay 0). ------------- */
 LOOP(overcount)
 	PROLOGUE
 	movl $loop_data, %ebx
@@ -429,7 +431,7 @@ LOOP(overcount)
 	fninit
 	fnstcw (RBX)
 	fnstenv 32(RBX)
-	fnsave 64(RBX)
+	fnsave 70(RBX)
 	pxor %mm0, %mm0
 	pxor %mm1, %mm1
 	xorps %xmm0, %xmm0
@@ -438,7 +440,7 @@ LOOP(overcount)
 overcount_body:
 	fldcw (RBX)
 	fldenv 32(RBX)
-	frstor 64(RBX)
+	frstor 70(RBX)
 	maskmovq %mm1, %mm0
 	emms
 	sfence
