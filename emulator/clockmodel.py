@@ -75,11 +75,14 @@ DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite",
                "ld_partial", "ld_unalgn", "ld_64k", "wb")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
-# instr_x: the extra counts of instr_retired that silicon adds for instructions it counts
-# twice (insn_classes.OVERCOUNTED); instr_completed does not see them.
+# What silicon counts beyond the instructions themselves (docs/fidelity.md, "Counting rules"):
+# instr_x, the extra counts of instr_retired (instructions it counts twice,
+# insn_classes.OVERCOUNTED, and the return tails below); instr_cx and br_x, the extra counts
+# of instr_completed and branch_retired (taken, predicted) of the return tails.
 FIELDS = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "br", "taken",
           "misp", "x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld",
-          "bogus_instr", "bogus_uops", "ms", "ms_uops", "instr_x") + MEMORY_FIELDS
+          "bogus_instr", "bogus_uops", "ms", "ms_uops", "instr_x", "instr_cx",
+          "br_x") + MEMORY_FIELDS
 NF = len(FIELDS)
 FI = {n: i for i, n in enumerate(FIELDS)}
 FP_FIELDS = ("x87", "psp", "pdp", "ssp", "sdp", "mmx64", "mmx128", "movst", "movld")
@@ -121,6 +124,26 @@ def fetch_fields(misses: int, lookups: int) -> dict:
     look-ups (one per page its instructions span), `misses` of them missed
     (memmodel.MemorySystem.fetch)."""
     return {k: v for k, v in (("itlb_hit", lookups - misses), ("itlb_miss", misses)) if v}
+
+
+# The return to user code after an exception taken from it (a page fault, #GP, #UD, #NM ...;
+# not INT n, SYSCALL or SYSENTER, which retire): silicon counts one more instruction
+# (instr_retired and instr_completed) and one more branch (branch_retired) at the user level.
+# Weaver, Terpstra, Moore, ISPASS 2013, section IV: "the first time a page of memory is
+# accessed it causes a page fault that counts as an extra instruction", and as an extra
+# branch (Table V); their explanation: IRET's last uops retire after the return to CPL 3.
+# The model adds these fields to the last clock of the user code before the exception (no
+# clock of its own), so the counts are at the user level and in program order.
+RETURN_TAIL = {"instr_x": 1, "instr_cx": 1, "br_x": 1}
+
+
+def with_return_tail(clock: "Clock") -> "Clock":
+    """The clock `clock` (the last one of user code before an exception) with the return
+    tail's counts added (RETURN_TAIL)."""
+    d = Clock(list(clock.f))
+    for name, v in RETURN_TAIL.items():
+        d.f[FI[name]] = min(255, d.f[FI[name]] + v)
+    return d
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,7 +351,7 @@ FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "
             "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
             "rbt_uncond", "rbt_cond", "rbt_call", "rbt_ret", "rbt_ind",
             "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
-            "running", "ms", "ms_uops", "tc_uops", "instr_x") + FP_FIELDS + MEMORY_FIELDS + \
+            "running", "ms", "ms_uops", "tc_uops", "instr_x", "instr_cx", "br_x") + FP_FIELDS + MEMORY_FIELDS + \
     ("dtlb_walks", "l2_rd_miss", "ld_mob")
 NFEAT = len(FEATURES)
 FE = {n: i for i, n in enumerate(FEATURES)}
@@ -340,7 +363,8 @@ def features(fields: np.ndarray) -> np.ndarray:
     K = f.shape[0]
     out = np.zeros((K, NFEAT))
     for n in ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "bogus_instr",
-              "bogus_uops", "ms", "ms_uops", "instr_x") + FP_FIELDS + MEMORY_FIELDS:
+              "bogus_uops", "ms", "ms_uops", "instr_x", "instr_cx", "br_x") + FP_FIELDS + \
+            MEMORY_FIELDS:
         out[:, FE[n]] = f[:, FI[n]]
     out[:, FE["dtlb_walks"]] = f[:, FI["dtlb_ld"]] + f[:, FI["dtlb_st"]]
     out[:, FE["l2_rd_miss"]] = f[:, FI["l2_ld"]] + f[:, FI["l2_rfo"]]
@@ -487,6 +511,8 @@ def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
     # tagged instructions = TL*instr_ld + TS*instr_st - TL*TS*instr_ldst
     add("instr_retired", "NBOGUSNTAG", "instr")
     add("instr_retired", "NBOGUSNTAG", "instr_x")  # counted twice, untagged (OVERCOUNTED)
+    add("instr_completed", "NBOGUS", "instr_cx")  # return tails (RETURN_TAIL)
+    add("branch_retired", "MMTP", "br_x")
     for feat, w in (("instr_ld", tl), ("instr_st", ts), ("instr_ldst", -tl * ts)):
         if w:
             add("instr_retired", "NBOGUSTAG", feat, w)
@@ -615,4 +641,4 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging", "MEMORY_FIELDS",
            "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
            "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields",
-           "CODE_FEATURES", "STORE_FEATURES"]
+           "CODE_FEATURES", "STORE_FEATURES", "RETURN_TAIL", "with_return_tail"]

@@ -55,7 +55,9 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "tc_uops": (False, "uops of the other instructions"),
     "instr_x": (True, "the second count of instructions silicon counts twice (FLDCW, "
                       "FLDENV, FRSTOR, EMMS, MASKMOVQ, SFENCE, MFENCE, CVT(T)PD2PI from "
-                      "memory)"),
+                      "memory), and one per return to user code after an exception"),
+    "instr_cx": (True, "one per return to user code after an exception"),
+    "br_x": (True, "one per return to user code after an exception"),
     "x87": (False, "x87 arithmetic uops (insn_classes)"),
     "psp": (False, "packed single-precision SSE uops (insn_classes)"),
     "pdp": (False, "packed double-precision SSE2 uops (insn_classes)"),

@@ -27,10 +27,27 @@ unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
     return 0;
 }
 
+/* The portion's last clock s[n-1] (an execution end) becomes kind k in the batch: its count,
+ * its pair with the clock before it and its count as an execution end. */
+static void swap_last(struct vcpu_counting *c, const uint32_t *s, unsigned n, int os, uint32_t k)
+{
+    uint32_t old = ext(s[n - 1], os), nw = ext(k, os);
+    acc_add(c, old, -1);
+    acc_add(c, nw, +1);
+    if (n > 1) {
+        pair_hash_add(&c->pairs, ext(s[n - 2], os), old, -1);
+        pair_hash_add(&c->pairs, ext(s[n - 2], os), nw, +1);
+    }
+    acc_last_add(c, old, -1);
+    acc_last_add(c, nw, +1);
+}
+
 /* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
- * it); `pending`: its outcome was still to come (so it has none now, not even a silent one).
- * Called on the vCPU's thread (exception callback, abandoned blocks). */
-static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
+ * it); `pending`: its outcome was still to come (so it has none now, not even a silent one);
+ * `tail`: an exception taken from user code, whose return silicon counts in the last clock
+ * before it (clockmodel.RETURN_TAIL).  Called on the vCPU's thread (exception callback,
+ * abandoned blocks). */
+static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail)
 {
     struct vcpu_counting *c = &run.per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
@@ -43,12 +60,18 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
     acc_portion(c, b, a, e, 1, +1);
     const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
-    c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    uint32_t last = n ? s[n - 1] : 0, first = n ? s[0] : 0;
+    if (tail && n) {
+        last = kind_with_return_tail(last);
+        swap_last(c, s, n, b->os, last);
+        if (n == 1) first = last;
+    }
+    c->cut_last = n ? ext(last, b->os) + 1 : 0;
     if (a) {
         /* the rest of an execution split by an access began this batch: it now begins with
          * what retired of it, or (nothing did: the access instruction faulted) with the
          * next block execution, found at the fold */
-        c->next_first = n ? ext(s[0], b->os) + 1 : 0;
+        c->next_first = n ? ext(first, b->os) + 1 : 0;
         c->next_first_bubble = 0;
     }
     if (pending && b->end == BRK_COND) {
@@ -60,9 +83,9 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending)
     c->batch_entry_b = 0;
 }
 
-static void counting_cut(unsigned vi, uint32_t id, unsigned e)
+static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
 {
-    cut_exec(vi, id, e, scoreboard_of(vi)[SB_SILENT_NEXT] != X_ACCOUNTED);
+    cut_exec(vi, id, e, scoreboard_of(vi)[SB_SILENT_NEXT] != X_ACCOUNTED, tail);
 }
 
 /* The next instruction is at `a`, an instruction of the block `id` that ran last other than
@@ -99,7 +122,7 @@ int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
     int j = find_insn(b, a);
     if (j < 1) return 0;
     /* (callers: its outcome was pending, SB_SILENT_NEXT != X_ACCOUNTED) */
-    cut_exec(vi, id, (unsigned)j, 1);
+    cut_exec(vi, id, (unsigned)j, 1, 0);
     return 1;
 }
 
@@ -138,7 +161,9 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
         if (!retires && b->ins[j].br == BRK_FAR) {
             retires = 1; /* INT n, INT3, INTO, SYSCALL: trap-like, they complete */
         }
-        counting_cut(vi, id, (unsigned)j + (retires ? 1 : 0));
+        /* a fault in user code: its return is counted there (clockmodel.RETURN_TAIL) */
+        int tail = !retires && !b->os;
+        counting_cut(vi, id, (unsigned)j + (retires ? 1 : 0), tail);
         return;
     }
     /* not inside the current block: the block that ended before completed; its outcome,
@@ -161,7 +186,7 @@ void counting_abandon(int vi, uint64_t addr, int retired)
     if (!id) return;
     int j = find_insn(blocks.by_id[id], addr);
     if (j < 0) return;
-    counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0));
+    counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0), 0);
 }
 
 /* A memory access of the one instruction of block `ud` (outcome-free level).  A block's entry
@@ -183,5 +208,5 @@ void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
     int j = find_insn(blocks.by_id[cur], blocks.by_id[self]->vaddr);
     if (j < 0) return;
     c->memi_cuts++;
-    cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED);
+    cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED, 0);
 }

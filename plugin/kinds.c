@@ -61,6 +61,19 @@ uint32_t kind_intern(const uint8_t *f)
     return k;
 }
 
+/* clockmodel.with_return_tail: kind k with the counts of a return to user code after an
+ * exception added (clockmodel.RETURN_TAIL) */
+uint32_t kind_with_return_tail(uint32_t k)
+{
+    uint8_t f[KF_N];
+    memcpy(f, kinds.fields[k], KF_N);
+    static const int tail[] = {KF_INSTR_X, KF_INSTR_CX, KF_BR_X};
+    for (unsigned i = 0; i < sizeof(tail) / sizeof(tail[0]); i++) {
+        if (f[tail[i]] < 255) f[tail[i]]++;
+    }
+    return kind_intern(f);
+}
+
 /* clockmodel.microcoded: the microcode ROM delivers this instruction's uops */
 static inline int microcoded(const struct insn_info *in)
 {

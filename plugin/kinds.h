@@ -24,6 +24,7 @@ struct kind_table {
 extern struct kind_table kinds;
 
 uint32_t kind_intern(const uint8_t *f);
+uint32_t kind_with_return_tail(uint32_t k);
 unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
                   unsigned cap, uint16_t *at);
 unsigned sched_cap(const struct blk *b);

@@ -26,7 +26,7 @@ the counter is loaded with -(the previous period used on that counter) while per
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from p4pmu.emulator import clockmodel as CM
@@ -116,6 +116,7 @@ class LoopCounts:
     MMTP: int = 0
     MMTM: int = 0
     clocks: int = 0
+    returns: int = 0  # returns to this code after exceptions it took (page faults)
 
     @property
     def mispredicted(self) -> int:
@@ -123,8 +124,16 @@ class LoopCounts:
 
     @property
     def linux_instructions(self) -> int:
-        """Linux's `instructions` (instr_retired NBOGUSNTAG|BOGUSNTAG: bogus ones included)."""
-        return self.instructions + self.bogus
+        """Linux's `instructions` (instr_retired NBOGUSNTAG|BOGUSNTAG: bogus ones included;
+        one more per return from an exception, clockmodel.RETURN_TAIL)."""
+        return self.instructions + self.bogus + self.returns
+
+    def with_returns(self, n: int) -> "LoopCounts":
+        """These counts when the code took `n` exceptions (page faults: perf's
+        `page-faults:u`) and was returned to: silicon counts one more instruction and one
+        more branch_retired (taken, predicted) for each (docs/fidelity.md, "Counting
+        rules"); Linux's `branches` (retired_branch_type) does not see them."""
+        return replace(self, MMTP=self.MMTP + n, returns=self.returns + n)
 
     @property
     def linux_branches(self) -> int:
