@@ -12,13 +12,18 @@ Model of a NetBurst instruction (sources: Intel's optimisation manual for the Pe
 microcode ROM"; store = store-address + store-data uop; numbers are this model's, documented
 here, not measurements):
 
+    uops = the measured total of the instruction's form on the model's core (uop_table:
+           Agner Fog's instruction tables, "northwood" or "prescott", CpuModel.core); the
+           form is what its explicit memory operand does: none, read, written, both;
+    otherwise the generic rule
     uops = op_uops + loads + 2 * stores
       op_uops   from the table (MOVE rows: only when no memory operand is involved: a load is
                 1 uop, a store 2, a register move op_uops);
       loads     memory operands read (+1 for implicit loads: POP, RET, LEAVE, ...);
       stores    memory operands written (+1 for implicit stores: PUSH, CALL, ...).
-    REP string instructions: `op_uops` once + per iteration (op 1 + its loads/stores);
-    iterations are dynamic (counted by the plugin).
+    REP string instructions: uop_table.REP_UOPS's base once + its per-iteration uops (in
+    tenths, rounded per execution) x iterations, else 2 + (1 + loads + 2 * stores) per
+    iteration; iterations are dynamic (counted by the plugin).
 
 Classes (Capstone's access flags are used for memory operands, with the table's overrides
 where Capstone marks x87 stores as reads):
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 
 from .clockmodel import BR_CALL, BR_CALL_IND, BR_CODE, BR_COND, BR_FAR, BR_JMP, BR_JMP_IND, \
     BR_NONE, BR_RET
+from . import uop_table as UT
 
 # Row flags
 MOVE = 1  # op_uops only when no memory operand
@@ -162,6 +168,46 @@ _SSE_SLOW = {"divps", "divpd", "divss", "divsd", "sqrtps", "sqrtpd", "sqrtss", "
 _SUFFIX_CLASS = (("ps", "psp"), ("pd", "pdp"), ("ss", "ssp"), ("sd", "sdp"))
 
 
+# ---- measured uops per core (uop_table) ------------------------------------------------------
+CORES = ("northwood", "prescott")  # the order of uop_table's pairs (models.CpuModel.core)
+DEFAULT_CORE = "prescott"  # the core of models.DEFAULT_MODEL
+FORMS = UT.FORMS  # r, ld, st, rmw
+NO_UOPS = 0  # "no measured value" in the generated C table
+
+
+def form_of(loads: int, stores: int) -> str:
+    """The form of an instruction by what its explicit memory operand does (uop_table)."""
+    return "rmw" if loads and stores else "ld" if loads else "st" if stores else "r"
+
+
+def measured_uops(name: str, form: str, core: str) -> int | None:
+    """uop_table's total uops of `name` in `form` on `core`, or None."""
+    pair = UT.UOPS.get((name, form))
+    return None if pair is None else pair[CORES.index(core)]
+
+
+def rep_key(name: str) -> str:
+    """uop_table.REP_UOPS's key of a string instruction (movsb .. movsq by size where the
+    table has them, else the operation: lods, stos, scas, cmps, movs)."""
+    return name if name in UT.REP_UOPS else name[:4]
+
+
+def measured_rep(name: str, core: str) -> tuple[int, int] | None:
+    """(base uops, uops per iteration in tenths) of REP `name` (a string instruction) on
+    `core`, or None."""
+    if not TABLE.get(name, Row()).flags & STRING:
+        return None
+    pair = UT.REP_UOPS.get(rep_key(name))
+    v = None if pair is None else pair[CORES.index(core)]
+    return None if v is None else (int(round(v[0])), int(round(v[1] * 10)))
+
+
+def sse_compare_name(mnemonic: str) -> str:
+    """CMPccPS/PD/SS/SD (opcode 0F C2): Capstone 5's insn_name() is wrong for them (cmpeqps
+    is named cmppd, cmpless cmpsb, ...); the name follows the mnemonic's suffix."""
+    return "cmp" + mnemonic[-2:]
+
+
 def row_for(name: str, sse: bool) -> Row:
     """The row of a Capstone instruction name; `sse` says whether Capstone puts it in an
     SSE/MMX group (used only for names not in TABLE: suffix and p-prefix rules)."""
@@ -198,24 +244,30 @@ class Insn:
     rep: bool = False
     halts: bool = False
     fp: dict = field(default_factory=dict)  # clock field name -> uops of that class
-    rep_per_iter: int = 0  # uops per REP iteration (rep only)
+    rep_iter10: int = 0  # uops per REP iteration, in tenths (rep only; rep_uops)
     extra_retired: int = 0  # instr_retired counts it this many more times (OVERCOUNTED)
 
     @property
     def next(self) -> int:
         return self.addr + self.length
 
+    def rep_uops(self, iterations: int) -> int:
+        """The uops of one execution of a REP instruction of `iterations` iterations."""
+        return self.uops + (self.rep_iter10 * iterations + 5) // 10
+
 
 def make(mnemonic: str, *, loads: int = 0, stores: int = 0, xmm: bool = False,
          mm: bool = False, rep: bool = False, addr: int = 0, length: int = 1,
-         target: int | None = None, indirect: bool = False, sse: bool = True) -> Insn:
-    """Build an Insn from a mnemonic and its memory operands, with the same rules as
-    `classify` (for tests that write expectations without machine code)."""
+         target: int | None = None, indirect: bool = False, sse: bool = True,
+         core: str = DEFAULT_CORE) -> Insn:
+    """Build an Insn from a mnemonic and its (explicit) memory operands, with the same rules
+    as `classify` (for tests that write expectations without machine code)."""
     return _build(mnemonic, TABLE.get(mnemonic) or row_for(mnemonic, sse), loads, stores,
-                  xmm, mm, rep, addr, length, target, indirect, False)
+                  xmm, mm, rep, addr, length, target, indirect, False, core)
 
 
-def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirect, ctl):
+def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirect, ctl,
+           core=DEFAULT_CORE):
     flags = row.flags
     cls = row.cls
     op = row.op_uops
@@ -223,6 +275,7 @@ def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirec
         cls, flags = "simdmove", MOVE
     if flags & NOMEM:
         loads = stores = 0
+    measured = measured_uops(name, form_of(loads, stores), core)
     if flags & ILOAD:
         loads += 1
     if flags & ISTORE:
@@ -234,12 +287,12 @@ def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirec
                 extra_retired=extra_retired(name, loads))
     insn.rep = bool(rep and flags & STRING)
     if insn.rep:
-        insn.rep_per_iter = 1 + loads + 2 * stores
-        insn.uops = 2  # setup; + rep_per_iter x iterations, added at run time
+        base, per10 = measured_rep(name, core) or (2, 10 * (1 + loads + 2 * stores))
+        insn.uops, insn.rep_iter10 = base, per10  # + iterations, added at run time
         insn.loads, insn.stores = 0, 0
         insn.align = True
     else:
-        insn.uops = max(1, op + loads + 2 * stores)
+        insn.uops = measured or max(1, op + loads + 2 * stores)
         insn.loads, insn.stores = loads, stores
     if ctl:
         insn.uops = max(insn.uops, 6)
@@ -298,10 +351,12 @@ def _md(mode: int):
     return m
 
 
-def _classify_one(ci) -> Insn:
+def _classify_one(ci, core: str = DEFAULT_CORE) -> Insn:
     from capstone import x86 as X
     import capstone as C
     name = ci.insn_name()
+    if ci.opcode[0] == 0x0F and ci.opcode[1] == 0xC2:
+        name = sse_compare_name(ci.mnemonic)
     groups = set(ci.groups)
     sse = bool(groups & {X.X86_GRP_MMX, X.X86_GRP_SSE1, X.X86_GRP_SSE2, X.X86_GRP_SSE3,
                          X.X86_GRP_SSSE3, X.X86_GRP_SSE41, X.X86_GRP_SSE42, X.X86_GRP_3DNOW})
@@ -335,12 +390,13 @@ def _classify_one(ci) -> Insn:
         indirect = False
     rep = bool(ci.prefix[0] in (0xF2, 0xF3))
     return _build(name, row, loads, stores, xmm, mm, rep, ci.address, ci.size, target,
-                  indirect, ctl)
+                  indirect, ctl, core)
 
 
-def classify(code: bytes, addr: int = 0, mode: int = 32) -> list[Insn]:
-    """Classify the machine code `code` at linear address `addr` in `mode` (16, 32 or 64)."""
-    return [_classify_one(ci) for ci in _md(mode).disasm(bytes(code), addr)]
+def classify(code: bytes, addr: int = 0, mode: int = 32, core: str = DEFAULT_CORE) -> list[Insn]:
+    """Classify the machine code `code` at linear address `addr` in `mode` (16, 32 or 64),
+    with the uop counts of `core` (CpuModel.core)."""
+    return [_classify_one(ci, core) for ci in _md(mode).disasm(bytes(code), addr)]
 
 
 def c_header() -> str:
@@ -369,9 +425,14 @@ def c_header() -> str:
         lines.append(f"#define RF_{n} {globals()[n]}")
     lines.append(f"#define P4_OVERCOUNT_ALWAYS {ALWAYS}")
     lines.append(f"#define P4_OVERCOUNT_WITH_MEMORY {WITH_MEMORY}")
+    lines.append(f"#define P4_NCORES {len(CORES)}")
+    lines.append(f"#define P4_NFORMS {len(FORMS)}")
     lines.append("struct p4_row { unsigned char op, cls, lat, br; unsigned short flags; "
                  "unsigned char dup; };")
-    lines.append("struct p4_named_row { const char *name; struct p4_row r[2]; };")
+    lines.append("/* u: measured uops per core and form (0: none, the generic rule); rep: REP "
+                 "base uops and uops per iteration in tenths per core (0, 0: none) */")
+    lines.append("struct p4_named_row { const char *name; struct p4_row r[2]; "
+                 "unsigned short u[P4_NCORES][P4_NFORMS]; unsigned short rep[P4_NCORES][2]; };")
     names = sorted({md.insn_name(i) for i in range(1, X.X86_INS_ENDING)} - {None, ""})
     lines.append(f"#define P4_NAMED_ROWS {len(names)}")
     lines.append("static const struct p4_named_row p4_named_rows[P4_NAMED_ROWS] = {")
@@ -382,7 +443,10 @@ def c_header() -> str:
             cells.append("{%d,%d,%d,%d,%d,%d}" % (r.op_uops, CL[r.cls], r.latency,
                                                    BR_CODE[r.branch], r.flags,
                                                    OVERCOUNTED.get(name, 0)))
-        lines.append(f'  {{"{name}", {{{cells[0]}, {cells[1]}}}}},')
+        u = ",".join("{%s}" % ",".join(str(measured_uops(name, f, c) or NO_UOPS)
+                                       for f in FORMS) for c in CORES)
+        rep = ",".join("{%d,%d}" % (measured_rep(name, c) or (0, 0)) for c in CORES)
+        lines.append(f'  {{"{name}", {{{cells[0]}, {cells[1]}}}, {{{u}}}, {{{rep}}}}},')
     lines.append("};")
     lines.append("#endif")
     return "\n".join(lines) + "\n"

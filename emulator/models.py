@@ -79,6 +79,14 @@ class CpuModel:
         return (0xF << 8) | (self.model << 4) | self.stepping
 
     @property
+    def core(self) -> str:
+        """The core whose per-instruction uop counts apply (insn_classes.CORES): Agner Fog's
+        instruction tables measured a model 2 ("northwood") and a Prescott, and say the
+        Prescott values fit model 3 better; models 0-1 share Northwood's microcode, models 3,
+        4 and 6 Prescott's."""
+        return "northwood" if self.model <= 2 else "prescott"
+
+    @property
     def cascade_pmi_erratum(self) -> bool:
         """No PMI in cascade or extended-cascade mode: 0F_02, and 0F_00/0F_01 with stepping
         above 09h (SDM Vol. 3B 18.15.5.7)."""

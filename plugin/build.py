@@ -356,13 +356,18 @@ def generated_header() -> str:
 
 def _memory_geometry_table() -> str:
     """The memory model's geometry per CPU model (p4pmu.emulator.models MemoryGeometry), in
-    the order of the model option's values (struct mm_params fields)."""
+    the order of the model option's values (struct mm_params fields), and each model's core
+    (the uop counts classification uses)."""
     from p4pmu.emulator.models import DEFAULT_MODEL, MODELS
+    from p4pmu.emulator.insn_classes import CORES
     rows = ",\n".join(f"    {m.memory.c_row()} /* {k} */" for k, m in MODELS.items())
+    cores = ", ".join(str(CORES.index(m.core)) for m in MODELS.values())
     return ("\n/* memory geometry per CPU model, in the model option's order (struct mm_params) "
             "*/\n#ifndef P4_MM_GEOMETRY\n#define P4_MM_GEOMETRY\n"
             f"#define P4_MM_DEFAULT_MODEL {list(MODELS).index(DEFAULT_MODEL)}\n"
             f"static const unsigned p4_mm_geometry[{len(MODELS)}][9] = {{\n{rows}\n}};\n"
+            "/* the core of each CPU model (CpuModel.core: insn_classes.CORES index) */\n"
+            f"static const unsigned char p4_model_core[{len(MODELS)}] = {{{cores}}};\n"
             "#endif\n")
 
 

@@ -12,12 +12,17 @@
 #include "classify.h"
 #include "blocks.h"
 
-/* Capstone: id -> table row (by name), per SSE-ness */
-/* Capstone instruction id -> the table row (by name), per SSE-ness */
+/* Capstone instruction id -> the table row (by name), per SSE-ness; the measured uops of
+ * the run's core per form, and its REP uops (base, per iteration in tenths) */
 static struct {
     struct p4_row *rows[2];
+    unsigned short (*uops)[P4_NFORMS];
+    unsigned short (*rep)[2];
     unsigned n_ids;
+    unsigned cmp_id[4]; /* cmpps cmppd cmpss cmpsd (insn_classes.sse_compare_name) */
 } capstone;
+
+static const char *const cmp_names[4] = {"cmpps", "cmppd", "cmpss", "cmpsd"};
 
 /* per host thread (a Capstone handle is used by one thread at a time): the handle and the
  * instruction buffer of each mode (16, 32, 64 bit) */
@@ -29,7 +34,7 @@ static int row_cmp(const void *key, const void *elem)
     return strcmp((const char *)key, ((const struct p4_named_row *)elem)->name);
 }
 
-int cs_setup(void)
+int cs_setup(unsigned core)
 {
     int major = 0, minor = 0;
     cs_version(&major, &minor);
@@ -49,10 +54,20 @@ int cs_setup(void)
     for (int s = 0; s < 2; s++) {
         capstone.rows[s] = calloc(n, sizeof(struct p4_row));
     }
+    capstone.uops = calloc(n, sizeof(*capstone.uops));
+    capstone.rep = calloc(n, sizeof(*capstone.rep));
+    if (core >= P4_NCORES) core = 0;
     for (unsigned id = 0; id < n; id++) {
         const char *nm = id ? cs_insn_name(h, id) : NULL;
         const struct p4_named_row *r = nm ? bsearch(nm, p4_named_rows, P4_NAMED_ROWS,
                                                     sizeof(p4_named_rows[0]), row_cmp) : NULL;
+        for (int k = 0; nm && k < 4; k++) {
+            if (!strcmp(nm, cmp_names[k])) capstone.cmp_id[k] = id;
+        }
+        if (r) {
+            memcpy(capstone.uops[id], r->u[core], sizeof(capstone.uops[id]));
+            memcpy(capstone.rep[id], r->rep[core], sizeof(capstone.rep[id]));
+        }
         for (int s = 0; s < 2; s++) {
             if (r) {
                 capstone.rows[s][id] = r->r[s];
@@ -190,13 +205,35 @@ static void set_branch(struct insn_info *o, unsigned br, int indirect, uint64_t 
     }
 }
 
+/* The Capstone id to classify ci by: CMPccPS/PD/SS/SD (0F C2) by their mnemonic's suffix,
+ * as Capstone 5 names them wrongly (insn_classes.sse_compare_name) */
+static unsigned row_id(const cs_insn *ci)
+{
+    const cs_x86 *x = &ci->detail->x86;
+    if (x->opcode[0] == 0x0F && x->opcode[1] == 0xC2) {
+        size_t n = strlen(ci->mnemonic);
+        const char *sfx = n >= 2 ? ci->mnemonic + n - 2 : "";
+        for (int k = 0; k < 4; k++) {
+            if (!strcmp(sfx, cmp_names[k] + 3)) return capstone.cmp_id[k];
+        }
+    }
+    return ci->id;
+}
+
+/* insn_classes.form_of: 0 r, 1 ld, 2 st, 3 rmw (uop_table.FORMS) */
+static unsigned form_of(unsigned loads, unsigned stores)
+{
+    return loads && stores ? 3 : loads ? 1 : stores ? 2 : 0;
+}
+
 /* Classify one decoded instruction into *o (linear address addr): insn_classes._build. */
 void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
 {
     const cs_x86 *x = &ci->detail->x86;
     int sse = is_sse_group(ci->detail);
-    struct p4_row row = (ci->id < capstone.n_ids) ? capstone.rows[sse][ci->id]
-                                                  : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0, 0};
+    unsigned id = row_id(ci);
+    struct p4_row row = (id < capstone.n_ids) ? capstone.rows[sse][id]
+                                              : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0, 0};
     struct operand_scan ops = scan_operands(x, &row);
     unsigned loads = ops.loads, stores = ops.stores;
     int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
@@ -209,6 +246,7 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
         flags = RF_MOVE;
     }
     if (flags & RF_NOMEM) loads = stores = 0;
+    unsigned measured = id < capstone.n_ids ? capstone.uops[id][form_of(loads, stores)] : 0;
     if (flags & RF_ILOAD) loads++;
     if (flags & RF_ISTORE) stores++;
     if ((flags & RF_MOVE) && (loads || stores)) op = 0;
@@ -221,16 +259,20 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     unsigned uops;
     if (rep && (flags & RF_STRING)) {
         o->flags |= CI_REP | CI_ALIGN;
-        o->rep_iter = (uint8_t)(1 + loads + 2 * stores);
+        const unsigned short *m = id < capstone.n_ids ? capstone.rep[id] : NULL;
+        int known = m && (m[0] || m[1]);
+        o->rep_iter10 = (uint16_t)(known ? m[1] : 10 * (1 + loads + 2 * stores));
         o->addr_size = x->addr_size;
-        uops = 2;
+        uops = known ? m[0] : 2;
         loads = stores = 0;
+    } else if (measured) {
+        uops = measured;
     } else {
         uops = op + loads + 2 * stores;
         if (uops < 1) uops = 1;
     }
     if (ops.ctl && uops < 6) uops = 6;
-    o->uops = uops > 255 ? 255 : (uint8_t)uops;
+    o->uops = uops > 65535 ? 65535 : (uint16_t)uops;
     o->loads = (uint8_t)loads;
     o->stores = (uint8_t)stores;
     /* insn_classes.extra_retired: counted twice by instr_retired */

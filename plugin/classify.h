@@ -11,7 +11,8 @@
 
 #include "counting_types.h"
 
-int cs_setup(void);
+/* the rows of core `core` (insn_classes.CORES index; CpuModel.core) */
+int cs_setup(unsigned core);
 cs_insn *cs_get(int mi, csh *hp);
 void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o);
 void classify_unknown(uint64_t addr, unsigned len, struct insn_info *o);

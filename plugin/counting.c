@@ -37,7 +37,7 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     run.mm_model = opt->model >= 0 &&
                    opt->model < (int)(sizeof(p4_mm_geometry) / sizeof(p4_mm_geometry[0])) ?
                    opt->model : P4_MM_DEFAULT_MODEL;
-    if (cs_setup() < 0) return -1;
+    if (cs_setup(p4_model_core[run.mm_model]) < 0) return -1;
     if (getenv("P4PMU_BRANCH_TRACE")) run.branch_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     cond_tab.trace = run.branch_trace != NULL;
     run.per_vcpu = aligned_alloc(64, (size_t)max_vcpus * sizeof(*run.per_vcpu));

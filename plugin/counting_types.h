@@ -62,7 +62,9 @@ enum {
 struct insn_info {
     uint64_t addr;
     uint64_t target;
-    uint8_t len, uops, loads, stores, lat, br, flags, rep_iter;
+    uint16_t uops;      /* REP: the base uops (insn_classes.Insn.rep_uops) */
+    uint16_t rep_iter10; /* REP: uops per iteration, in tenths */
+    uint8_t len, loads, stores, lat, br, flags;
     uint8_t addr_size; /* REP: 2, 4 or 8 bytes of RCX */
     uint8_t dup;       /* instr_retired counts it once more (insn_classes.OVERCOUNTED) */
     uint8_t fp[FPI_N];

@@ -29,7 +29,7 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     uint64_t after = regs_ok ? (reg_read_rcx(&vcpus[vi]) & mask) : 0;
     uint64_t iters = (c->rep_rcx - after) & mask;
     int done = a_new != r->addr;
-    uint64_t uops = 2 + (uint64_t)r->rep_iter * iters;
+    uint64_t uops = r->uops + ((uint64_t)r->rep_iter10 * iters + 5) / 10; /* Insn.rep_uops */
     uint64_t nfull = (uops - 1) / P4P_RETIRE_WIDTH;
     struct clock_fields f;
     memset(&f, 0, sizeof(f));
