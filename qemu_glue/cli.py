@@ -2,7 +2,8 @@
 
 Commands and the modules that do them: ``qemu`` (qemu_cmd.py), ``linux`` (linux.py),
 ``demo`` (demo.py; ``--replay``: demo_replay.py), ``bench`` (bench.py), ``events``
-(events_cmd.py), ``trace`` (trace_cmd.py), ``lint`` (lint_cmd.py), ``gdb`` (gdb_cmd.py),
+(events_cmd.py), ``trace`` (trace_cmd.py), ``lint`` (lint_cmd.py), ``fidelity``
+(fidelity.py), ``gdb`` (gdb_cmd.py),
 ``info`` (info_cmd.py), ``setup`` (setup_cmd.py).
 Every QEMU they start is a machine.P4Machine.  Here also: the checks of --plugin-opt and
 --model/--stepping that every command shares (one message for a bad model, whichever command).
@@ -244,6 +245,8 @@ _SIMPLE_COMMANDS = (
     ("events", "events_cmd", "list NetBurst events; encode event:MASK:...:u for perf"),
     ("trace", "trace_cmd", "print a PMU access trace (--plugin-opt trace=FILE), decoded"),
     ("lint", "lint_cmd", "the programming checker over a PMU access trace"),
+    ("fidelity", "fidelity", "compare p4pmu's counts with published Pentium 4 silicon "
+                             "measurements (docs/fidelity.md)"),
 )
 
 

@@ -16,6 +16,14 @@ checkout).  A build is redone when a source, a flag or the gcc version changes (
                load misses L1 and L2, every page the DTLB (stream.S: the memory model's counts)
 ``rt [-c CPU] CMD...``  run CMD under SCHED_FIFO 99 (busybox has no chrt), optionally pinned
 ``perf-setup`` the guest settings for perf on the emulated PMU (see the file)
+``deterministic-all``, ``-int``, ``-fp``, ``-sse``  (amd64 only) the equivalent of Weaver's
+               "deterministic" benchmark (ISPASS 2013), whose retired instructions and branches
+               were measured on a Pentium D / Xeon: the same dynamic instruction mix (every
+               instruction form as often), branches, system calls and first-touched pages, e.g.
+               226,990,030 instructions and 9,240,001 branches for ``-all``; ``-int``: the
+               integer sections, ``-fp``: x87 and MMX, ``-sse``: SSE, SSE2 and SSE3.  Generated
+               at build time from the facts in deterministic_mix.py by deterministic_gen.py
+               (the generated sources go to ``<build>/workloads/generated/``)
 =============  ==============================================================================
 
 In the guest the folder goes to ``GUEST_DIR`` (``p4pmu linux --add DIR:/opt/workloads``);
@@ -25,12 +33,16 @@ The freestanding programs are linked at their own addresses (`Workload.base`) so
 program in the guest has branches at the same linear addresses: the modelled branch predictor
 is indexed by them (docs/guest-events.md I5).  Their loops are found through global symbols
 (``count_loop`` .. ``count_loop_end``, ``branchy_loop`` .. ``branchy_loop_end``, the functions
-``hot_a``/``hot_b`` with their sizes) that tests read with `symbols`.
+``hot_a``/``hot_b`` with their sizes, ``det_<section>`` .. ``det_<section>_end`` in the
+deterministic ones) that tests read with `symbols`.  The deterministic programs are linked
+below 16 MiB (above busybox's 0x400000-0x5fffff), as the original was: the address of one data
+cell reaches a single-precision conversion (SSE part, first iteration), exact only below 2^24.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -50,6 +62,8 @@ class Workload:
     name: str
     source: str
     base: int | None  # link address of a freestanding program (None: a libc program / script)
+    variant: str | None = None     # source is a generator: the variant it writes (a .S)
+    arches: tuple[str, ...] = ARCHES   # the architectures it is built for
 
 
 WORKLOADS = (
@@ -59,9 +73,13 @@ WORKLOADS = (
     Workload("stream", "stream.S", 0x23000000),
     Workload("rt", "rt.c", None),
     Workload("perf-setup", "perf-setup", None),
+    Workload("deterministic-all", "deterministic_gen.py", 0x00A00000, "all", ("amd64",)),
+    Workload("deterministic-int", "deterministic_gen.py", 0x00B00000, "int", ("amd64",)),
+    Workload("deterministic-fp", "deterministic_gen.py", 0x00C00000, "fp", ("amd64",)),
+    Workload("deterministic-sse", "deterministic_gen.py", 0x00D00000, "sse", ("amd64",)),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}
-EXTRA_SOURCES = ("sys.h",)
+EXTRA_SOURCES = ("sys.h", "deterministic_mix.py")
 
 FREESTANDING_FLAGS = ("-static", "-nostdlib", "-no-pie", "-fno-pie", "-Wl,--build-id=none",
                       "-Wl,-z,noexecstack")
@@ -100,14 +118,31 @@ def _stamp(arch: str) -> str:
     for name in sorted({w.source for w in WORKLOADS} | set(EXTRA_SOURCES)):
         h.update(name.encode() + b"\0" + (SRC_DIR / name).read_bytes() + b"\0")
     h.update(repr((FREESTANDING_FLAGS, LIBC_FLAGS, M_FLAG[arch],
-                   [(w.name, w.base) for w in WORKLOADS])).encode())
+                   [(w.name, w.base, w.variant) for w in WORKLOADS if arch in w.arches])).encode())
     h.update(_gcc_version().encode())
     return h.hexdigest()[:20]
 
 
+def generated_dir() -> Path:
+    """Where the generated workload sources are written (next to the per-arch folders)."""
+    return build_dir("amd64").parent / "generated"
+
+
+def _generate(w: Workload) -> Path:
+    """Run the workload's generator (a sibling module of the sources) into generated_dir()."""
+    spec = importlib.util.spec_from_file_location(f"p4pmu_workloads_{w.source[:-3]}",
+                                                  SRC_DIR / w.source)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    out = generated_dir() / f"{w.name}.S"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(gen.generate(w.variant))
+    return out
+
+
 def _compile(w: Workload, arch: str, out: Path) -> None:
-    src = SRC_DIR / w.source
-    if w.source.endswith(".S"):
+    src = _generate(w) if w.variant else SRC_DIR / w.source
+    if src.suffix == ".S":
         cmd = ["gcc", M_FLAG[arch], *FREESTANDING_FLAGS, f"-Wl,-Ttext-segment={w.base:#x}",
                f"-I{SRC_DIR}", "-o", str(out), str(src)]
     elif w.source.endswith(".c"):
@@ -145,7 +180,8 @@ def ensure_built(arch: str = "amd64", progress: bool = False) -> Path:
         tmp.chmod(0o755)  # mkdtemp's 0700 would reach the guest through --add
         try:
             for w in WORKLOADS:
-                _compile(w, arch, tmp / w.name)
+                if arch in w.arches:
+                    _compile(w, arch, tmp / w.name)
             if out.exists():
                 shutil.rmtree(out)
             os.replace(tmp, out)
