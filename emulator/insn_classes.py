@@ -52,6 +52,7 @@ ILOAD = 16  # one implicit load (POP, RET, LEAVE, IRET...)
 ISTORE = 32  # one implicit store (PUSH, CALL, ENTER...)
 STRING = 64  # string instruction (REP-able)
 HLT = 128  # halts the logical processor
+LOAD = 256  # every memory operand is read only (Capstone marks FRSTOR's as written)
 
 CLASSES = ("none", "x87", "x87move", "psp", "pdp", "ssp", "sdp", "simdint", "simdmove")
 CL = {n: i for i, n in enumerate(CLASSES)}
@@ -130,16 +131,21 @@ TABLE.update(_rows("fld fild fbld fxch fld1 fldz fldpi fldl2e fldl2t fldlg2 fldl
                    Row(1, "x87move", flags=MOVE)))
 TABLE.update(_rows("fst fstp fist fistp fisttp fbstp", Row(1, "x87move", flags=MOVE | STORE)))
 TABLE.update(_rows("fnstsw fnstcw fnstenv fnsave fxsave fxsave64", Row(4, flags=STORE | ALIGN)))
-TABLE.update(_rows("fldcw fldenv frstor fxrstor fxrstor64 fninit fnclex fwait wait ffree "
-                   "fincstp fdecstp fnop emms femms", Row(4, flags=ALIGN)))
+TABLE.update(_rows("fldcw fldenv frstor fxrstor fxrstor64", Row(4, flags=ALIGN | LOAD)))
+TABLE.update(_rows("fninit fnclex fwait wait ffree fincstp fdecstp fnop emms femms",
+                   Row(4, flags=ALIGN)))
 # ---- SIMD moves (MMX/SSE/SSE2) ---------------------------------------------------------------
 TABLE.update(_rows("movaps movups movapd movupd movss movhps movlps movhpd movlpd movhlps "
-                   "movlhps movntps movntpd movdqa movdqu movntdq movq movd movq2dq movdq2q "
-                   "lddqu movddup movshdup movsldup maskmovq maskmovdqu movntq",
+                   "movlhps movdqa movdqu movq movd movq2dq movdq2q "
+                   "lddqu movddup movshdup movsldup maskmovq maskmovdqu",
                    Row(1, "simdmove", flags=MOVE)))
 # movsd is both the string instruction and the SSE2 move: decided by its operands (rules)
 TABLE.update(_rows("movmskps movmskpd pmovmskb", Row(1, "simdmove")))
-TABLE.update(_rows("ldmxcsr stmxcsr", Row(4, flags=ALIGN)))
+# the non-temporal stores: Capstone marks their memory operand as read
+TABLE.update(_rows("movntps movntpd movntdq movntq", Row(1, "simdmove", flags=MOVE | STORE)))
+TABLE.update(_rows("movnti", Row(1, flags=MOVE | STORE)))
+TABLE.update(_rows("ldmxcsr", Row(4, flags=ALIGN | LOAD)))
+TABLE.update(_rows("stmxcsr", Row(4, flags=ALIGN | STORE)))  # Capstone: read
 
 # ---- instructions silicon counts twice -----------------------------------------------------
 # instr_retired (NBOGUSNTAG) counts these instructions twice on NetBurst; instr_completed and
@@ -369,6 +375,8 @@ def _classify_one(ci, core: str = DEFAULT_CORE) -> Insn:
         if op.type == X.X86_OP_MEM:
             if row.flags & STORE:
                 stores += 1
+            elif row.flags & LOAD:
+                loads += 1
             else:
                 if op.access & C.CS_AC_READ:
                     loads += 1
@@ -421,7 +429,7 @@ def c_header() -> str:
         lines.append(f"#define BRK_{n.upper()} {i}")
     for i, n in enumerate(CLASSES):
         lines.append(f"#define CLS_{n.upper()} {i}")
-    for n in ("MOVE", "ALIGN", "NOMEM", "STORE", "ILOAD", "ISTORE", "STRING", "HLT"):
+    for n in ("MOVE", "ALIGN", "NOMEM", "STORE", "ILOAD", "ISTORE", "STRING", "HLT", "LOAD"):
         lines.append(f"#define RF_{n} {globals()[n]}")
     lines.append(f"#define P4_OVERCOUNT_ALWAYS {ALWAYS}")
     lines.append(f"#define P4_OVERCOUNT_WITH_MEMORY {WITH_MEMORY}")

@@ -127,6 +127,8 @@ static struct operand_scan scan_operands(const cs_x86 *x, const struct p4_row *r
         if (op->type == X86_OP_MEM) {
             if (row->flags & RF_STORE) {
                 r.stores++;
+            } else if (row->flags & RF_LOAD) {
+                r.loads++;
             } else {
                 if (op->access & CS_AC_READ) r.loads++;
                 if (op->access & CS_AC_WRITE) r.stores++;

@@ -4,8 +4,8 @@ docs/fidelity.md).
 
 One job: for every (CPU model, program) of `silicon.MEASUREMENTS`, one `p4pmu linux` boot on
 that model runs the program under `perf stat` for the measured events (perf's raw NetBurst
-encodings, user level, as the published counts are); events that perf had to multiplex are
-counted again, each alone, so every value is a whole count.  The results go to a JSON file
+encodings, user level, as the published counts are), once per group of events that the
+counters can hold together (`groups`), so every value is a whole count.  The results go to a JSON file
 and, with `--write-docs`, into docs/fidelity.md's generated table.
 """
 from __future__ import annotations
@@ -98,21 +98,35 @@ def _boot(model: str, program: str, groups: list[list[str]], timeout: float) -> 
     return r.stdout + r.stderr
 
 
+def groups(events: list[str]) -> list[list[str]]:
+    """The events in groups that perf can count at once: Linux's P4 driver gives a thread's
+    events their first ESCR, so two events documented on the same first ESCR (instr_retired
+    and uops_retired: CRU_ESCR0) go to separate runs (they would be multiplexed)."""
+    out: list[tuple[set, list]] = []
+    for e in events:
+        escr = E.encode(e).event.escrs[0]
+        g = next((g for g in out if escr not in g[0]), None)
+        if g is None:
+            out.append(g := (set(), []))
+        g[0].add(escr)
+        g[1].append(e)
+    return [g for _, g in out]
+
+
 def measure(model: str, program: str, events: list[str], timeout: float = 3600,
             progress=print) -> dict[str, int | None]:
-    """event -> p4pmu's user-level count of `program` on `model`."""
+    """event -> p4pmu's user-level count of `program` on `model` (None: not counted, or
+    multiplexed after all), one boot running perf once per group."""
     t0 = time.monotonic()
-    got = parse_perf_csv(_boot(model, program, [events], timeout)).get(0, [])
-    if len(got) != len(events):
-        raise FidelityError(f"{program} on {model}: perf printed {len(got)} counts for "
-                            f"{len(events)} events")
-    counts = {e: v for e, (v, pct) in zip(events, got) if v is not None and pct >= 100.0}
-    again = [e for e in events if e not in counts]
-    if again:  # multiplexed (or not counted): each alone
-        res = parse_perf_csv(_boot(model, program, [[e] for e in again], timeout))
-        for i, e in enumerate(again):
-            v = res.get(i, [(None, 0.0)])
-            counts[e] = v[0][0] if v and v[0][1] >= 100.0 else None
+    gs = groups(events)
+    res = parse_perf_csv(_boot(model, program, gs, timeout))
+    counts: dict[str, int | None] = {}
+    for i, g in enumerate(gs):
+        got = res.get(i, [])
+        if len(got) != len(g):
+            raise FidelityError(f"{program} on {model}: perf printed {len(got)} counts for "
+                                f"the {len(g)} events {', '.join(g)}")
+        counts.update({e: v if pct >= 100.0 else None for e, (v, pct) in zip(g, got)})
     progress(f"p4pmu fidelity: {program} on {model}: {time.monotonic() - t0:.0f} s")
     return counts
 

@@ -16,9 +16,8 @@ from p4pmu.qemu_glue import workloads as W
 
 # Held measurements the model does not meet yet, each with what is missing (strict: a
 # measurement that starts to hold must leave this list)
-_UOPS_GAP = ("uops: measured per-instruction uops exist for most but not all forms (FLDENV, "
-             "FNSTENV and others fall back to the generic rule) and x87/SSE exception assists "
-             "are not modelled (docs/fidelity.md)")
+_UOPS_GAP = ("uops: no measured uops for FLDENV and FNSTENV (the generic rule) and no model of "
+             "the microcode assists of x87/SSE exceptions and denormals (docs/fidelity.md)")
 KNOWN_GAPS: dict[str, str] = {
     "weaver13.deterministic-fp.uops": _UOPS_GAP,
     "weaver13.deterministic-sse.uops": _UOPS_GAP,
