@@ -132,17 +132,17 @@ def fetch_fields(misses: int, lookups: int) -> dict:
 # Weaver, Terpstra, Moore, ISPASS 2013, section IV: "the first time a page of memory is
 # accessed it causes a page fault that counts as an extra instruction", and as an extra
 # branch (Table V); their explanation: IRET's last uops retire after the return to CPL 3.
-# The model adds these fields to the last clock of the user code before the exception (no
-# clock of its own), so the counts are at the user level and in program order.
+# The model gives the return one user-level clock of its own (those uops retire at CPL 3),
+# right after the last clock of the user code the exception stopped -- or, for a fault before
+# any instruction of its block ran (an instruction fetch's), after the execution before it.
 RETURN_TAIL = {"instr_x": 1, "instr_cx": 1, "br_x": 1}
 
 
-def with_return_tail(clock: "Clock") -> "Clock":
-    """The clock `clock` (the last one of user code before an exception) with the return
-    tail's counts added (RETURN_TAIL)."""
-    d = Clock(list(clock.f))
+def return_tail_clock() -> "Clock":
+    """The clock of a return to user code after an exception (RETURN_TAIL)."""
+    d = Clock()
     for name, v in RETURN_TAIL.items():
-        d.f[FI[name]] = min(255, d.f[FI[name]] + v)
+        d.f[FI[name]] = v
     return d
 
 
@@ -641,4 +641,4 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging", "MEMORY_FIELDS",
            "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
            "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields",
-           "CODE_FEATURES", "STORE_FEATURES", "RETURN_TAIL", "with_return_tail"]
+           "CODE_FEATURES", "STORE_FEATURES", "RETURN_TAIL", "return_tail_clock"]

@@ -12,9 +12,11 @@
 #include "batch.h"
 #include "blocks.h"
 #include "counting.h"
+#include "flush.h"
 #include "kinds.h"
 #include "memory.h"
 #include "resolve.h"
+#include "registers.h"
 
 /* start index of the open execution of block id in the current batch, and whether it is
  * represented by the block's counter (else by a credited portion) */
@@ -27,25 +29,28 @@ unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
     return 0;
 }
 
-/* The portion's last clock s[n-1] (an execution end) becomes kind k in the batch: its count,
- * its pair with the clock before it and its count as an execution end. */
-static void swap_last(struct vcpu_counting *c, const uint32_t *s, unsigned n, int os, uint32_t k)
+/* The return to user code after an exception taken from it (clockmodel.RETURN_TAIL): one
+ * user-level clock right after the clock `last` (ext + 1: the end of the execution the
+ * exception stopped or followed), which it replaces as that execution's end.  Without such a
+ * clock in the batch (0) it is not counted. */
+static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t last)
 {
-    uint32_t old = ext(s[n - 1], os), nw = ext(k, os);
-    acc_add(c, old, -1);
-    acc_add(c, nw, +1);
-    if (n > 1) {
-        pair_hash_add(&c->pairs, ext(s[n - 2], os), old, -1);
-        pair_hash_add(&c->pairs, ext(s[n - 2], os), nw, +1);
-    }
-    acc_last_add(c, old, -1);
-    acc_last_add(c, nw, +1);
+    if (!last) return;
+    uint32_t t = ext(kind_with_return_tail(kinds.empty), 0);
+    acc_add(c, t, 1);
+    pair_hash_add(&c->pairs, last - 1, t, 1);
+    acc_last_add(c, last - 1, -1);
+    acc_last_add(c, t, 1);
+    c->cut_last = t + 1;
+    uint64_t *sb = scoreboard_of(vi);
+    sb[SB_DEADLINE_CLOCKS] += 1;
+    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&exact.sig, t, 1);
 }
 
 /* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
  * it); `pending`: its outcome was still to come (so it has none now, not even a silent one);
- * `tail`: an exception taken from user code, whose return silicon counts in the last clock
- * before it (clockmodel.RETURN_TAIL).  Called on the vCPU's thread (exception callback,
+ * `tail`: an exception taken from user code, whose return silicon counts after its last
+ * clock (clockmodel.RETURN_TAIL).  Called on the vCPU's thread (exception callback,
  * abandoned blocks). */
 static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail)
 {
@@ -60,18 +65,12 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail
     acc_portion(c, b, a, e, 1, +1);
     const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
-    uint32_t last = n ? s[n - 1] : 0, first = n ? s[0] : 0;
-    if (tail && n) {
-        last = kind_with_return_tail(last);
-        swap_last(c, s, n, b->os, last);
-        if (n == 1) first = last;
-    }
-    c->cut_last = n ? ext(last, b->os) + 1 : 0;
+    c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
     if (a) {
         /* the rest of an execution split by an access began this batch: it now begins with
          * what retired of it, or (nothing did: the access instruction faulted) with the
          * next block execution, found at the fold */
-        c->next_first = n ? ext(first, b->os) + 1 : 0;
+        c->next_first = n ? ext(s[0], b->os) + 1 : 0;
         c->next_first_bubble = 0;
     }
     if (pending && b->end == BRK_COND) {
@@ -81,6 +80,7 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail
     sb[SB_CURRENT_BLOCK] = 0;
     c->open_b = 0;
     c->batch_entry_b = 0;
+    if (tail) append_return_tail(vi, c, c->cut_last);
 }
 
 static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
@@ -124,6 +124,18 @@ int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
     /* (callers: its outcome was pending, SB_SILENT_NEXT != X_ACCOUNTED) */
     cut_exec(vi, id, (unsigned)j, 1, 0);
     return 1;
+}
+
+/* The end (ext + 1) of the execution of block id (0: none) that ran last and completed, as a
+ * fold takes it (0: not known) */
+static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
+{
+    if (!id) return c->cut_last;
+    const struct blk *b = blocks.by_id[id];
+    if (!dyn_end(b)) return ext(mem_last_kind(c, id, b), b->os) + 1;
+    if (c->res_b != id) return 0;
+    res_fill(c);
+    return c->res_last;
 }
 
 /* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
@@ -173,6 +185,15 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
     if (b && dyn_end(b) && sb[SB_SILENT_NEXT] != X_ACCOUNTED) {
         sb[SB_SILENT_NEXT] = X_ACCOUNTED;
         resolve(vi, c, id, from, 1);
+    }
+    /* an exception raised in user code before any instruction of its block ran (an
+     * instruction fetch's page fault): its return follows the execution that ran last */
+    if (!interrupt && !retires && current_cpl(&vcpus[vi]) != 0) {
+        append_return_tail(vi, c, last_end(c, id));
+        sb[SB_CURRENT_BLOCK] = 0;
+        sb[SB_SILENT_NEXT] = X_ACCOUNTED;
+        c->open_b = 0;
+        c->batch_entry_b = 0;
     }
 }
 

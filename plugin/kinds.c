@@ -61,8 +61,8 @@ uint32_t kind_intern(const uint8_t *f)
     return k;
 }
 
-/* clockmodel.with_return_tail: kind k with the counts of a return to user code after an
- * exception added (clockmodel.RETURN_TAIL) */
+/* kind k with the counts of a return to user code after an exception added
+ * (clockmodel.RETURN_TAIL; with k = kinds.empty: clockmodel.return_tail_clock) */
 uint32_t kind_with_return_tail(uint32_t k)
 {
     uint8_t f[KF_N];

@@ -121,7 +121,7 @@ def _render_stat(out: _Out, text: str, ctx: dict) -> None:
             "a loop of 7 instructions\n   with two conditional branches, one taken every "
             "4th time (qemu_glue/workloads/branchy.S).\n   'model' = what the plugin's "
             "model retires for the program's machine code, exec to exit, plus one\n   "
-            "instruction per page fault it took, as a real Pentium 4 counts "
+            "instruction and one clock per page fault it took, as a real Pentium 4 counts "
             "(docs/fidelity.md).\n")
     out.say(f"   $ perf stat -e {','.join(STAT_EVENTS + [FAULTS])} branchy {N_BRANCHY}")
     for ev in STAT_EVENTS:

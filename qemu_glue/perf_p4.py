@@ -131,9 +131,11 @@ class LoopCounts:
     def with_returns(self, n: int) -> "LoopCounts":
         """These counts when the code took `n` exceptions (page faults: perf's
         `page-faults:u`) and was returned to: silicon counts one more instruction and one
-        more branch_retired (taken, predicted) for each (docs/fidelity.md, "Counting
-        rules"); Linux's `branches` (retired_branch_type) does not see them."""
-        return replace(self, MMTP=self.MMTP + n, returns=self.returns + n)
+        more branch_retired (taken, predicted) for each, in a user-level clock of its own
+        (clockmodel.RETURN_TAIL, docs/fidelity.md "Counting rules"); Linux's `branches`
+        (retired_branch_type) does not see them."""
+        return replace(self, MMTP=self.MMTP + n, returns=self.returns + n,
+                       clocks=self.clocks + n)
 
     @property
     def linux_branches(self) -> int:
