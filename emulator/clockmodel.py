@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import events as EV
+from . import timing as TM
 
 # --------------------------------------------------------------------------------------------
 # Parameters (one table; the C header is generated from it)
@@ -37,7 +38,9 @@ from . import events as EV
 PARAMS = {
     "retire_width": 3,  # NetBurst retires up to 3 uops per clock (SDM Vol. 1 2.2.2)
     "bubble": 1,  # clocks at the start of each translated block (fetch redirect)
-    "bp_penalty": 20,  # clocks lost per mispredicted branch (20-stage NetBurst pipeline)
+    # clocks lost per mispredicted branch: the default core's (timing.CoreTiming; each
+    # core's own through core_params)
+    "bp_penalty": TM.CORE_TIMING[TM.DEFAULT_CORE].bp_penalty,
     "bogus_insns": 3,  # wrong-path 1-uop instructions retired as bogus per misprediction
     # Predictor tables: 0 = one entry per branch address (no capacity limit, no aliasing:
     # a branch's prediction depends only on its own history, which keeps counts of the same
@@ -50,6 +53,12 @@ PARAMS = {
     # by the microcode ROM, not the trace cache (Intel's Pentium 4 optimisation manual:
     # "instructions of more than 4 uops come from the microcode ROM")
     "ms_rom_above": 4,
+    # timing=memory (docs/timing.md): 1 = a load's L2 hit, memory access and DTLB walk add
+    # these clocks (the default core's; each core's own through core_params)
+    "memory_timing": 0,
+    "stall_l2": TM.CORE_TIMING[TM.DEFAULT_CORE].l2_load - TM.CORE_TIMING[TM.DEFAULT_CORE].l1_load,
+    "stall_mem": TM.CORE_TIMING[TM.DEFAULT_CORE].mem_load - TM.CORE_TIMING[TM.DEFAULT_CORE].l1_load,
+    "stall_walk": TM.CORE_TIMING[TM.DEFAULT_CORE].dtlb_walk,
 }
 
 # Branch kinds (IC.Insn.branch and the BR field of a clock)
@@ -256,19 +265,51 @@ def schedule(insns, params=None) -> list[Clock]:
     return schedule_retiring(insns, params)[0]
 
 
+def _bits(mask: int):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def self_loop(insns) -> bool:
+    """Does this block end in a direct branch back to its own first instruction?"""
+    return bool(insns) and insns[-1].branch in (BR_COND, BR_JMP) and \
+        insns[-1].target == insns[0].addr
+
+
 def schedule_retiring(insns, params=None) -> tuple[list[Clock], list[int]]:
-    """schedule() and, per instruction, the index of the clock it retires in."""
+    """schedule() and, per instruction, the index of the clock it retires in.  A block that
+    loops on itself (self_loop) is scheduled with what its previous iteration left
+    outstanding: its loop-carried dependencies (docs/timing.md)."""
     p = dict(PARAMS, **(params or {}))
+    out, at, ready = _schedule(insns, p, {})
+    if self_loop(insns):
+        shift = len(out) + p["bubble"]
+        carried = {r: c - shift for r, c in ready.items() if c > shift}
+        if carried:
+            out, at, _ = _schedule(insns, p, carried)
+    return out, at
+
+
+def _schedule(insns, p, ready: dict) -> tuple[list[Clock], list[int], dict]:
+    """One pass: the clocks, the retirement clock per instruction, and the clock from which
+    each tracked register's last value may be read (`ready`: register bit -> clock index,
+    updated)."""
     width = p["retire_width"]
+    ready = dict(ready)
     out: list[Clock] = []
     at: list[int] = []
     cur = None
     for insn in insns:
         ms = microcoded(insn, p)
-        if (insn.align or insn.latency) and cur is not None:
+        need = max((ready.get(r, 0) for r in _bits(insn.reads)), default=0)
+        if (insn.align or insn.stall or need > len(out)) and cur is not None:
             out.append(cur)
             cur = None
-        out.extend(Clock() for _ in range(insn.latency))
+        issue = max(len(out), need)  # when its inputs are ready (its stall runs meanwhile)
+        delay = max(insn.stall, issue - len(out))
+        out.extend(Clock() for _ in range(delay))
         u = insn.uops
         while True:
             if cur is None:
@@ -284,12 +325,17 @@ def schedule_retiring(insns, params=None) -> tuple[list[Clock], list[int]]:
             cur = None
         _attrs(cur, insn, ms)
         at.append(len(out))
+        for r in _bits(insn.writes):
+            if insn.latency >= 2:
+                ready[r] = issue + insn.latency
+            else:
+                ready.pop(r, None)
         if cur.f[FI["uops"]] == width or insn.align:
             out.append(cur)
             cur = None
     if cur is not None:
         out.append(cur)
-    return out, at
+    return out, at, ready
 
 
 def branch_clock(c: Clock, br: int, taken: bool, predicted: bool) -> Clock:
@@ -324,7 +370,8 @@ def block_clocks(insns, outcome=None, params=None, mem=None) -> list[Clock]:
     field: n}}, what this execution's accesses added (memory_fields), in the clock each
     instruction retires in."""
     p = dict(PARAMS, **(params or {}))
-    clocks = [Clock() for _ in range(p["bubble"])]
+    stall = sum(memory_stall(fields, p) for fields in (mem or {}).values())
+    clocks = [Clock() for _ in range(p["bubble"] + stall)]  # timing=memory: after the bubble
     body, at = schedule_retiring(insns, p)
     for i, fields in (mem or {}).items():
         c = body[at[i]]
@@ -627,6 +674,26 @@ def clock_kind(clock: Clock, lp: int = 0, os: bool = False, tagging: Tagging = N
     return ClockKind(active=tuple(active), os=tuple(osf), lines=lines)
 
 
+def core_params(core: str, **kw) -> dict:
+    """PARAMS for a CPU model's core (models.CpuModel.core): its misprediction penalty and
+    memory stalls (timing.CORE_TIMING), with some entries replaced."""
+    t = TM.CORE_TIMING[core]
+    return with_params(**dict({"bp_penalty": t.bp_penalty, "stall_l2": t.l2_load - t.l1_load,
+                               "stall_mem": t.mem_load - t.l1_load,
+                               "stall_walk": t.dtlb_walk}, **kw))
+
+
+def memory_stall(fields: dict, params=None) -> int:
+    """timing=memory: the clocks the loads of one instruction add, from their memory fields
+    (memory_fields): per L2 read that hit, per L2 miss, per DTLB walk.  Stores add none (they
+    retire into the store buffer)."""
+    p = dict(PARAMS, **(params or {}))
+    if not p["memory_timing"]:
+        return 0
+    return (fields.get("l2_hite", 0) + fields.get("l2_hitm", 0)) * p["stall_l2"] + \
+        fields.get("l2_ld", 0) * p["stall_mem"] + fields.get("dtlb_ld", 0) * p["stall_walk"]
+
+
 def with_params(**kw) -> dict:
     """PARAMS with some entries replaced (e.g. the plugin's bp_penalty option)."""
     unknown = set(kw) - set(PARAMS)
@@ -641,4 +708,5 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "is_modelled", "microcoded", "REPLAY_FEATURES", "replay_tagging", "MEMORY_FIELDS",
            "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
            "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields",
-           "CODE_FEATURES", "STORE_FEATURES", "RETURN_TAIL", "return_tail_clock"]
+           "CODE_FEATURES", "STORE_FEATURES", "RETURN_TAIL", "return_tail_clock", "core_params",
+           "self_loop", "memory_stall"]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from .clockmodel import BR_CALL, BR_CALL_IND, BR_CODE, BR_COND, BR_FAR, BR_JMP, BR_JMP_IND, \
     BR_NONE, BR_RET
+from . import timing as TM
 from . import uop_table as UT
 
 # Row flags
@@ -62,7 +63,6 @@ CL = {n: i for i, n in enumerate(CLASSES)}
 class Row:
     op_uops: int = 1
     cls: str = "none"
-    latency: int = 0
     flags: int = 0
     branch: str = "none"  # none, cond, jmp (direct or indirect by operand), call, ret, far
 
@@ -87,13 +87,13 @@ TABLE.update(_rows("popf popfd popfq", Row(6, flags=ILOAD | ALIGN)))
 TABLE.update(_rows("leave", Row(1, flags=ILOAD)))
 TABLE.update(_rows("enter", Row(10, flags=ISTORE | ALIGN)))
 TABLE.update(_rows("mul imul", Row(1)))
-TABLE.update(_rows("div idiv", Row(4, latency=20)))
+TABLE.update(_rows("div idiv", Row(4)))
 TABLE.update(_rows("cmpxchg xadd", Row(3)))
 TABLE.update(_rows("cmpxchg8b cmpxchg16b", Row(10, flags=ALIGN)))
 TABLE.update(_rows("bswap cwd cdq cqo cbw cwde cdqe", Row(1)))
 TABLE.update(_rows("daa das aaa aas aam aad xlatb bound", Row(4, flags=ALIGN)))
 TABLE.update(_rows("rdtsc rdtscp", Row(8, flags=ALIGN)))
-TABLE.update(_rows("cpuid", Row(30, latency=20, flags=ALIGN)))
+TABLE.update(_rows("cpuid", Row(30, flags=ALIGN)))
 TABLE.update(_rows("rdmsr wrmsr rdpmc", Row(10, flags=ALIGN)))
 TABLE.update(_rows("in insb insw insd out outsb outsw outsd", Row(3, flags=ALIGN)))
 TABLE.update(_rows("cli sti clts lgdt lidt lldt ltr sgdt sidt sldt str lmsw smsw invlpg "
@@ -123,9 +123,9 @@ TABLE.update(_rows("iret iretd iretq sysret sysexit", Row(20, flags=ALIGN | ILOA
 TABLE.update(_rows("fadd faddp fiadd fsub fsubp fsubr fsubrp fisub fisubr fmul fmulp fimul "
                    "fchs fabs fcom fcomp fcompp fucom fucomp fucompp ficom ficomp fcomi fcomip "
                    "fucomi fucompi ftst fxam frndint", Row(1, "x87")))
-TABLE.update(_rows("fdiv fdivp fdivr fdivrp fidiv fidivr fsqrt", Row(1, "x87", latency=20)))
+TABLE.update(_rows("fdiv fdivp fdivr fdivrp fidiv fidivr fsqrt", Row(1, "x87")))
 TABLE.update(_rows("fsin fcos fsincos fptan fpatan f2xm1 fyl2x fyl2xp1 fprem fprem1 fscale "
-                   "fxtract", Row(20, "x87", latency=20, flags=ALIGN)))
+                   "fxtract", Row(20, "x87", flags=ALIGN)))
 TABLE.update(_rows("fld fild fbld fxch fld1 fldz fldpi fldl2e fldl2t fldlg2 fldln2 "
                    "fcmovb fcmove fcmovbe fcmovu fcmovnb fcmovne fcmovnbe fcmovnu",
                    Row(1, "x87move", flags=MOVE)))
@@ -167,16 +167,13 @@ def extra_retired(name: str, loads: int) -> int:
     return int(rule == ALWAYS or (rule == WITH_MEMORY and loads > 0))
 
 
-# ---- latencies of SSE FP divides/square roots ----------------------------------------------
-_SSE_SLOW = {"divps", "divpd", "divss", "divsd", "sqrtps", "sqrtpd", "sqrtss", "sqrtsd"}
-
 # Capstone groups that make an unlisted instruction SIMD (checked in this order)
 _SUFFIX_CLASS = (("ps", "psp"), ("pd", "pdp"), ("ss", "ssp"), ("sd", "sdp"))
 
 
 # ---- measured uops per core (uop_table) ------------------------------------------------------
-CORES = ("northwood", "prescott")  # the order of uop_table's pairs (models.CpuModel.core)
-DEFAULT_CORE = "prescott"  # the core of models.DEFAULT_MODEL
+CORES = TM.CORES  # the order of uop_table's pairs (models.CpuModel.core)
+DEFAULT_CORE = TM.DEFAULT_CORE  # the core of models.DEFAULT_MODEL
 FORMS = UT.FORMS  # r, ld, st, rmw
 NO_UOPS = 0  # "no measured value" in the generated C table
 
@@ -223,7 +220,7 @@ def row_for(name: str, sse: bool) -> Row:
     if sse:
         for suf, cls in _SUFFIX_CLASS:
             if name.endswith(suf):
-                return Row(1, cls, latency=20 if name in _SSE_SLOW else 0)
+                return Row(1, cls)
         if name.startswith("p") or name.startswith("pack"):
             return Row(1, "simdint")
         return Row(1, "simdint")
@@ -245,7 +242,10 @@ class Insn:
     stores: int = 0
     branch: int = BR_NONE
     target: int | None = None  # direct branch target (linear)
-    latency: int = 0
+    latency: int = 0  # result latency in clocks (timing.insn_timing; < 2: no constraint)
+    stall: int = 0  # empty clocks before it, whatever it depends on (timing.insn_timing)
+    reads: int = 0  # tracked registers read / written (timing.reg_mask)
+    writes: int = 0
     align: bool = False
     rep: bool = False
     halts: bool = False
@@ -265,15 +265,18 @@ class Insn:
 def make(mnemonic: str, *, loads: int = 0, stores: int = 0, xmm: bool = False,
          mm: bool = False, rep: bool = False, addr: int = 0, length: int = 1,
          target: int | None = None, indirect: bool = False, sse: bool = True,
-         core: str = DEFAULT_CORE) -> Insn:
+         core: str = DEFAULT_CORE, reads: int = 0, writes: int = 0,
+         locked: bool = False) -> Insn:
     """Build an Insn from a mnemonic and its (explicit) memory operands, with the same rules
-    as `classify` (for tests that write expectations without machine code)."""
+    as `classify` (for tests that write expectations without machine code); `reads` and
+    `writes` are the registers' masks Capstone would report (timing.reg_mask)."""
     return _build(mnemonic, TABLE.get(mnemonic) or row_for(mnemonic, sse), loads, stores,
-                  xmm, mm, rep, addr, length, target, indirect, False, core)
+                  xmm, mm, rep, addr, length, target, indirect, False, core,
+                  (reads, writes), locked)
 
 
 def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirect, ctl,
-           core=DEFAULT_CORE):
+           core=DEFAULT_CORE, regs=(0, 0), locked=False):
     flags = row.flags
     cls = row.cls
     op = row.op_uops
@@ -288,15 +291,22 @@ def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirec
         stores += 1
     if flags & MOVE and (loads or stores):
         op = 0
-    insn = Insn(addr=addr, length=length, mnemonic=name, latency=row.latency,
+    insn = Insn(addr=addr, length=length, mnemonic=name,
                 align=bool(flags & ALIGN) or ctl, halts=bool(flags & HLT),
                 extra_retired=extra_retired(name, loads))
+    insn.latency, insn.stall = TM.insn_timing(name, core, loads, locked)
+    xr, xw = TM.x87_masks(cls, name, loads, stores)
+    insn.reads, insn.writes = regs[0] | xr, regs[1] | xw
+    if name == "fxch":  # renamed: no latency through the stack
+        insn.reads &= ~TM.X87_MASK
+        insn.writes &= ~TM.X87_MASK
     insn.rep = bool(rep and flags & STRING)
     if insn.rep:
         base, per10 = measured_rep(name, core) or (2, 10 * (1 + loads + 2 * stores))
         insn.uops, insn.rep_iter10 = base, per10  # + iterations, added at run time
         insn.loads, insn.stores = 0, 0
         insn.align = True
+        insn.latency = 0  # its registers are final when its last iteration retires
     else:
         insn.uops = measured or max(1, op + loads + 2 * stores)
         insn.loads, insn.stores = loads, stores
@@ -397,8 +407,11 @@ def _classify_one(ci, core: str = DEFAULT_CORE) -> Insn:
     if row.branch in ("cond", "jmp", "call") and target is not None:
         indirect = False
     rep = bool(ci.prefix[0] in (0xF2, 0xF3))
+    rd, wr = ci.regs_access()
+    regs = (TM.reg_mask(ci.reg_name(r) for r in rd), TM.reg_mask(ci.reg_name(r) for r in wr))
+    locked = ci.prefix[0] == 0xF0 or (name == "xchg" and (loads or stores) > 0)
     return _build(name, row, loads, stores, xmm, mm, rep, ci.address, ci.size, target,
-                  indirect, ctl, core)
+                  indirect, ctl, core, regs, locked)
 
 
 def classify(code: bytes, addr: int = 0, mode: int = 32, core: str = DEFAULT_CORE) -> list[Insn]:
@@ -435,12 +448,14 @@ def c_header() -> str:
     lines.append(f"#define P4_OVERCOUNT_WITH_MEMORY {WITH_MEMORY}")
     lines.append(f"#define P4_NCORES {len(CORES)}")
     lines.append(f"#define P4_NFORMS {len(FORMS)}")
-    lines.append("struct p4_row { unsigned char op, cls, lat, br; unsigned short flags; "
+    lines.append("struct p4_row { unsigned char op, cls, br; unsigned short flags; "
                  "unsigned char dup; };")
     lines.append("/* u: measured uops per core and form (0: none, the generic rule); rep: REP "
-                 "base uops and uops per iteration in tenths per core (0, 0: none) */")
+                 "base uops and uops per iteration in tenths per core (0, 0: none); t: result "
+                 "latency and stall per core (timing.table_timing) */")
     lines.append("struct p4_named_row { const char *name; struct p4_row r[2]; "
-                 "unsigned short u[P4_NCORES][P4_NFORMS]; unsigned short rep[P4_NCORES][2]; };")
+                 "unsigned short u[P4_NCORES][P4_NFORMS]; unsigned short rep[P4_NCORES][2]; "
+                 "unsigned short t[P4_NCORES][2]; };")
     names = sorted({md.insn_name(i) for i in range(1, X.X86_INS_ENDING)} - {None, ""})
     lines.append(f"#define P4_NAMED_ROWS {len(names)}")
     lines.append("static const struct p4_named_row p4_named_rows[P4_NAMED_ROWS] = {")
@@ -448,13 +463,15 @@ def c_header() -> str:
         cells = []
         for sse in (False, True):
             r = TABLE.get(name) or row_for(name, sse)
-            cells.append("{%d,%d,%d,%d,%d,%d}" % (r.op_uops, CL[r.cls], r.latency,
-                                                   BR_CODE[r.branch], r.flags,
-                                                   OVERCOUNTED.get(name, 0)))
+            cells.append("{%d,%d,%d,%d,%d}" % (r.op_uops, CL[r.cls], BR_CODE[r.branch],
+                                                r.flags, OVERCOUNTED.get(name, 0)))
         u = ",".join("{%s}" % ",".join(str(measured_uops(name, f, c) or NO_UOPS)
                                        for f in FORMS) for c in CORES)
         rep = ",".join("{%d,%d}" % (measured_rep(name, c) or (0, 0)) for c in CORES)
-        lines.append(f'  {{"{name}", {{{cells[0]}, {cells[1]}}}, {{{u}}}, {{{rep}}}}},')
+        t = ",".join("{%d,%d}" % TM.table_timing(name, c) for c in CORES)
+        lines.append(f'  {{"{name}", {{{cells[0]}, {cells[1]}}}, {{{u}}}, {{{rep}}}, {{{t}}}}},')
     lines.append("};")
+    lines.append(TM.c_tables())
+    lines.append(TM.c_reg_table(md.reg_name(i) for i in range(1, X.X86_REG_ENDING)))
     lines.append("#endif")
     return "\n".join(lines) + "\n"

@@ -18,7 +18,10 @@ static struct {
     struct p4_row *rows[2];
     unsigned short (*uops)[P4_NFORMS];
     unsigned short (*rep)[2];
+    unsigned short (*timing)[2]; /* result latency, stall (timing.table_timing) */
     unsigned n_ids;
+    unsigned char regbit[X86_REG_ENDING]; /* Capstone register id -> tracked bit + 1, 0 */
+    unsigned l1_load, lock;              /* the core's (timing.CoreTiming) */
     unsigned cmp_id[4]; /* cmpps cmppd cmpss cmpsd (insn_classes.sse_compare_name) */
 } capstone;
 
@@ -32,6 +35,22 @@ static __thread cs_insn *tl_ci[3];
 static int row_cmp(const void *key, const void *elem)
 {
     return strcmp((const char *)key, ((const struct p4_named_row *)elem)->name);
+}
+
+static int reg_cmp(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, ((const struct p4_reg_bit *)elem)->name);
+}
+
+/* Capstone register ids -> the tracked registers' bits, by name (timing.reg_bit) */
+static void map_registers(csh h)
+{
+    for (unsigned id = 1; id < X86_REG_ENDING; id++) {
+        const char *nm = cs_reg_name(h, id);
+        const struct p4_reg_bit *r = nm ? bsearch(nm, p4_reg_bits, P4_REG_NAMES,
+                                                  sizeof(p4_reg_bits[0]), reg_cmp) : NULL;
+        capstone.regbit[id] = r ? (unsigned char)(r->bit + 1) : 0;
+    }
 }
 
 int cs_setup(unsigned core)
@@ -56,7 +75,11 @@ int cs_setup(unsigned core)
     }
     capstone.uops = calloc(n, sizeof(*capstone.uops));
     capstone.rep = calloc(n, sizeof(*capstone.rep));
+    capstone.timing = calloc(n, sizeof(*capstone.timing));
     if (core >= P4_NCORES) core = 0;
+    capstone.l1_load = p4_core_timing[core][1];
+    capstone.lock = p4_core_timing[core][5];
+    map_registers(h);
     for (unsigned id = 0; id < n; id++) {
         const char *nm = id ? cs_insn_name(h, id) : NULL;
         const struct p4_named_row *r = nm ? bsearch(nm, p4_named_rows, P4_NAMED_ROWS,
@@ -67,12 +90,13 @@ int cs_setup(unsigned core)
         if (r) {
             memcpy(capstone.uops[id], r->u[core], sizeof(capstone.uops[id]));
             memcpy(capstone.rep[id], r->rep[core], sizeof(capstone.rep[id]));
+            memcpy(capstone.timing[id], r->t[core], sizeof(capstone.timing[id]));
         }
         for (int s = 0; s < 2; s++) {
             if (r) {
                 capstone.rows[s][id] = r->r[s];
             } else {
-                struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, 0, BRK_NONE, 0, 0};
+                struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, BRK_NONE, 0, 0};
                 capstone.rows[s][id] = d;
             }
         }
@@ -228,6 +252,52 @@ static unsigned form_of(unsigned loads, unsigned stores)
     return loads && stores ? 3 : loads ? 1 : stores ? 2 : 0;
 }
 
+/* The tracked registers among n Capstone register ids (timing.reg_mask) */
+static uint64_t reg_mask(const uint16_t *regs, unsigned n)
+{
+    uint64_t m = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (regs[i] < X86_REG_ENDING && capstone.regbit[regs[i]]) {
+            m |= 1ull << (capstone.regbit[regs[i]] - 1);
+        }
+    }
+    return m;
+}
+
+/* The timing fields of *o (timing.insn_timing, x87_masks; insn_classes._build) */
+static void set_timing(csh h, const cs_insn *ci, unsigned id, unsigned cls, int locked,
+                       struct insn_info *o)
+{
+    unsigned lat = id < capstone.n_ids ? capstone.timing[id][0] : 0;
+    unsigned stall = id < capstone.n_ids ? capstone.timing[id][1] : 0;
+    if (o->loads) lat += capstone.l1_load;
+    if (locked && stall < capstone.lock - 1) stall = capstone.lock - 1;
+    cs_regs rd, wr;
+    uint8_t nr = 0, nw = 0;
+    if (cs_regs_access(h, ci, rd, &nr, wr, &nw) == CS_ERR_OK) {
+        o->rmask = reg_mask(rd, nr);
+        o->wmask = reg_mask(wr, nw);
+    }
+    const uint64_t x87 = 1ull << P4_REG_X87;
+    int fxch = !strcmp(ci->mnemonic, "fxch");
+    if (fxch) {
+        o->rmask &= ~x87;
+        o->wmask &= ~x87;
+    } else if (cls == CLS_X87) {
+        o->rmask |= x87;
+        o->wmask |= x87;
+    } else if (cls == CLS_X87MOVE) {
+        if (o->stores) o->rmask |= x87;
+        else if (o->loads) o->wmask |= x87;
+        else {
+            o->rmask |= x87;
+            o->wmask |= x87;
+        }
+    }
+    o->rlat = (uint16_t)lat;
+    o->stall = (uint16_t)stall;
+}
+
 /* Classify one decoded instruction into *o (linear address addr): insn_classes._build. */
 void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
 {
@@ -235,11 +305,10 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     int sse = is_sse_group(ci->detail);
     unsigned id = row_id(ci);
     struct p4_row row = (id < capstone.n_ids) ? capstone.rows[sse][id]
-                                              : (struct p4_row){1, CLS_NONE, 0, BRK_NONE, 0, 0};
+                                              : (struct p4_row){1, CLS_NONE, BRK_NONE, 0, 0};
     struct operand_scan ops = scan_operands(x, &row);
     unsigned loads = ops.loads, stores = ops.stores;
     int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
-    (void)h;
     unsigned flags = row.flags;
     unsigned cls = row.cls;
     unsigned op = row.op;
@@ -255,7 +324,6 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     memset(o, 0, sizeof(*o));
     o->addr = addr;
     o->len = (uint8_t)ci->size;
-    o->lat = row.lat;
     if ((flags & RF_ALIGN) || ops.ctl) o->flags |= CI_ALIGN;
     if (flags & RF_HLT) o->flags |= CI_HLT;
     unsigned uops;
@@ -277,6 +345,9 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     o->uops = uops > 65535 ? 65535 : (uint16_t)uops;
     o->loads = (uint8_t)loads;
     o->stores = (uint8_t)stores;
+    int locked = x->prefix[0] == 0xF0 || (id == X86_INS_XCHG && (ops.loads || ops.stores));
+    set_timing(h, ci, id, cls, locked, o);
+    if (o->flags & CI_REP) o->rlat = 0; /* its registers are final at its last iteration */
     /* insn_classes.extra_retired: counted twice by instr_retired */
     o->dup = row.dup == P4_OVERCOUNT_ALWAYS || (row.dup == P4_OVERCOUNT_WITH_MEMORY && loads);
     set_fp_fields(o, cls, op ? op : 1, loads, stores, ops.xmm);

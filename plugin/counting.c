@@ -38,6 +38,11 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
                    opt->model < (int)(sizeof(p4_mm_geometry) / sizeof(p4_mm_geometry[0])) ?
                    opt->model : P4_MM_DEFAULT_MODEL;
     if (cs_setup(p4_model_core[run.mm_model]) < 0) return -1;
+    const unsigned short *ct = p4_core_timing[p4_model_core[run.mm_model]];
+    run.memory_timing = opt->timing == P4_OPT_TIMING_MEMORY;
+    run.stall_l2 = (unsigned)(ct[2] - ct[1]);
+    run.stall_mem = (unsigned)(ct[3] - ct[1]);
+    run.stall_walk = ct[4];
     if (getenv("P4PMU_BRANCH_TRACE")) run.branch_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     cond_tab.trace = run.branch_trace != NULL;
     run.per_vcpu = aligned_alloc(64, (size_t)max_vcpus * sizeof(*run.per_vcpu));
@@ -60,7 +65,8 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     kinds.bubble = kind_intern(f); /* the bubble and an empty stall clock are the same kind */
     kinds.empty = kinds.bubble;
     unsigned b = P4P_BOGUS_INSNS;
-    kinds.n_penalty = opt->bp_penalty >= 0 ? (unsigned)opt->bp_penalty : P4P_BP_PENALTY;
+    /* the misprediction penalty of the model's core (timing.CoreTiming), or the option's */
+    kinds.n_penalty = opt->bp_penalty >= 0 ? (unsigned)opt->bp_penalty : ct[0];
     for (unsigned p = 0; p < kinds.n_penalty; p++) {
         memset(f, 0, sizeof(f));
         unsigned x = b < P4P_RETIRE_WIDTH ? b : P4P_RETIRE_WIDTH;

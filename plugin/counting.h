@@ -23,6 +23,10 @@ struct counting_run {
     int exact_on;             /* option exact=: exact deadlines may be installed (flush.c) */
     int lite_on;              /* option lite=: the outcome-free level may be installed */
     int mm_model;             /* the CPU model's row of p4_mm_geometry (memory.c) */
+    int memory_timing;        /* option timing=memory: loads' misses and page walks cost
+                               * clocks (memory.c, docs/timing.md) */
+    unsigned stall_l2, stall_mem, stall_walk; /* those clocks: an L1 miss that hits L2, an L2
+                                               * miss, a DTLB walk (timing.CoreTiming) */
     qemu_plugin_id_t plugin_id;
     struct qemu_plugin_scoreboard *scoreboard; /* per vCPU: SB_WORDS words (counting_types.h) */
     pthread_mutex_t lock;     /* appends to the kind and block tables */

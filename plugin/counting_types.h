@@ -64,7 +64,10 @@ struct insn_info {
     uint64_t target;
     uint16_t uops;      /* REP: the base uops (insn_classes.Insn.rep_uops) */
     uint16_t rep_iter10; /* REP: uops per iteration, in tenths */
-    uint8_t len, loads, stores, lat, br, flags;
+    uint16_t stall;     /* empty clocks before it (timing.insn_timing) */
+    uint16_t rlat;      /* result latency in clocks (< 2: no constraint) */
+    uint64_t rmask, wmask; /* tracked registers read / written (timing.reg_mask) */
+    uint8_t len, loads, stores, br, flags;
     uint8_t addr_size; /* REP: 2, 4 or 8 bytes of RCX */
     uint8_t dup;       /* instr_retired counts it once more (insn_classes.OVERCOUNTED) */
     uint8_t fp[FPI_N];
@@ -324,6 +327,7 @@ struct vcpu_counting {
     struct mem_exec mx;
     uint32_t res_fin;
     uint64_t mem_accesses, mem_fixes, mem_dropped, mem_elsewhere, mem_tlb_flushes;
+    uint64_t mem_stall_clocks; /* timing=memory: the clocks loads' misses added */
 } __attribute__((aligned(64)));
 
 #define RES_LAZY (-2)

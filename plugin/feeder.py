@@ -105,6 +105,9 @@ class Feeder:
         self.ht = self.threads == 2
         self.mode = bridge.options.count
         self.tight = bool(bridge.options.tight)  # the tight deadline bounds (wfree, edge_fail)
+        # timing=memory: loads' misses cost clocks, so the memory model is fed while any
+        # counter may count (docs/timing.md)
+        self.memory_timing = getattr(bridge.options, "timing", "core") == "memory"
         self._F = np.zeros((0, CM.NFEAT))  # features per kind id
         self._tag_cache = {}
         self.n_batches = self.n_clocks = self.n_bad = 0
@@ -481,11 +484,13 @@ class Feeder:
         recorded), | P4_MEM_SB if one reads the store buffers' replays (`code` and `stores`
         counters are among the `data` ones): what the plugin's memory level must feed the
         model; 0 nothing; P4_LITE_EITHER no counter may count (the level in force is
-        kept)."""
+        kept).  With timing=memory every counter that may count wants the data part (its
+        clocks depend on the loads' outcomes)."""
         en = pmu.enable | pmu.cascade | pmu.ext_cascade
         if not en.any():
             return int(self.lib.P4_LITE_EITHER)
-        return (int(self.lib.P4_MEM_DATA) if (en & data).any() else 0) | \
+        return (int(self.lib.P4_MEM_DATA) if (en & data).any() or self.memory_timing
+                else 0) | \
             (int(self.lib.P4_MEM_FETCH) if (en & fetch).any() else 0) | \
             (int(self.lib.P4_MEM_CODE) if (en & code).any() else 0) | \
             (int(self.lib.P4_MEM_SB) if (en & stores).any() else 0)

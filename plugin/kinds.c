@@ -98,22 +98,30 @@ static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
     }
 }
 
-/* Schedule instructions [a, e) of b into clocks (no bubble, no outcome).  Returns the number
- * of clocks written to out (at most cap; the caller sizes it generously).  at (if not NULL):
- * at[j - a] = the index of the clock instruction j retires in (clockmodel.schedule_retiring). */
-unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
-                  unsigned cap, uint16_t *at)
+/* One pass of the schedule (clockmodel._schedule): ready[r] is the clock index from which
+ * tracked register r may be read (0: any), updated. */
+static unsigned schedule_pass(const struct insn_info *ins, unsigned a, unsigned e,
+                              struct clock_fields *out, unsigned cap, uint16_t *at,
+                              uint32_t *ready)
 {
     unsigned n = 0;
     int open = 0;
     struct clock_fields cur;
     for (unsigned j = a; j < e; j++) {
         const struct insn_info *in = &ins[j];
-        if (((in->flags & CI_ALIGN) || in->lat) && open) {
+        unsigned need = 0;
+        for (uint64_t m = in->rmask; m; m &= m - 1) {
+            unsigned r = (unsigned)__builtin_ctzll(m);
+            if (ready[r] > need) need = ready[r];
+        }
+        if (((in->flags & CI_ALIGN) || in->stall || need > n) && open) {
             if (n < cap) out[n++] = cur;
             open = 0;
         }
-        for (unsigned l = 0; l < in->lat; l++) {
+        unsigned issue = need > n ? need : n; /* its inputs are ready (its stall runs meanwhile) */
+        unsigned delay = issue - n;
+        if (in->stall > delay) delay = in->stall;
+        for (unsigned l = 0; l < delay; l++) {
             if (n < cap) {
                 memset(&out[n], 0, sizeof(out[n]));
                 n++;
@@ -137,6 +145,10 @@ unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct cl
         }
         attrs(&cur, in, ms);
         if (at) at[j - a] = (uint16_t)n;
+        for (uint64_t m = in->wmask; m; m &= m - 1) {
+            unsigned r = (unsigned)__builtin_ctzll(m);
+            ready[r] = in->rlat >= 2 ? issue + in->rlat : 0;
+        }
         if (cur.f[KF_UOPS] == P4P_RETIRE_WIDTH || (in->flags & CI_ALIGN)) {
             if (n < cap) out[n++] = cur;
             open = 0;
@@ -146,11 +158,38 @@ unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct cl
     return n;
 }
 
+/* Schedule instructions [a, e) of b into clocks (no bubble, no outcome).  Returns the number
+ * of clocks written to out (at most cap; the caller sizes it generously).  at (if not NULL):
+ * at[j - a] = the index of the clock instruction j retires in (clockmodel.schedule_retiring).
+ * A whole block that jumps back to its first instruction is scheduled again with what its
+ * previous iteration left outstanding (clockmodel.self_loop; docs/timing.md). */
+unsigned schedule(const struct insn_info *ins, unsigned a, unsigned e, struct clock_fields *out,
+                  unsigned cap, uint16_t *at)
+{
+    uint32_t ready[P4_NREGS];
+    memset(ready, 0, sizeof(ready));
+    unsigned n = schedule_pass(ins, a, e, out, cap, at, ready);
+    const struct insn_info *last = e > a ? &ins[e - 1] : NULL;
+    if (a != 0 || !last || (last->br != BRK_COND && last->br != BRK_JMP) ||
+        last->target != ins[0].addr) {
+        return n;
+    }
+    unsigned shift = n + P4P_BUBBLE;
+    uint32_t carried[P4_NREGS];
+    int any = 0;
+    for (unsigned r = 0; r < P4_NREGS; r++) {
+        carried[r] = ready[r] > shift ? ready[r] - shift : 0;
+        any |= carried[r] != 0;
+    }
+    if (!any) return n;
+    return schedule_pass(ins, a, e, out, cap, at, carried);
+}
+
 unsigned sched_cap(const struct blk *b)
 {
     unsigned c = 4 + P4P_BUBBLE;
     for (unsigned j = 0; j < b->n; j++) {
-        c += b->ins[j].uops + b->ins[j].lat + 1;
+        c += b->ins[j].uops + b->ins[j].stall + b->ins[j].rlat + 1;
     }
     return c;
 }

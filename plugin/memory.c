@@ -17,6 +17,7 @@
 #include "batch.h"
 #include "blocks.h"
 #include "counting.h"
+#include "flush.h"
 #include "kinds.h"
 #include "memmodel.h"
 
@@ -299,6 +300,27 @@ static void fields_at(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigne
     fix_static(vi, c, id, b, j, d);
 }
 
+/* timing=memory: the clocks a load's outcome adds (clockmodel.memory_stall): an L1 miss that
+ * hits L2 or misses it, and a DTLB walk; stores retire into the store buffer and add none */
+static unsigned stall_of(const struct mm_outcome *o)
+{
+    return (unsigned)(o->l2_hite + o->l2_hitm) * run.stall_l2 +
+           (unsigned)o->l2_miss * run.stall_mem + (unsigned)o->dtlb_miss * run.stall_walk;
+}
+
+/* n empty clocks in the execution of block b under way, right after its bubble (an empty
+ * clock too: the only adjacent pairs they add are empty-empty ones) */
+static void add_stall(unsigned vi, struct vcpu_counting *c, const struct blk *b, unsigned n)
+{
+    uint32_t e = ext(kinds.empty, b->os);
+    acc_add(c, e, n);
+    if (pairs_wanted(vi)) pair_hash_add(&c->pairs, e, e, n);
+    uint64_t *sb = scoreboard_of(vi);
+    sb[SB_DEADLINE_CLOCKS] += n;
+    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&exact.sig, e, n);
+    c->mem_stall_clocks += n;
+}
+
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
 {
     struct vcpu_counting *c = &run.per_vcpu[vi];
@@ -317,6 +339,10 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
     if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss | o.smc |
           o.partial | o.unaligned | o.alias64k | o.writeback))
         return;
+    if (run.memory_timing && !store) {
+        unsigned n = stall_of(&o);
+        if (n) add_stall(vi, c, blocks.by_id[id], n);
+    }
     uint8_t d[KF_N];
     if (!access_fields(&o, store, d)) return;
     fields_at(vi, c, id, i, d);
@@ -479,8 +505,8 @@ void mem_report(unsigned vi, const struct vcpu_counting *c)
     if (!c->mem_accesses) return;
     fprintf(stderr, "p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
             "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
-            "%llu TLB flushes\n", vi,
+            "%llu TLB flushes, %llu stall clocks\n", vi,
             (unsigned long long)c->mem_accesses, (unsigned long long)c->mem_fixes,
             (unsigned long long)c->mem_dropped, (unsigned long long)c->mem_elsewhere,
-            (unsigned long long)c->mem_tlb_flushes);
+            (unsigned long long)c->mem_tlb_flushes, (unsigned long long)c->mem_stall_clocks);
 }

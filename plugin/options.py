@@ -108,8 +108,13 @@ OPTIONS: tuple[Option, ...] = (
            reader="both"),
     Option("pmi", BOOL, True, "deliver counter-overflow interrupts (docs/guest-events.md)",
            reader="C"),
-    Option("bp_penalty", INT, None, "clocks lost per mispredicted branch (default: the clock "
-           "model's, emulator/clockmodel.py)", lo=0, hi=60, reader="C"),
+    Option("bp_penalty", INT, None, "clocks lost per mispredicted branch (default: the CPU "
+           "model's core, 20 Northwood or 31 Prescott: emulator/timing.py)", lo=0, hi=60,
+           reader="C"),
+    Option("timing", CHOICE, "core", "the clocks: core (pipeline, instruction latencies, L1 "
+           "loads) or memory (also L2 and memory latencies and page walks, the memory model "
+           "fed while any counter may count; docs/timing.md)", values=("core", "memory"),
+           reader="both"),
     Option("errata", BOOL, True, "emulate the model's errata (the cascade PMI)"),
     Option("mirror", BOOL, True, "let the C-side register mirror serve accesses and deadlines "
            "of simple programmings (docs/bridge.md)"),

@@ -156,7 +156,8 @@ def _mode(path: Path) -> int:
     return 64 if path.read_bytes()[4] == 2 else 32  # ELF class
 
 
-def loop_insns(path: Path, start: str, end: str | None = None) -> list:
+def loop_insns(path: Path, start: str, end: str | None = None,
+               core: str = IC.DEFAULT_CORE) -> list:
     """The classified instructions (insn_classes.Insn) of a workload from symbol `start` to
     symbol `end`, or (end None) of the function `start` up to its first instruction that is
     neither a plain instruction nor a conditional branch (hotspots' RET)."""
@@ -164,7 +165,7 @@ def loop_insns(path: Path, start: str, end: str | None = None) -> list:
     syms = W.symbols(path)
     a = syms[start][0]
     b = syms[end][0] if end else a + syms[start][1]
-    insns = IC.classify(W.code(path, a, b), a, _mode(path))
+    insns = IC.classify(W.code(path, a, b), a, _mode(path), core)
     if end is None:
         k = next((j for j, i in enumerate(insns) if i.branch not in (CM.BR_NONE, CM.BR_COND)),
                  len(insns))
@@ -172,14 +173,14 @@ def loop_insns(path: Path, start: str, end: str | None = None) -> list:
     return insns
 
 
-def program_insns(path: Path) -> list:
+def program_insns(path: Path, core: str = IC.DEFAULT_CORE) -> list:
     """Every instruction of a freestanding workload's code (from _start to its last
     function's end)."""
     from p4pmu.qemu_glue import workloads as W
     syms = W.symbols(path)
     a = syms["_start"][0]
     b = max(addr + size for addr, size in syms.values())
-    return IC.classify(W.code(path, a, b), a, _mode(path))
+    return IC.classify(W.code(path, a, b), a, _mode(path), core)
 
 
 def run(insns: list, outcomes, predictor: CM.Predictor, entry: int | None = None,
@@ -298,10 +299,12 @@ def program_outcomes(name: str, n: int):
         yield from (count_outcomes(n) if name == "count" else branchy_outcomes(n))
 
 
-def program_counts(path: Path, n: int, predictor: CM.Predictor) -> LoopCounts:
+def program_counts(path: Path, n: int, predictor: CM.Predictor,
+                   core: str = IC.DEFAULT_CORE) -> LoopCounts:
     """A whole run of `count n`, `branchy n` or `hotspots n` (exec to exit): every user
-    instruction and clock."""
-    return run(program_insns(path), program_outcomes(path.name, n), predictor)
+    instruction and clock, on a CPU model of `core` (models.CpuModel.core)."""
+    return run(program_insns(path, core), program_outcomes(path.name, n), predictor,
+               params=CM.core_params(core))
 
 
 # --------------------------------------------------------------------------------------------

@@ -148,9 +148,10 @@ def test_halted_time_is_not_counted(run_guest):
         assert v["short"] == v["long"], (f"counter {c}: a longer halt changed the count "
                                          f"(halted clocks counted?): {v}, TSC {tsc}")
         assert v["short3"] == v["long3"], f"counter {c}: {v}"
-        # one halt's own path, the same for each halt (linear in the number of halts)
+        # two more halts cost clocks of their own (not exactly twice one halt's: the
+        # interpreter's halt loop runs two more iterations, whose branch outcomes differ)
         per = v["short3"] - v["short"]
-        assert per % 2 == 0 and per > 0, f"counter {c}: {v}"
+        assert per > 0, f"counter {c}: {v}"
     # the RUNNING clocks of the halting path equal the non-sleep clockticks (no HT: the
     # package sleeps exactly when the LP halts)
     assert out["short.c0"] == out["short.c1"]

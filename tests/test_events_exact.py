@@ -116,7 +116,9 @@ def test_exact_deadline_of_the_benchmark_interrupt(run_guest, bits, mirror, lite
     # the clock bound closes in on each interrupt in many steps (fewer at the outcome-free
     # level: no misprediction clocks, so more instructions per clock); W2 fires near it only
     assert st_off["checks"] >= (8 if lite == "on" else 20) * n, (st_off, n)
-    assert st_on["checks"] <= 12 * n, (st_on, n)  # a handful per interrupt
+    # a handful per interrupt once W2 watches; the first interrupts close in by the clock
+    # bound (at the full level, with the 31-clock misprediction penalty of 0F_04: 12.0)
+    assert st_on["checks"] <= 13 * n, (st_on, n)
     if lite == "off":
         assert st_on["checks"] <= 0.2 * st_off["checks"], (st_on, st_off, n)
     # no EDGE detector anywhere in this script: no batch collects adjacent clock pairs

@@ -3,9 +3,9 @@
  * Freestanding (no libc).  Both functions hold the same instructions (aligned alike), so by
  * the clock model (docs/guest-events.md I6) every iteration of either costs the same number
  * of clocks, and hot_a takes exactly 3/4 of the clocks the two loops take together (up to
- * the one mispredicted loop exit per call).  Each iteration divides (DIV: latency 20 in the
- * instruction table), so the loops spend many clocks per emulated instruction and a profile
- * collects samples quickly.  Linked at its own address (workloads.py) like `count`.
+ * the one mispredicted loop exit per call).  Each iteration divides (DIV: tens of clocks in
+ * the timing model, docs/timing.md), so the loops spend many clocks per emulated instruction
+ * and a profile collects samples quickly.  Linked at its own address (workloads.py) like `count`.
  */
 #include "sys.h"
 
