@@ -167,3 +167,47 @@ def by_program() -> dict[str, list[Measurement]]:
     for m in MEASUREMENTS:
         out.setdefault(m.program, []).append(m)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Load-to-use latency of a dependent load chain, per memory level (clocks per load)
+# --------------------------------------------------------------------------------------------
+
+AIDA = Source(
+    cite="the InstLatx64 project's EVEREST / AIDA64 latency dumps of family-15 parts "
+         "(MemLatX86: a dependent chain of loads over blocks of growing size)",
+    url="https://github.com/InstLatx64/InstLatx64",
+    where="GenuineIntel0000F24_P4_Northwood_MemLatX86.txt, ...F29..., ...F41_P4_Prescott..., "
+          "...F43_P4_Prescott..., ...F44_P4_Smithfield...",
+)
+
+
+@dataclass(frozen=True)
+class LoadLatency:
+    """Published load-to-use latencies (the range over the parts measured) of one memory
+    level on the parts of one CPU model, and the ring the `chase` workload walks to measure
+    it in the guest (docs/timing.md)."""
+    model: str  # emulator/models.py key
+    level: str  # "L1", "L2", "memory"
+    ring_kb: int  # the chase workload's ring: held by that level on every model
+    lo: float
+    hi: float
+    parts: str
+    source: Source = AIDA
+
+    def holds(self, value: float) -> bool:
+        return self.lo <= value <= self.hi
+
+
+_NORTHWOOD = "Northwood 1.6 and 2.8 GHz, 512 KB L2 (AIDA F24, F29)"
+_PRESCOTT = "Prescott-256 Celeron D, Prescott-2M, Smithfield Pentium D (AIDA F41, F43, F44)"
+LOAD_LATENCIES: tuple[LoadLatency, ...] = (
+    LoadLatency("0F_02", "L1", 4, 2, 2, _NORTHWOOD),
+    # F29: 24 at 512 KB blocks, 18-19 for 16-256 KB; F24: 20
+    LoadLatency("0F_02", "L2", 128, 18, 24, _NORTHWOOD),
+    # 16 MB blocks, 1 KB stride (chipset- and DRAM-dependent)
+    LoadLatency("0F_02", "memory", 16384, 262, 316, _NORTHWOOD),
+    LoadLatency("0F_04", "L1", 4, 4, 4, _PRESCOTT),
+    LoadLatency("0F_04", "L2", 128, 24, 28, _PRESCOTT),
+    LoadLatency("0F_04", "memory", 16384, 291, 374, _PRESCOTT),
+)

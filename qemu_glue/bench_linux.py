@@ -139,8 +139,8 @@ def parse_times(text: str, marker: str = MARK) -> dict[int, float]:
     return out
 
 
-def run_config(config: Config, size: int, model: str, timeout: float = 1800
-               ) -> tuple[dict[int, float], dict[int, float], str, bool]:
+def run_config(config: Config, size: int, model: str, timeout: float = 1800,
+               timing: str = "core") -> tuple[dict[int, float], dict[int, float], str, bool]:
     """Boot the guest once for `config`; (workload index -> seconds of the workload alone,
     the same for the whole command with perf, the guest's stderr, whether `timeout` stopped
     it: then only the workloads it finished are there)."""
@@ -150,6 +150,8 @@ def run_config(config: Config, size: int, model: str, timeout: float = 1800
     argv = ["--clock", "host", "--model", model, "--timeout", str(int(timeout))]
     if not config.plugin:
         argv.append("--no-plugin")
+    else:
+        argv += ["--timing", timing]
     if config.append:
         argv += ["--append", config.append]
     out, err = bytearray(), bytearray()
@@ -163,9 +165,10 @@ def run_config(config: Config, size: int, model: str, timeout: float = 1800
             rc == 124)
 
 
-def measure(rounds: int, size: int, model: str, progress=print) -> dict:
-    """All configurations, `rounds` times; times[config][round][workload] in seconds (the
-    workload alone), whole[config][round][workload] (perf's whole command)."""
+def measure(rounds: int, size: int, model: str, progress=print, timing: str = "core") -> dict:
+    """All configurations, `rounds` times, with the plugin's `timing`;
+    times[config][round][workload] in seconds (the workload alone),
+    whole[config][round][workload] (perf's whole command)."""
     times: dict[str, list[dict[int, float]]] = {c.key: [] for c in CONFIGS}
     whole: dict[str, list[dict[int, float]]] = {c.key: [] for c in CONFIGS}
     for r in range(rounds):
@@ -173,7 +176,7 @@ def measure(rounds: int, size: int, model: str, progress=print) -> dict:
         for c in CONFIGS:
             progress(f"bench --linux: round {r + 1}/{rounds}: {c.key} ({c.what})")
             t0 = time.monotonic()
-            got, got_whole, _, stopped = run_config(c, size, model, limit)
+            got, got_whole, _, stopped = run_config(c, size, model, limit, timing)
             times[c.key].append(got)
             whole[c.key].append(got_whole)
             if c.key == "plain":  # a configuration over MAX_RATIO x plain QEMU is stopped
@@ -249,8 +252,11 @@ def main(a: argparse.Namespace) -> int:
     model = model_from_arg(a.model).key
     rounds = 1 if a.quick else a.rounds
     size = 1_000_000 if a.quick else 4_000_000
+    timing = a.timing or "core"
     res = measure(rounds, size, model, progress=lambda s: print(s, file=sys.stderr,
-                                                                flush=True))
+                                                                flush=True), timing=timing)
+    res["timing"] = timing
+    print(f"timing: {timing} (docs/timing.md)")
     print(report(res))
     if a.json:
         with open(a.json, "w") as f:

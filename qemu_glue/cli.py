@@ -131,6 +131,29 @@ def resolve_model(model_arg: str | None, stepping_arg: str | int | None,
     return m.with_stepping(st) if st is not None else m
 
 
+TIMINGS = ("core", "memory")
+TIMING_HELP = ("the clocks: core (default: pipeline, instruction latencies, every load an L1 "
+               "hit) or memory (also L2 and memory latencies and page walks from the memory "
+               "model, fed while any counter counts: slower); docs/timing.md. The same as "
+               "--plugin-opt timing=")
+
+
+def add_timing_argument(p) -> None:
+    """--timing core|memory (commands that run the plugin)."""
+    p.add_argument("--timing", choices=TIMINGS, default=None, help=TIMING_HELP)
+
+
+def apply_timing(timing: str | None, popts: dict[str, str]) -> str:
+    """Put --timing into the plugin options (a CliError if --plugin-opt timing= says
+    otherwise); returns the timing in effect."""
+    if timing is not None:
+        if popts.get("timing", timing) != timing:
+            raise CliError(f"--timing {timing} and --plugin-opt timing={popts['timing']} "
+                           "disagree")
+        popts["timing"] = timing
+    return popts.get("timing", "core")
+
+
 # --------------------------------------------------------------------------------------------
 # The parser
 
@@ -165,6 +188,7 @@ def _add_qemu(sub, fmt) -> None:
     q.add_argument("--model", metavar="0F_MM",
                    help=f"CPU model (default {DEFAULT_MODEL}); also '4', '0f04'")
     q.add_argument("--stepping", metavar="N", help="CPUID stepping 0-15 (default: the model's)")
+    add_timing_argument(q)
     q.add_argument("--plugin-opt", metavar="K=V", action="append",
                    help="plugin option, repeatable (the list below; threads=2 is set "
                         "automatically for -smp ...,threads=2; pypath defaults to this "

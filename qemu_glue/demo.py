@@ -60,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--replay only: every reserved bit faults")
     p.add_argument("--log", metavar="PATH",
                    help="keep the plugin's PMU access log here")
+    from p4pmu.qemu_glue.cli import add_timing_argument
+    add_timing_argument(p)
 
 
 def _sections() -> list[tuple[str, str]]:
@@ -124,11 +126,18 @@ def _render_stat(out: _Out, text: str, ctx: dict) -> None:
             "instruction and one clock per page fault it took, as a real Pentium 4 counts "
             "(docs/fidelity.md).\n")
     out.say(f"   $ perf stat -e {','.join(STAT_EVENTS + [FAULTS])} branchy {N_BRANCHY}")
+    memory = ctx["timing"] == "memory"
     for ev in STAT_EVENTS:
         v, m = got[ev].value, model[ev]
         mark = "exact" if v == m else f"differs by {(v or 0) - m:+,}"
+        if memory and ev == "cycles:u":
+            mark += " (the model column is core timing: no cache misses)"
         out.say(f"   {_n(v):>18}  {ev:<16} model {m:>12,}  {mark}")
     out.say(f"   {_n(got[FAULTS].value):>18}  {FAULTS:<16} (the program's page faults)")
+    out.say(f"   {'':>18}  timing: {ctx['timing']} -- " + (
+        "loads also cost their L2 and memory latencies and page walks (docs/timing.md)"
+        if memory else "every load an L1 hit; `--timing memory` adds cache misses' "
+        "latencies (docs/timing.md)"))
     ipc = got["instructions:u"].value / got["cycles:u"].value if got["cycles:u"].value \
         else 0
     out.say(f"   {'':>18}  ({ipc:.2f} instructions per cycle; cycles:u is "
@@ -242,13 +251,14 @@ _RENDERERS = {"boot": _render_boot, "stat": _render_stat, "misses": _render_miss
               "report": _render_report}  # "setup", "record": nothing to show
 
 
-def _expectations(arch: str) -> dict:
+def _expectations(arch: str, core: str) -> dict:
     from p4pmu.qemu_glue import perf_p4 as P
     from p4pmu.qemu_glue import workloads as W
     d = W.ensure_built(arch)
     pr = CM.Predictor()
-    runs = [P.program_counts(d / "branchy", N_BRANCHY, pr) for _ in range(3)]
-    hot = {fn: P.simulate(P.loop_insns(d / "hotspots", fn), P.count_outcomes(n), CM.Predictor())
+    runs = [P.program_counts(d / "branchy", N_BRANCHY, pr, core) for _ in range(3)]
+    hot = {fn: P.simulate(P.loop_insns(d / "hotspots", fn, core=core), P.count_outcomes(n),
+                          CM.Predictor(), CM.core_params(core))
            for fn, n in (("hot_a", 3 * N_HOT), ("hot_b", N_HOT))}
     return {"branchy": runs, "hot": hot}
 
@@ -338,7 +348,8 @@ def main(args: argparse.Namespace) -> int:
     W.ensure_built(args.arch, progress=True)
     add = W.add_argument(args.arch)
     # the model's expectations (pure Python, a few seconds) while the guest boots
-    exp_thread = threading.Thread(target=lambda: ctx.update(_expectations(args.arch)),
+    ctx["timing"] = args.timing or "core"
+    exp_thread = threading.Thread(target=lambda: ctx.update(_expectations(args.arch, model.core)),
                                   daemon=True)
     exp_thread.start()
     out.say(f"            QEMU {qemu.version} TCG; the p4pmu plugin serves the guest's PMU "
@@ -350,6 +361,8 @@ def main(args: argparse.Namespace) -> int:
                   "--model", model.key, "--add", add, "--timeout", "300"]
     if args.log:
         linux_args += ["--plugin-opt", f"log={Path(args.log).absolute()}"]
+    if args.timing:
+        linux_args += ["--timing", args.timing]
     sections = _Sections(out, ctx, exp_thread)
     err = bytearray()
     output = HostOutput(stdout=sections.feed, stderr=err.extend)

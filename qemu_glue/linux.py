@@ -56,7 +56,8 @@ from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue.linux_image import guest_init, pins
 from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
-from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
+from p4pmu.qemu_glue.cli import add_timing_argument, apply_timing, parse_plugin_opts, \
+    resolve_model
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue import gdb_launch
 from p4pmu.qemu_glue.gdb_launch import GdbSetup
@@ -135,6 +136,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="0F_MM", default=None,
                    help=f"Pentium 4 model (default {DEFAULT_MODEL}; amd64 needs one with "
                         f"EM64T); known: {models}")
+    add_timing_argument(p)
     p.add_argument("--plugin-opt", metavar="K=V", action="append",
                    help="plugin option, as for `p4pmu qemu` (e.g. log=FILE, strict=on)")
     p.add_argument("--plugin", metavar="PATH",
@@ -448,6 +450,7 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     if not command_words:
         raise UsageError("no COMMAND: give it after `--`, e.g. p4pmu linux -- perf stat true")
     popts = parse_plugin_opts(a.plugin_opt or [])
+    apply_timing(a.timing, popts)
     model = resolve_model(a.model, None, popts)  # --model, or --plugin-opt model=
     check_machine(a.arch, a.smp, a.threads, model)
     clock = resolve_clock(a.clock, a.smp)

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from p4pmu.qemu_glue.cli import parse_plugin_opts, resolve_model
+from p4pmu.qemu_glue.cli import apply_timing, parse_plugin_opts, resolve_model
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue import gdb_launch
 from p4pmu.qemu_glue.gdb_launch import GdbSetup
@@ -36,6 +36,7 @@ def _plugin(a: argparse.Namespace) -> Path | None:
 
 def main(a: argparse.Namespace, qargs: list[str]) -> int:
     popts = parse_plugin_opts(a.plugin_opt or [])
+    apply_timing(a.timing, popts)
     model = resolve_model(a.model, a.stepping, popts)
     if a.no_plugin and (a.plugin or a.plugin_opt):
         raise UsageError("--no-plugin cannot go with --plugin or --plugin-opt")

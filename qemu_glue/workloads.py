@@ -14,6 +14,13 @@ checkout).  A build is redone when a source, a flag or the gcc version changes (
                same DIV loop, so hot_a takes 3/4 of their clocks (hotspots.S)
 ``stream N``   freestanding: N passes over an 8 MB buffer, one load per 64-byte line: every
                load misses L1 and L2, every page the DTLB (stream.S: the memory model's counts)
+``chase KB N``  freestanding: N iterations of 8 dependent loads over a ring of KB kilobytes
+               with a 1 KB stride (4: L1, 128: L2, 16384: memory): the load-to-use latency
+               (chase.S)
+``memcomp N``   freestanding: ``mem_bound`` (8 dependent loads missing L2 per iteration) and
+               ``compute_bound`` (8 dependent IMULs per iteration), N iterations each, the
+               same instructions count: a cycles profile splits as their latencies
+               (memcomp.S)
 ``rt [-c CPU] CMD...``  run CMD under SCHED_FIFO 99 (busybox has no chrt), optionally pinned
 ``perf-setup`` the guest settings for perf on the emulated PMU (see the file)
 ``deterministic-all``, ``-int``, ``-fp``, ``-sse``  (amd64 only) the equivalent of Weaver's
@@ -71,6 +78,8 @@ WORKLOADS = (
     Workload("branchy", "branchy.S", 0x21000000),
     Workload("hotspots", "hotspots.S", 0x22000000),
     Workload("stream", "stream.S", 0x23000000),
+    Workload("chase", "chase.S", 0x24000000),
+    Workload("memcomp", "memcomp.S", 0x25000000),
     Workload("rt", "rt.c", None),
     Workload("perf-setup", "perf-setup", None),
     Workload("deterministic-all", "deterministic_gen.py", 0x00A00000, "all", ("amd64",)),

@@ -1,0 +1,164 @@
+"""The timing model against silicon (docs/timing.md, docs/silicon-sources.md).
+
+* The model alone: the `chase` workload's loop (8 dependent loads per iteration) scheduled by
+  emulator/clockmodel.py takes each core's L1 load-to-use latency per load; long-latency
+  instructions cost their tables' clocks.
+* In the guest (`--plugin-opt timing=memory`, Linux, perf stat -e cycles:u): cycles per load
+  of a chase whose ring is held by L1, by L2, or by neither, on a Northwood (0F_02, i386) and
+  a Prescott (0F_04, amd64) model, each within the published range for that model
+  (emulator/silicon.py LOAD_LATENCIES: AIDA's dependent-load chains).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_linux_perf import run_session
+
+from p4pmu.emulator import clockmodel as CM
+from p4pmu.emulator import insn_classes as IC
+from p4pmu.emulator import silicon as S
+from p4pmu.emulator import timing as TM
+from p4pmu.emulator.models import get_model
+from p4pmu.qemu_glue import perf_p4 as P
+from p4pmu.qemu_glue import workloads as W
+
+LOADS_PER_ITERATION = 8
+ARCH = {"0F_02": "i386", "0F_04": "amd64"}  # 0F_02 has no EM64T
+
+
+def _chase_block(arch: str, core: str) -> list:
+    path = W.build_dir(arch) / "chase"
+    syms = W.symbols(path)
+    a, b = syms["chase_loop"][0], syms["chase_loop_end"][0]
+    return IC.classify(W.code(path, a, b), a, 64 if arch == "amd64" else 32, core)
+
+
+@pytest.fixture(scope="module")
+def built():
+    try:
+        for arch in set(ARCH.values()):
+            W.ensure_built(arch)
+    except W.WorkloadBuildError as e:
+        pytest.fail(f"cannot build the workloads: {e}", pytrace=False)
+
+
+@pytest.mark.parametrize("model", sorted(ARCH))
+def test_the_model_chases_at_the_l1_load_to_use_latency(built, model):
+    core = get_model(model).core
+    insns = _chase_block(ARCH[model], core)
+    assert CM.self_loop(insns) and sum(i.loads for i in insns) == LOADS_PER_ITERATION
+    clocks = CM.block_clocks(insns, (True, True), CM.core_params(core))
+    assert len(clocks) / LOADS_PER_ITERATION == TM.CORE_TIMING[core].l1_load
+
+
+@pytest.mark.parametrize("core", TM.CORES)
+def test_long_latency_instructions_cost_their_tables_clocks(core):
+    """A chain of 4 dependent IMULs takes 4 latencies; independent DIVs their throughput; a
+    CPUID its stall; each from emulator/timing.py (Agner's tables)."""
+    imul = bytes.fromhex("480fafc0") * 4  # imul rax, rax
+    got = len(CM.schedule(IC.classify(imul, 0, 64, core)))
+    lat = TM.insn_timing("imul", core)[0]
+    assert 3 * lat < got <= 4 * lat
+    div = bytes.fromhex("48f7f3") * 2  # div rbx: reads and writes RAX, RDX: a chain of two
+    got = len(CM.schedule(IC.classify(div, 0, 64, core)))
+    assert got >= TM.insn_timing("div", core)[0] + 1
+    (cpuid,) = IC.classify(bytes.fromhex("0fa2"), 0, 64, core)
+    got = len(CM.schedule([cpuid]))
+    assert got == TM.insn_timing("cpuid", core)[1] + math.ceil(cpuid.uops / 3)
+
+
+def test_every_core_timing_row_is_sourced():
+    for core, t in TM.CORE_TIMING.items():
+        assert t.sources and t.bp_penalty and t.l1_load < t.l2_load < t.mem_load, core
+    for name, rows in TM.INSN_TIMING.items():
+        assert len(rows) == 2 and all(len(r) == 2 for r in rows), name
+
+
+# ---- in the guest ---------------------------------------------------------------------------
+
+ITERATIONS = {"L1": (20000, 40000), "L2": (4000, 8000), "memory": (1000, 2000)}
+
+
+def _section(m, n: int) -> str:
+    return f"{m.level}-{n}"
+
+
+@pytest.fixture(scope="module", params=sorted(ARCH))
+def chase_session(request, tmp_path_factory, built):
+    model = request.param
+    rows = [m for m in S.LOAD_LATENCIES if m.model == model]
+    sections = [("off", "echo 0 > /proc/sys/kernel/nmi_watchdog")]
+    sections += [(_section(m, n), f"perf stat -x, -e cycles:u -- chase {m.ring_kb} {n}")
+                 for m in rows for n in ITERATIONS[m.level]]
+    s = run_session(tmp_path_factory.mktemp(f"chase-{model}"), f"chase-{model}", ARCH[model],
+                    sections, kernel="5.10", recipe=False, clock="virtual", timeout=900,
+                    plugin_opts=(f"model={model}", "timing=memory"))
+    return model, rows, s
+
+
+@pytest.mark.guest
+def test_chase_cycles_per_load_are_silicons(chase_session):
+    model, rows, s = chase_session
+    report = []
+    for m in rows:
+        n1, n2 = ITERATIONS[m.level]
+        c = []
+        for n in (n1, n2):
+            got = P.parse_stat_csv(s.sec(_section(m, n)).text)
+            line = next((v for k, v in got.items() if k.startswith("cycles")), None)
+            assert line is not None and line.value, (m.level, n, s.sec(_section(m, n)).text)
+            c.append(line.value)
+        per = (c[1] - c[0]) / (LOADS_PER_ITERATION * (n2 - n1))
+        report.append((m.level, round(per, 2), (m.lo, m.hi)))
+    print(f"{model}: cycles per load (level, p4pmu, silicon's range): {report}")
+    for level, per, (lo, hi) in report:
+        assert lo <= per <= hi, f"{model}: cycles per load {report}"
+
+
+# ---- a profile of memory-bound and compute-bound code ------------------------------------
+
+MEMCOMP_N = 5000
+MEMCOMP_PERIOD = 20000
+PROFILE_MODEL = "0F_04"
+
+
+def published_mem_share(model: str) -> tuple[float, float]:
+    """The range of mem_bound's share of memcomp's clocks by the published latencies of that
+    model's parts: 8 loads of the memory range (LOAD_LATENCIES) against 8 IMULs of Agner's
+    latency, per iteration."""
+    core = get_model(model).core
+    (mem,) = [m for m in S.LOAD_LATENCIES if m.model == model and m.level == "memory"]
+    imul = TM.INSN_TIMING["imul"][TM.CORES.index(core)][0]
+    return mem.lo / (mem.lo + imul), mem.hi / (mem.hi + imul)
+
+
+@pytest.fixture(scope="module")
+def profile_session(tmp_path_factory, built):
+    # perf-setup: no throttling of the sampling rate (the virtual clock gives memory-bound
+    # code many clocks per guest nanosecond)
+    sections = [("off", "echo 0 > /proc/sys/kernel/nmi_watchdog; perf-setup"),
+                ("record", f"perf record -q -o /tmp/m.data -e cycles:u -c {MEMCOMP_PERIOD} "
+                           f"-- memcomp {MEMCOMP_N}"),
+                ("report", "perf report -i /tmp/m.data --stdio -n --sort comm,dso,sym")]
+    return run_session(tmp_path_factory.mktemp("memcomp"), "memcomp", ARCH[PROFILE_MODEL],
+                       sections, kernel="5.10", recipe=False, clock="virtual", timeout=900,
+                       plugin_opts=(f"model={PROFILE_MODEL}", "timing=memory"))
+
+
+@pytest.mark.guest
+def test_a_cycles_profile_follows_the_published_latencies(profile_session):
+    """perf record -e cycles:u of memcomp: mem_bound's share of the samples is within 2
+    percentage points of the share the published latencies give (memory against IMUL), and
+    the functions retire the same instructions (so core timing alone would give the compute
+    function the larger share)."""
+    out = profile_session.sec("report").text
+    rep = P.parse_report(out)
+    sm = rep.symbol_samples("mem_bound", "memcomp")
+    sc = rep.symbol_samples("compute_bound", "memcomp")
+    assert sm + sc > 0.9 * rep.samples and sm + sc > 400, out
+    lo, hi = published_mem_share(PROFILE_MODEL)
+    share = sm / (sm + sc)
+    print(f"mem_bound {sm}, compute_bound {sc} samples: share {share:.3f}, published "
+          f"[{lo:.3f}, {hi:.3f}]")
+    assert lo - 0.02 <= share <= hi + 0.02, (share, (lo, hi), out)
