@@ -265,11 +265,15 @@ def schedule(insns, params=None) -> list[Clock]:
     return schedule_retiring(insns, params)[0]
 
 
-def _bits(mask: int):
+@functools.lru_cache(maxsize=4096)
+def _bits(mask: int) -> tuple:
+    """The set bits of a register mask (timing.reg_mask), lowest first."""
+    out = []
     while mask:
         low = mask & -mask
-        yield low.bit_length() - 1
+        out.append(low.bit_length() - 1)
         mask ^= low
+    return tuple(out)
 
 
 def self_loop(insns) -> bool:
@@ -301,8 +305,9 @@ def _schedule(insns, p, ready: dict) -> tuple[list[Clock], list[int], dict]:
     out: list[Clock] = []
     at: list[int] = []
     cur = None
+    ms_above = p["ms_rom_above"]
     for insn in insns:
-        ms = microcoded(insn, p)
+        ms = insn.rep or insn.uops > ms_above  # microcoded()
         need = max((ready.get(r, 0) for r in _bits(insn.reads)), default=0)
         if (insn.align or insn.stall or need > len(out)) and cur is not None:
             out.append(cur)

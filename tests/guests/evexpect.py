@@ -430,6 +430,7 @@ class ClockOracle:
         self.mem = mem or {}
         self.fetch = CM.fetch_fields(0, 1) if fetch_hits else {}
         self._kinds: dict = {}
+        self._blocks: dict = {}
 
     def block_clocks(self, trace: list[L.Step], predictor) -> list[tuple[list, list]]:
         """[(the steps of a block, its clocks)] for the blocks of the trace (I6)."""
@@ -442,10 +443,17 @@ class ClockOracle:
             if last.branch:
                 (o,) = self.m.outcomes([last], predictor)
                 outcome = (last.taken, o.predicted)
-            mem = {i: dict(self.mem[s.addr]) for i, s in enumerate(blk) if s.addr in self.mem}
-            for k, v in self.fetch.items():
-                mem.setdefault(0, {})[k] = mem.get(0, {}).get(k, 0) + v
-            out.append((blk, CM.block_clocks(insns, outcome, self.params, mem)))
+            # the same block with the same outcome has the same clocks (its memory fields
+            # are per address): scheduled once (the clocks are not modified by callers)
+            key = (blk[0].addr, len(blk), outcome)
+            cl = self._blocks.get(key)
+            if cl is None:
+                mem = {i: dict(self.mem[s.addr]) for i, s in enumerate(blk)
+                       if s.addr in self.mem}
+                for k, v in self.fetch.items():
+                    mem.setdefault(0, {})[k] = mem.get(0, {}).get(k, 0) + v
+                cl = self._blocks[key] = CM.block_clocks(insns, outcome, self.params, mem)
+            out.append((blk, cl))
         return out
 
     def clocks(self, trace: list[L.Step], predictor) -> list:
