@@ -88,7 +88,7 @@ WORKLOADS = (
     Workload("deterministic-sse", "deterministic_gen.py", 0x00D00000, "sse", ("amd64",)),
 )
 BY_NAME = {w.name: w for w in WORKLOADS}
-EXTRA_SOURCES = ("sys.h", "deterministic_mix.py")
+EXTRA_SOURCES = ("sys.h", "ring.h", "deterministic_mix.py")
 
 FREESTANDING_FLAGS = ("-static", "-nostdlib", "-no-pie", "-fno-pie", "-Wl,--build-id=none",
                       "-Wl,-z,noexecstack")

@@ -12,19 +12,13 @@
  * The chase loop is chase_loop .. chase_loop_end (global symbols for the tests).
  */
 #include "sys.h"
+#include "ring.h"
 
-#define STRIDE 1024
 #define MAX_KB 32768
 
 #ifdef __x86_64__
-#define P       %rsi
-#define Q       %rdi
-#define PTR     8
 #define ARGV(i) mov (8 + 8 * (i))(%rsp), %rsi
 #else
-#define P       %esi
-#define Q       %edi
-#define PTR     4
 #define ARGV(i) mov (4 + 4 * (i))(%esp), %esi
 #endif
 
@@ -41,32 +35,14 @@ _start:
 1:      ARGV(2)
         call    parse_dec
         mov     %eax, %ecx              /* iterations */
-        /* the ring: KB elements, element i at chase_buf + 1024 i */
-        mov     $chase_buf, P
-        mov     %ebx, %edx
-        dec     %edx
-        jz      3f
-2:      lea     STRIDE(P), Q
-        mov     Q, (P)
-        mov     Q, P
-        dec     %edx
-        jnz     2b
-3:      mov     $chase_buf, Q
-        mov     Q, (P)                  /* the last element points to the first */
-        mov     $chase_buf, P
+        mov     %ebx, %edx              /* the ring: KB elements */
+        BUILD_RING(chase_buf)
         test    %ecx, %ecx
         jz      .Ldone
         .p2align 6
         .globl  chase_loop, chase_loop_end
 chase_loop:
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
+        CHASE8
         sub     $1, %ecx                /* (DEC is 2 uops on NetBurst: SUB keeps the loop's
                                          * own uops in the last load's clock) */
         jnz     chase_loop

@@ -8,17 +8,9 @@
  * (element i holds the address of element i + 1, the last the first).
  */
 #include "sys.h"
+#include "ring.h"
 
-#define STRIDE 1024
 #define ELEMENTS 16384
-
-#ifdef __x86_64__
-#define P       %rsi
-#define Q       %rdi
-#else
-#define P       %esi
-#define Q       %edi
-#endif
 
         .text
         .globl  _start
@@ -26,18 +18,10 @@
 _start:
         PARSE_ARG1
         mov     %eax, %ebp              /* iterations */
-        mov     $memcomp_buf, P
-        mov     $ELEMENTS - 1, %edx
-1:      lea     STRIDE(P), Q
-        mov     Q, (P)
-        mov     Q, P
-        dec     %edx
-        jnz     1b
-        mov     $memcomp_buf, Q
-        mov     Q, (P)
+        mov     $ELEMENTS, %edx
+        BUILD_RING(memcomp_buf)
         test    %ebp, %ebp
         jz      2f
-        mov     $memcomp_buf, P
         mov     %ebp, %ecx
         call    mem_bound
         mov     $3, %eax
@@ -51,14 +35,7 @@ _start:
         .globl  mem_bound
         .type   mem_bound, @function
 mem_bound:
-1:      mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
-        mov     (P), P
+1:      CHASE8
         sub     $1, %ecx
         jnz     1b
         ret
