@@ -220,9 +220,9 @@ def test_clock_sampling_over_calls_returns_and_indirect_branches(run_guest, mirr
     assert st_on["checks"] < st_off["checks"], (st_on, st_off)
 
 
-@pytest.mark.xfail(reason="since the timing model, W2 saves little on counter 14 (checks 3033 "
-                          "against 3338 without W2; 1952 against 2970 before); the counts are "
-                          "right. Likely cause, not yet confirmed: the signature's loop retires "
+@pytest.mark.xfail(reason="W2 saves little on counter 14 (checks 3033 against 3338 without "
+                          "W2); the counts are right. Likely cause, not yet confirmed: the "
+                          "signature's loop retires "
                           "fewer instructions per clock (dependency stalls) than the alu loop, "
                           "whose kinds then exceed the signature's rate", strict=False)
 @pytest.mark.parametrize("mirror", ("on", "off"))

@@ -217,7 +217,7 @@ def test_example_18_2_literally_and_corrected(run_guest):
     assert out["fix.after"] == lp1, (out["fix.after"], lp1)
 
 
-@pytest.mark.xfail(reason="since PAUSE stalls 49 clocks (Prescott), LP 0's wait loop runs 4-5 "
+@pytest.mark.xfail(reason="PAUSE stalls 49 clocks (Prescott): LP 0's wait loop runs 4-5 "
                           "times LP 1's clocks and the core clock exceeds the longer timeline "
                           "by 0.9-7 % of it, varying with the host's interleaving (LP 0 "
                           "16.19 M / 20.57 M, LP 1 4.00 M, core 16.33 M / 22.02 M; not their "
