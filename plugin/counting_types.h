@@ -84,6 +84,21 @@ struct xcache {
     struct group_state *g;
 };
 
+/* A REP string instruction in flight on one vCPU (resolve.c).  QEMU runs one iteration per
+ * execution of the REP's block under icount and up to 65,536 without it; rcx_known
+ * carries the RCX that resolved the last execution into the next one of the same
+ * instruction (nothing runs between the two), so cb_rep reads no register then; the memo
+ * keeps the last resolved outcome's clock kind (no memory fields). */
+struct rep_state {
+    uint64_t rcx;         /* RCX before the current execution */
+    uint64_t known_addr;  /* the REP whose next execution starts with RCX = known_rcx (0: none) */
+    uint64_t known_rcx;
+    const struct blk *memo_b; /* the block, iterations and end of the memoised kind */
+    uint64_t memo_iters;
+    uint32_t memo_fk;
+    uint8_t memo_done;
+};
+
 struct blk {
     /* first cache line: what cb_xcheck reads of this block (its user data) */
     uint64_t vaddr;
@@ -223,8 +238,7 @@ struct vcpu_counting {
     uint32_t pn;
     uint64_t rsb[P4P_RSB_DEPTH];
     int rsb_n;
-    /* REP in flight: RCX before */
-    uint64_t rep_rcx;
+    struct rep_state rep;
     /* dirty blocks since the last fold */
     uint32_t *dirty;
     uint32_t ndirty;

@@ -20,6 +20,22 @@
 #include "predictor.h"
 #include "registers.h"
 
+/* The clock kind of a REP execution's final clock f (no memory fields): the last one
+ * again when block, iterations and end are the same (a REP run one iteration per
+ * execution), else interned */
+static uint32_t rep_kind(struct rep_state *rs, const struct blk *pb, uint64_t iters, int done,
+                         const uint8_t *f)
+{
+    if (rs->memo_b == pb && rs->memo_iters == iters && rs->memo_done == done) {
+        return rs->memo_fk;
+    }
+    rs->memo_b = pb;
+    rs->memo_iters = iters;
+    rs->memo_done = (uint8_t)done;
+    rs->memo_fk = kind_intern(f);
+    return rs->memo_fk;
+}
+
 static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
                         uint64_t a_new, int regs_ok)
 {
@@ -27,8 +43,11 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     int os = pb->os;
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
     uint64_t after = regs_ok ? (reg_read_rcx(&vcpus[vi]) & mask) : 0;
-    uint64_t iters = (c->rep_rcx - after) & mask;
+    uint64_t iters = (c->rep.rcx - after) & mask;
     int done = a_new != r->addr;
+    /* not done: the block entered now starts with this REP, and its cb_rep comes next */
+    c->rep.known_addr = done || !regs_ok ? 0 : r->addr;
+    c->rep.known_rcx = after;
     uint64_t uops = r->uops + ((uint64_t)r->rep_iter10 * iters + 5) / 10; /* Insn.rep_uops */
     uint64_t nfull = (uops - 1) / P4P_RETIRE_WIDTH;
     struct clock_fields f;
@@ -51,8 +70,13 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     f.f[KF_ST] = st > 255 ? 255 : (uint8_t)st;
     uint32_t prev = ext(pb->last_k, os);
     c->res_fin = 0;
-    if (__builtin_expect(c->mx.b != 0, 0)) mem_rep_final(c, pid, pb, f.f, &prev);
-    uint32_t fk = kind_intern(f.f);
+    uint32_t fk;
+    if (__builtin_expect(c->mx.b != 0, 0)) {
+        mem_rep_final(c, pid, pb, f.f, &prev);
+        fk = kind_intern(f.f);
+    } else {
+        fk = rep_kind(&c->rep, pb, iters, done, f.f);
+    }
     if (nfull) {
         acc_add(c, ext(kinds.rep_full, os), (int64_t)nfull);
         pair_hash_add(&c->pairs, prev, ext(kinds.rep_full, os), 1);
@@ -664,5 +688,11 @@ void cb_rep(unsigned int vi, void *ud)
     const struct blk *b = blocks.by_id[(uint32_t)(uintptr_t)ud];
     const struct insn_info *r = &b->ins[b->n - 1];
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
-    run.per_vcpu[vi].rep_rcx = reg_read_rcx(bridge_vcpu(vi)) & mask;
+    struct rep_state *rs = &run.per_vcpu[vi].rep;
+    if (rs->known_addr == r->addr) {
+        rs->known_addr = 0;
+        rs->rcx = rs->known_rcx;
+        return;
+    }
+    rs->rcx = reg_read_rcx(bridge_vcpu(vi)) & mask;
 }
