@@ -211,3 +211,65 @@ LOAD_LATENCIES: tuple[LoadLatency, ...] = (
     LoadLatency("0F_04", "L2", 128, 24, 28, _PRESCOTT),
     LoadLatency("0F_04", "memory", 16384, 291, 374, _PRESCOTT),
 )
+
+
+# --------------------------------------------------------------------------------------------
+# CPI of compression code (user level): SPEC CPU2000's gzip and bzip2 on a Northwood Xeon
+# --------------------------------------------------------------------------------------------
+
+IISWC08 = Source(
+    cite="V. M. Weaver, S. A. McKee, \"Can Hardware Performance Counters be Trusted?\", "
+         "IEEE IISWC 2008, pp. 141-150; the raw counts of its runs (Xeon 2.8 GHz, Northwood "
+         "core, 512 KB L2; SPEC CPU2000 reference inputs, static gcc -O2 i686 binaries; "
+         "GLOBAL_POWER_EVENTS:RUNNING / INSTR_RETIRED:NBOGUSNTAG, user level, mean of 7 runs)",
+    url="https://github.com/deater/deterministic",
+    where="spec/iiswc2008/final/i686.*/pentium_4/{164.gzip,256.bzip2,401.bzip2}.*",
+)
+
+# How far beyond the published inputs' range a band reaches, as a factor each way: the same
+# part's CPI moves by a factor of 2.33 between the inputs of one program (CPU2006 401.bzip2,
+# same source: 1.585 to 3.700), and the guest runs other builds of the same algorithms
+# (busybox's gzip and bzip2, Debian's compiler) on another input (300 KB of an x86 binary)
+CPI_WIDEN = 1.5
+CPI_WHY = ("other builds of the same algorithms on another input: CPI moves by a factor of "
+           "2.33 between the inputs of one program on the same part (CPU2006 401.bzip2: "
+           "1.585 to 3.700), so the band reaches a factor 1.5 below the lowest and above the "
+           "highest published input")
+
+
+@dataclass(frozen=True)
+class PublishedCPI:
+    """Published user-level CPI of one program over its inputs on one part, and the guest
+    command that stands for it (run on the same CPU model, docs/fidelity.md)."""
+    program: str  # the program measured on silicon
+    command: str  # what the guest runs (its input prepared by CPI_INPUT)
+    model: str
+    per_input: tuple  # ((input, CPI), ...)
+    part: str = "Xeon 2.8 GHz (Northwood, 512 KB L2), CPUID 0F_02"
+    widen: float = CPI_WIDEN
+    why: str = CPI_WHY
+    source: Source = IISWC08
+
+    @property
+    def range(self) -> tuple[float, float]:
+        values = [c for _, c in self.per_input]
+        return min(values), max(values)
+
+    def band(self) -> tuple[float, float]:
+        lo, hi = self.range
+        return lo / self.widen, hi * self.widen
+
+    def holds(self, cpi: float) -> bool:
+        lo, hi = self.band()
+        return lo <= cpi <= hi
+
+
+# The guest's input: the first 300 KB of its perf binary (the same bytes on every boot)
+CPI_INPUT = "head -c 300000 $(command -v perf) > /tmp/cpi.in"
+COMPRESSION_CPI: tuple[PublishedCPI, ...] = (
+    PublishedCPI("164.gzip", "busybox gzip -9 -c /tmp/cpi.in", "0F_02",
+                 (("graphic", 1.365), ("log", 1.343), ("program", 1.453), ("random", 1.245),
+                  ("source", 1.502))),
+    PublishedCPI("256.bzip2", "busybox bzip2 -c /tmp/cpi.in", "0F_02",
+                 (("graphic", 2.083), ("program", 1.767), ("source", 2.209))),
+)
