@@ -87,14 +87,16 @@ struct xcache {
 /* A REP string instruction in flight on one vCPU (resolve.c).  QEMU runs one iteration per
  * execution of the REP's block under icount and up to 65,536 without it; rcx_known
  * carries the RCX that resolved the last execution into the next one of the same
- * instruction (nothing runs between the two), so cb_rep reads no register then; the memo
- * keeps the last resolved outcome's clock kind (no memory fields). */
+ * instruction (nothing runs between the two), so cb_rep reads no register then; carry10
+ * the iterations' uop tenths between executions; the memo keeps the last resolved
+ * outcome's clock kind (no memory fields). */
 struct rep_state {
     uint64_t rcx;         /* RCX before the current execution */
     uint64_t known_addr;  /* the REP whose next execution starts with RCX = known_rcx (0: none) */
     uint64_t known_rcx;
-    const struct blk *memo_b; /* the block, iterations and end of the memoised kind */
-    uint64_t memo_iters;
+    uint64_t carry10;     /* tenths of a uop of the iterations so far not yet counted */
+    const struct blk *memo_b; /* the block, iterations, uops and end of the memoised kind */
+    uint64_t memo_iters, memo_uops;
     uint32_t memo_fk;
     uint8_t memo_done;
 };

@@ -21,19 +21,39 @@
 #include "registers.h"
 
 /* The clock kind of a REP execution's final clock f (no memory fields): the last one
- * again when block, iterations and end are the same (a REP run one iteration per
- * execution), else interned */
-static uint32_t rep_kind(struct rep_state *rs, const struct blk *pb, uint64_t iters, int done,
-                         const uint8_t *f)
+ * again when block, uops and end are the same (a REP run one iteration per execution),
+ * else interned */
+static uint32_t rep_kind(struct rep_state *rs, const struct blk *pb, uint64_t iters,
+                         uint64_t uops, int done, const uint8_t *f)
 {
-    if (rs->memo_b == pb && rs->memo_iters == iters && rs->memo_done == done) {
+    if (rs->memo_b == pb && rs->memo_iters == iters && rs->memo_uops == uops &&
+        rs->memo_done == done) {
         return rs->memo_fk;
     }
     rs->memo_b = pb;
     rs->memo_iters = iters;
+    rs->memo_uops = uops;
     rs->memo_done = (uint8_t)done;
     rs->memo_fk = kind_intern(f);
     return rs->memo_fk;
+}
+
+/* The uops of one execution of REP r that ran `iters` iterations: the instruction's uops
+ * are its base and its iterations' (Insn.rep_uops: base + round(iterations x per-iteration
+ * tenths / 10)) whether QEMU runs them in one execution of the block or in several (one
+ * per iteration under icount): the base when the instruction ends (`done`, as the
+ * instruction itself), the iterations' tenths carried from execution to execution */
+static uint64_t rep_exec_uops(struct rep_state *rs, const struct insn_info *r, uint64_t iters,
+                              int done)
+{
+    uint64_t t10 = rs->carry10 + (uint64_t)r->rep_iter10 * iters;
+    uint64_t uops = t10 / 10;
+    rs->carry10 = t10 % 10;
+    if (done) {
+        uops += r->uops + (rs->carry10 >= 5);
+        rs->carry10 = 0;
+    }
+    return uops;
 }
 
 static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
@@ -48,8 +68,8 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     /* not done: the block entered now starts with this REP, and its cb_rep comes next */
     c->rep.known_addr = done || !regs_ok ? 0 : r->addr;
     c->rep.known_rcx = after;
-    uint64_t uops = r->uops + ((uint64_t)r->rep_iter10 * iters + 5) / 10; /* Insn.rep_uops */
-    uint64_t nfull = (uops - 1) / P4P_RETIRE_WIDTH;
+    uint64_t uops = rep_exec_uops(&c->rep, r, iters, done);
+    uint64_t nfull = uops ? (uops - 1) / P4P_RETIRE_WIDTH : 0;
     struct clock_fields f;
     memset(&f, 0, sizeof(f));
     f.f[KF_UOPS] = (uint8_t)(uops - P4P_RETIRE_WIDTH * nfull);
@@ -75,7 +95,7 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
         mem_rep_final(c, pid, pb, f.f, &prev);
         fk = kind_intern(f.f);
     } else {
-        fk = rep_kind(&c->rep, pb, iters, done, f.f);
+        fk = rep_kind(&c->rep, pb, iters, uops, done, f.f);
     }
     if (nfull) {
         acc_add(c, ext(kinds.rep_full, os), (int64_t)nfull);

@@ -47,9 +47,12 @@ import sys
 import time
 from dataclasses import dataclass
 
+from p4pmu.qemu_glue import workloads as W
 from p4pmu.qemu_glue.linux_io import HostOutput
 
 INPUT = "/tmp/p4pmu-bench-input"
+STRINGS_ROUNDS = 20000
+ARCH = "amd64"  # the guest `p4pmu linux` boots by default
 MAX_RATIO = 20  # a configuration's boot is stopped after this many times plain QEMU's run
 MIN_PLAIN_S = 0.05  # shorter plain times are not compared: /proc/uptime counts in 10 ms
 MARK = "P4PMU-BENCH"  # the workload alone, timed inside perf's command
@@ -69,6 +72,8 @@ WORKLOADS = (
     Workload("md5sum", f"md5sum {INPUT} > /dev/null"),
     Workload("perf bench sched messaging", "perf bench sched messaging -g 2 -l 20 > /dev/null"),
     Workload("perf bench mem memcpy", "perf bench mem memcpy -s 4MB -l 20 > /dev/null"),
+    # REP string microcode (qemu_glue/workloads/strings.S): 1.6 x 10^9 iterations
+    Workload("strings", f"{W.GUEST_DIR}/strings {STRINGS_ROUNDS}"),
 )
 
 
@@ -147,7 +152,8 @@ def run_config(config: Config, size: int, model: str, timeout: float = 1800,
     from p4pmu.qemu_glue import linux
     ap = argparse.ArgumentParser(prog="p4pmu linux")
     linux.add_arguments(ap)
-    argv = ["--clock", "host", "--model", model, "--timeout", str(int(timeout))]
+    argv = ["--clock", "host", "--model", model, "--timeout", str(int(timeout)),
+            "--add", f"{W.ensure_built(ARCH)}:{W.GUEST_DIR}"]
     if not config.plugin:
         argv.append("--no-plugin")
     else:
