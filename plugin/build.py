@@ -44,13 +44,13 @@ C_SOURCES = (
     "access_times.h", "pmi.h", "trace.h", "control.h",
     "counting.h", "kinds.h", "batch.h", "classify.h", "predictor.h", "blocks.h", "resolve.h",
     "cuts.h", "fold.h", "deadline.h", "siblings.h", "translate.h", "flush.h", "options.h",
-    "memmodel.h", "memory.h",
+    "memmodel.h", "memory.h", "directions.h",
     # units
     "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c", "programs.c",
     "access_times.c", "pmi.c", "trace.c", "control.c",
     "counting.c", "kinds.c", "batch.c", "classify.c", "predictor.c", "blocks.c", "resolve.c",
     "cuts.c", "fold.c", "deadline.c", "siblings.c", "translate.c", "flush.c", "options.c",
-    "memmodel.c", "memory.c",
+    "memmodel.c", "memory.c", "directions.c",
 )
 C_UNITS = tuple(name for name in C_SOURCES if name.endswith(".c"))
 GENERATED_HEADER = "p4_tables.h"

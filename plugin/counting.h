@@ -22,6 +22,7 @@ struct counting_run {
     int threads;              /* option threads=: logical processors per core, 1 or 2 */
     int exact_on;             /* option exact=: exact deadlines may be installed (flush.c) */
     int lite_on;              /* option lite=: the outcome-free level may be installed */
+    uint64_t dir_first_look;  /* option directions=: 2^N resolutions, 0 = static directions */
     int mm_model;             /* the CPU model's row of p4_mm_geometry (memory.c) */
     int memory_timing;        /* option timing=memory: loads' misses and page walks cost
                                * clocks (memory.c, docs/timing.md) */

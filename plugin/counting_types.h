@@ -181,6 +181,8 @@ struct group_state {
     uint64_t e;
     uint32_t owner;
     uint8_t open, resv, oback; /* oback: the owner's branch goes backward */
+    uint64_t dir[2];           /* outcomes not taken / taken since the directions were last
+                                * chosen (directions.c) */
 };
 
 struct pair_hash { uint64_t *key; int64_t *val; uint32_t cap, n; uint32_t *used; };
@@ -224,6 +226,7 @@ struct vcpu_counting {
     uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
     uint64_t w_resv;       /* penalties reserved in W for silent outcomes (silent_reserve) */
     uint64_t resolutions, silent;
+    uint64_t dir_look_at;  /* resolutions at which directions.c looks next */
     uint32_t res_b;        /* the block resolved last ... */
     uint32_t res_last;     /* ... ext kind +1 of the last clock of that execution */
     int res_n;             /* res_seq's length, -1: too many to list (long REP), RES_LAZY */
@@ -426,6 +429,14 @@ struct exact_deadline_state {
     volatile int req;      /* the pending flush (flush_pending) installs `next` */
     unsigned flushes;
     struct exact_signature sig, next;
+};
+
+/* the silent directions of the run (directions.c): re-chosen at a flush asked for when a
+ * vCPU's conditional callbacks reach `check_at` and enough of them would become silent */
+struct direction_state {
+    volatile int req;      /* the pending flush re-chooses the directions */
+    unsigned flips;        /* re-choices made */
+    uint64_t groups_flipped;
 };
 
 /* the outcome-free level of the run (flush.c) */

@@ -1,7 +1,8 @@
 /*
  * p4pmu: translation-cache flushes (qemu_plugin_reset): starting to count (count=auto),
  * installing an exact-deadline signature, switching the outcome-free ("lite") level
- * (docs/guest-events.md, "The outcome-free level").
+ * (docs/guest-events.md, "The outcome-free level"), re-choosing the silent directions
+ * (directions.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "flush.h"
 #include "counting.h"
 #include "deadline.h"
+#include "directions.h"
 #include "install.h"
 #include "kinds.h"
 #include "memory.h"
@@ -112,6 +114,7 @@ static void reset_done(void *ud)
 static void flush_installed(void *ud)
 {
     (void)ud;
+    if (directions.req) directions_rechoose();
     lite_set(lite_choice());
     mem_set(mem_choice());
     if (!exact.req) {
@@ -171,6 +174,24 @@ void mem_update(void)
     if (!(want & ~memlvl.active) &&
         (memlvl.removals >= MEM_MAX_REMOVALS || ++memlvl.streak < MEM_STREAK)) return;
     if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+}
+
+/* After a step of vCPU vi: re-choose the silent directions (a flush) when it pays */
+void directions_update(unsigned vi)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    if (!run.dir_first_look) {
+        c->dir_look_at = UINT64_MAX; /* (directions=0: never) */
+        return;
+    }
+    if (!run.instrument || lite.active) {
+        c->dir_look_at = c->resolutions + run.dir_first_look;
+        return;
+    }
+    if (!directions_wanted(vi)) return;
+    if (!flush_request()) return;
+    directions.req = 1;
+    qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
 }
 
 /* Ask for counter widx[slot] of fold output `o` as the exact-deadline signature (a flush). */

@@ -272,6 +272,7 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
     unsigned kk = k < 3 ? (unsigned)k : 3;
     unsigned rp = cond_tab.replay[t][b->back][x][kk];
     r->acc += k;
+    g->dir[t] += (uint64_t)k;
     g->e = REPLAY_ENTRY(rp);
     unsigned m = REPLAY_MISPREDICTED(rp);
     if (__builtin_expect(cond_tab.trace, 0) && k) trace_silent(b, m, k);
@@ -284,7 +285,10 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
     }
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)m * cond_tab.pen;
     c->silent += (uint64_t)k;
-    silent_reserve(c, t, g);
+    /* the replay takes the direction b's outcomes took; the reservation is the owner's,
+     * in the group's direction (they differ only for a block translated before the
+     * directions were re-chosen: directions.c) */
+    silent_reserve(c, blocks.groups[b->gid]->silent_t, g);
     return k ? t * 2 + !REPLAY_LAST_PREDICTED(rp) : -1;
 }
 
@@ -386,6 +390,8 @@ resolve_cond_fast(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     r->n[t * 2] += (uint64_t)k - m;
     uint64_t v = taken * 2 + mis;
     r->n[v]++;
+    g->dir[t] += (uint64_t)k;
+    g->dir[taken]++;
     r->acc = (int64_t)nb;
     int64_t d = (int64_t)want - (int64_t)g->resv;
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)(((int64_t)(m + mis) + d) * (int64_t)cond_tab.pen);
@@ -413,6 +419,7 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
         if (pb->gate) catch_up_b(vi, c, pid, pb, 1);
     }
     int pred = cond_step(&g->e, pb->back, taken);
+    g->dir[taken]++;
     unsigned v = (unsigned)(taken * 2 + !pred);
     if (__builtin_expect(cond_tab.trace, 0)) trace_line(pb, a_new, taken, pred, 1);
     r->acc++;
@@ -423,11 +430,45 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
     if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact_pen[pb->os ? 1 : 0];
     res_set(c, pid, pb, v);
     if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
-    int sat = g->e == (pb->silent_t ? 4u : 1u);
+    /* (the group's direction: a block translated before the directions were re-chosen
+     * may have the other one, directions.c) */
+    int st = blocks.groups[pb->gid]->silent_t;
+    int sat = g->e == (st ? 4u : 1u);
     if (__builtin_expect(sat != g->open || (!sat && pb->gate && g->owner != pid), 0)) {
         group_change(c, pb, g, pid, sat);
     }
-    silent_reserve(c, pb->silent_t, g);
+    silent_reserve(c, st, g);
+}
+
+/* Before the group's silent direction changes (a flush, every vCPU stopped, every silent
+ * outcome replayed): no member runs silently any more, no reservation is held for one */
+void group_release(unsigned vi, uint32_t gid)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct group_state *g = group_state_of(c, gid);
+    group_gates(c, blocks.groups[gid], 0, 0);
+    g->open = 0;
+    set_owner(g, 0);
+    silent_reserve(c, 0, g); /* (no owner: releases what is held) */
+    g->dir[0] = g->dir[1] = 0;
+}
+
+/* the outcome counts of every group of this vCPU start again */
+void group_counts_reset(unsigned vi)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    for (uint32_t k = 0; k < MAX_GROUPS / GCHUNK; k++) {
+        struct group_state *ch = c->group_chunks[k];
+        if (!ch) continue;
+        for (uint32_t i = 0; i < GCHUNK; i++) ch[i].dir[0] = ch[i].dir[1] = 0;
+    }
+}
+
+/* this vCPU's state of group gid, if it has one */
+const struct group_state *group_state_peek(unsigned vi, uint32_t gid)
+{
+    struct group_state *ch = run.per_vcpu[vi].group_chunks[gid / GCHUNK];
+    return ch ? &ch[gid % GCHUNK] : NULL;
 }
 
 /* The outcome of a call, return or indirect branch end of block pid, which is on the dirty
@@ -647,6 +688,7 @@ void cb_xcheck(unsigned int vi, void *ud)
     sb[SB_SILENT_NEXT] = X_ACCOUNTED;
     c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
     if (x == X_ACCOUNTED) return;
+    if (__builtin_expect(c->resolutions >= c->dir_look_at, 0)) directions_update(vi);
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (!prev) return;
     const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;

@@ -15,6 +15,9 @@ void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new,
 void entry_settle(unsigned vi, struct vcpu_counting *c);
 void silent_catch_up_all(unsigned vi);
 void silent_before_fold(unsigned vi);
+void group_release(unsigned vi, uint32_t gid);
+void group_counts_reset(unsigned vi);
+const struct group_state *group_state_peek(unsigned vi, uint32_t gid);
 void cb_first(unsigned int vi, void *ud);
 void cb_xcheck(unsigned int vi, void *ud);
 void cb_rep(unsigned int vi, void *ud);

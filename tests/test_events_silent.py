@@ -17,6 +17,8 @@ order, and per block; and with USR counts under interrupts against the clock mod
 """
 from __future__ import annotations
 
+import re
+
 from collections import Counter, defaultdict
 
 import pytest
@@ -105,6 +107,28 @@ def _compare(model, calls, trace):
                       "\n".join(f"  0x{b:x} 0x{a:x} {t} {p}: {v}"
                                 for (b, a, t, p), v in sorted(diff.items())))
     return sum(len(v) for v in want_seq.values())
+
+
+@pytest.mark.parametrize("bits", (32, 64))
+def test_rechosen_directions_replay_the_reference_predictor(run_guest, tmp_path, bits):
+    """With a window of 2^6 resolutions (directions=6) the silent directions are re-chosen
+    at every chance (8 flushes): every conditional outcome is still the reference
+    predictor's, in order per branch, attributed to the block that ran it, with fewer
+    resolutions (docs/guest-events.md, "Re-chosen directions")."""
+    calls = [(lp, n * 100, ring) for lp, n, ring in CALLS]
+    runs = {}
+    for d in (0, 6):
+        trace = tmp_path / f"branches-{d}.txt"
+        r = run_guest(f"events{bits}", script=_calls_script(calls, True),
+                      plugin_opts=("count=on", f"directions={d}"),
+                      env={"P4PMU_BRANCH_TRACE": str(trace), "P4PMU_DEBUG": "1"}, timeout=120)
+        r.require_completed()
+        assert _compare(_model(bits), calls, _trace(trace)) > 2000
+        m = re.search(r"vCPU 0: \d+ folds, .*?, (\d+) resolutions", r.stderr)
+        flips = re.findall(r"groups changed direction in (\d+) re-choices", r.stderr)
+        runs[d] = (int(m.group(1)), int(flips[-1]) if flips else 0)
+    assert runs[0][1] == 0 and runs[6][1] >= 2, runs
+    assert runs[6][0] < runs[0][0], f"(resolutions, re-choices) per window: {runs}"
 
 
 def _calls_script(calls, intr: bool) -> EvScript:
