@@ -122,9 +122,9 @@ OPTIONS: tuple[Option, ...] = (
            "watched in its own events (docs/guest-events.md)", reader="C"),
     Option("lite", BOOL, True, "the outcome-free level: blocks without outcome callbacks while "
            "no enabled counter depends on branch outcomes (docs/guest-events.md)", reader="C"),
-    Option("directions", INT, 20, "re-choose the silent direction of each conditional branch "
-           "(a translation-cache flush) when a vCPU has resolved 2^N outcomes, then at each "
-           "doubling, if enough callbacks become silent; 0: keep the static directions "
+    Option("directions", INT, 0, "re-choose the silent direction of each conditional branch "
+           "(a translation-cache flush) when enough of a window of 2^N resolutions of a vCPU "
+           "would have been silent; 0 (default): keep the static directions "
            "(docs/guest-events.md)", lo=0, hi=40, reader="C"),
     Option("tight", BOOL, True, "tight deadline bounds: an order-free change (a PMI arming, a "
            "FORCE_OVF overflow) is stepped once it may have happened, an EDGE counter with "
