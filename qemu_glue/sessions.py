@@ -81,6 +81,7 @@ def live_sessions() -> list[dict]:
     others (and files that are not a session's) are deleted."""
     found = []
     for path in sessions_dir().glob("*.json"):
+        info = None  # not the previous file's: its directory must survive this one
         try:
             info = json.loads(path.read_text())
             alive = isinstance(info, dict) and _alive(info.get("p4pmu_pid"))

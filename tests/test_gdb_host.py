@@ -88,6 +88,13 @@ def test_dead_sessions_are_dropped(runtime_dir):
     assert not dead.exists() and not (runtime_dir / "junk.json").exists()
 
 
+def test_a_file_that_is_not_a_session_is_dropped_alone(runtime_dir):
+    runtime_dir.mkdir(mode=0o700)
+    (runtime_dir / "junk.json").write_text("{not json")
+    assert sessions.live_sessions() == []
+    assert not (runtime_dir / "junk.json").exists()
+
+
 def test_find_none(runtime_dir):
     with pytest.raises(UsageError, match=r"no p4pmu session with --gdb is running: start one "
                                          r"with `p4pmu qemu --gdb GUEST` or `p4pmu linux --gdb`"):
