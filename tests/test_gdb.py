@@ -397,6 +397,14 @@ def test_state_is_refused_while_the_guest_runs_and_breakpoints_can_be_set_meanwh
     elf = guest_build.guest_path("events32")
     with GdbSession.bare_metal(str(elf), qemu_args=["-initrd", str(s_path)],
                                start_timeout=60) as s:
+        deadline = time.monotonic() + 60
+        while True:  # until the guest has made its two writes (late on a busy host)
+            s._mi("-exec-continue")  # and do not wait
+            time.sleep(0.2)
+            s.interrupt()
+            if s.pmu_state()["counters"][CTR]["counting"]:
+                break
+            assert time.monotonic() < deadline, "the guest never programmed its counter"
         s._mi("-exec-continue")  # and do not wait
         deadline = time.monotonic() + 10
         while s.control.request("status")["stopped"]:  # until the vCPU runs
