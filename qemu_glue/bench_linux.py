@@ -23,6 +23,8 @@ Configurations:
 * M1     -- ``perf stat`` with cache-misses and L1-dcache-load-misses (the NMI watchdog off:
             cache-misses needs its counter): every guest access goes through the memory model
             (docs/memory-model.md);
+* S2     -- ``perf stat`` as in L2 on a guest with two logical CPUs (``--smp 2``: QEMU's
+            multi-threaded TCG), against plain QEMU with two (plain2);
 * R0, R2 -- references: the plugin with the NMI watchdog off (``nmi_watchdog=0``), nothing
             counting (R0), and ``perf stat`` of the raw event instr_retired:NBOGUSNTAG (R2),
             which reads no branch outcome, so the plugin translates at its outcome-free level
@@ -84,12 +86,15 @@ class Config:
     plugin: bool
     wrap: str  # put in front of every workload's command (perf)
     append: str = ""  # extra kernel command-line arguments
+    smp: int = 1  # logical CPUs (--smp; with two, QEMU's multi-threaded TCG)
+    plain: str = "plain"  # the configuration its ratios divide by: plain QEMU, same --smp
 
 
 _L3_EVENTS = ",".join(f"{e}{m}" for m in ("", ":u") for e in
                       ("cycles", "instructions", "branches", "branch-misses"))
 CONFIGS = (
     Config("plain", "plain QEMU (--no-plugin)", False, ""),
+    Config("plain2", "plain QEMU (--no-plugin), --smp 2 (reference for S2)", False, "", smp=2),
     Config("L1", "the plugin, nothing asked of perf (NMI watchdog on)", True, ""),
     Config("L2", "perf stat -e cycles,instructions,branches,branch-misses", True,
            "perf stat -o /dev/null -e cycles,instructions,branches,branch-misses --"),
@@ -113,7 +118,13 @@ CONFIGS = (
     Config("M1", "perf stat -e cache-misses,L1-dcache-load-misses, NMI watchdog off: the "
            "memory level", True,
            "perf stat -o /dev/null -e cache-misses,L1-dcache-load-misses --", "nmi_watchdog=0"),
+    # two vCPUs (multi-threaded TCG: the plugin's per-vCPU state, no outcome-free level),
+    # against plain QEMU with two vCPUs
+    Config("S2", "--smp 2, perf stat -e cycles,instructions,branches,branch-misses", True,
+           "perf stat -o /dev/null -e cycles,instructions,branches,branch-misses --", smp=2,
+           plain="plain2"),
 )
+BY_KEY = {c.key: c for c in CONFIGS}
 
 
 def _timed(marker: str, i: int, command: str) -> str:
@@ -160,6 +171,8 @@ def run_config(config: Config, size: int, model: str, timeout: float = 1800,
         argv += ["--timing", timing]
     if config.append:
         argv += ["--append", config.append]
+    if config.smp != 1:
+        argv += ["--smp", str(config.smp)]
     out, err = bytearray(), bytearray()
     rc = linux.main(ap.parse_args(argv), [guest_script(config, size)],
                     HostOutput(stdout=out.extend, stderr=err.extend))
@@ -185,8 +198,9 @@ def measure(rounds: int, size: int, model: str, progress=print, timing: str = "c
             got, got_whole, _, stopped = run_config(c, size, model, limit, timing)
             times[c.key].append(got)
             whole[c.key].append(got_whole)
-            if c.key == "plain":  # a configuration over MAX_RATIO x plain QEMU is stopped
-                limit = MAX_RATIO * (time.monotonic() - t0) + 60
+            if not c.plugin:  # a configuration over MAX_RATIO x plain QEMU is stopped
+                limit = max(limit if c.key != "plain" else 0.0,
+                            MAX_RATIO * (time.monotonic() - t0) + 60)
             progress(f"    {sum(got.values()):.1f} s of workloads "
                      f"({time.monotonic() - t0:.0f} s with the boot)"
                      + (f"; stopped after {limit:.0f} s: {len(WORKLOADS) - len(got)} "
@@ -195,10 +209,11 @@ def measure(rounds: int, size: int, model: str, progress=print, timing: str = "c
 
 
 def ratios(res: dict, key: str, workload: int | None) -> list[float]:
-    """Per round: `key`'s time over plain QEMU's (one workload, or all of them summed); a
-    round whose plain time is under MIN_PLAIN_S (/proc/uptime counts in 10 ms) has none."""
+    """Per round: `key`'s time over plain QEMU's with as many vCPUs (one workload, or all of
+    them summed); a round whose plain time is under MIN_PLAIN_S (/proc/uptime counts in 10 ms)
+    has none."""
     out = []
-    for mine, plain in zip(res["times"][key], res["times"]["plain"]):
+    for mine, plain in zip(res["times"][key], res["times"][BY_KEY[key].plain]):
         idx = [workload] if workload is not None else sorted(plain)
         if sum(plain.get(i, 0.0) for i in idx) < MIN_PLAIN_S:
             continue

@@ -62,3 +62,10 @@ def test_workloads_shorter_than_the_guest_clock_are_not_compared():
     rows = {ln.split(":")[0].strip("| "): ln for ln in B.report(res).splitlines()}
     assert "| 1.00 | too short |" in rows["L1"]
     assert "| stopped | stopped | too short |" in rows["L4"]
+
+
+def test_two_vcpu_configurations_divide_by_plain_qemu_with_two():
+    res = {"times": {"plain": [{0: 1.0}], "plain2": [{0: 2.0}], "S2": [{0: 3.0}]}}
+    assert B.ratios(res, "S2", 0) == [1.5]
+    assert B.BY_KEY["S2"].smp == B.BY_KEY["plain2"].smp == 2
+    assert B.BY_KEY["S2"].wrap == B.BY_KEY["L2"].wrap  # the same perf stat as L2
