@@ -63,6 +63,7 @@ static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
     b->gid = (uint32_t)*gv;
     struct pred_group *g = blocks.groups[b->gid];
     b->silent_t = g->silent_t;
+    b->gen = g->flips;
     if (last->target == nxt || g->nmem >= GMAX || blocks.n_gates >= MAX_GATES) return;
     int level = memory_level_active(); /* (memory.c) */
     if ((b->mem_final && (level & P4_MEM_DATA)) || (b->fetch_final && (level & P4_MEM_FETCH)))
@@ -155,6 +156,7 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, in
 {
     struct blk *b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
     memset(b, 0, sizeof(*b));
+    b->br_hw = NO_HW; /* (counting_translate looks it up) */
     b->vaddr = vaddr;
     b->n = n;
     b->ins = ins;

@@ -33,6 +33,7 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     run.exact_on = opt->exact;
     run.lite_on = opt->lite;
     run.dir_first_look = opt->directions ? 1ull << opt->directions : 0;
+    run.dir_rewrite = opt->dir_rewrite;
     run.threads = opt->threads;
     /* (the model option's values are in the order of p4_mm_geometry's rows) */
     run.mm_model = opt->model >= 0 &&

@@ -23,6 +23,7 @@ struct counting_run {
     int exact_on;             /* option exact=: exact deadlines may be installed (flush.c) */
     int lite_on;              /* option lite=: the outcome-free level may be installed */
     uint64_t dir_first_look;  /* option directions=: 2^N resolutions, 0 = static directions */
+    int dir_rewrite;          /* option dir_rewrite= (directions.c) */
     int mm_model;             /* the CPU model's row of p4_mm_geometry (memory.c) */
     int memory_timing;        /* option timing=memory: loads' misses and page walks cost
                                * clocks (memory.c, docs/timing.md) */

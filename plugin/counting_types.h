@@ -121,7 +121,9 @@ struct blk {
     uint8_t mode;
     uint8_t lite_cond;          /* translated at the outcome-free level, ends in a conditional
                                  * branch: accounted as a static end (not taken, predicted) */
-    uint8_t pad[2];
+    uint8_t gen;                /* silent-capable: its group's direction changes (flips) when
+                                 * it joined; another value now: a stale block (directions.c) */
+    uint8_t pad;
     struct insn_info *ins;
     /* full static portion [0, n) incl. bubble, excluding the final clock of a dynamic end */
     uint32_t nk, np;
@@ -147,7 +149,12 @@ struct blk {
     uint32_t *seq;
     uint16_t *iclk;
     uint8_t mem_final, fetch_final;
+    uint64_t br_hw;             /* silent-capable: the guest-physical address of its branch
+                                 * instruction (NO_HW: unknown), where directions.c rewrites a
+                                 * byte to have the block translated again */
 };
+
+#define NO_HW UINT64_MAX
 
 #define ICLK_FINAL 0xFFFFu
 
@@ -169,6 +176,9 @@ struct block_outcomes {
 struct pred_group {
     uint64_t key;
     uint8_t silent_t;
+    uint8_t flips;   /* direction changes while the guest ran (directions.c) */
+    uint8_t stale;   /* a block that joined before a change ran after it: the group may
+                      * not open until the next flush (directions.c) */
     volatile uint32_t nmem;
     uint32_t mem[GMAX];
 };
@@ -181,6 +191,8 @@ struct group_state {
     uint64_t e;
     uint32_t owner;
     uint8_t open, resv, oback; /* oback: the owner's branch goes backward */
+    uint8_t ot;                /* the owner's silent direction (the group's, unless the owner
+                                * was translated before the group's last change) */
     uint64_t dir[2];           /* outcomes not taken / taken since the directions were last
                                 * chosen (directions.c) */
 };
@@ -431,12 +443,14 @@ struct exact_deadline_state {
     struct exact_signature sig, next;
 };
 
-/* the silent directions of the run (directions.c): re-chosen at a flush asked for when a
- * vCPU's conditional callbacks reach `check_at` and enough of them would become silent */
+/* the changes of silent direction of the run (directions.c), for P4PMU_DEBUG */
 struct direction_state {
-    volatile int req;      /* the pending flush re-chooses the directions */
-    unsigned flips;        /* re-choices made */
-    uint64_t groups_flipped;
+    uint64_t looks;           /* windows looked at */
+    uint64_t groups_flipped;  /* direction changes */
+    uint64_t rewrites;        /* branch bytes rewritten (blocks dropped) */
+    uint64_t unflippable;     /* changes not made: a member's physical address unknown or
+                               * read-only (firmware) */
+    uint64_t stale_runs;      /* blocks that ran with a previous direction (each: a flush) */
 };
 
 /* the outcome-free level of the run (flush.c) */

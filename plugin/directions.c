@@ -1,12 +1,20 @@
 /*
- * p4pmu: the silent direction of each conditional predictor entry group.  A group is created
- * with the static one (backward taken, forward not taken: blocks.c); its outcomes in the
- * silent direction run without a callback, the others each cost one (docs/guest-events.md,
- * "Silent branch outcomes").  Many branches go mostly the other way (docs/performance.md,
- * "Conditional callbacks"), so when enough of a window of a vCPU's resolutions would have
- * been silent, a translation-cache flush re-chooses: every group whose outcomes in the
- * window went mostly against its direction takes the other one.  The counts do not
- * depend on the directions; only which outcomes need a callback does.
+ * p4pmu: the silent direction of each conditional predictor entry group, changed while the
+ * guest runs.  A group is created with the static direction (backward taken, forward not
+ * taken: blocks.c); its outcomes in the silent direction run without a callback, the others
+ * each cost one (docs/guest-events.md, "Silent branch outcomes").  Many branches go mostly
+ * the other way (docs/performance.md), so every 2^N resolutions of a vCPU (option
+ * directions=N) the groups whose outcomes in that window went against their direction by
+ * enough to pay for it take the other one.  Only their blocks are translated again: a byte of
+ * each member's branch instruction is rewritten with its own value through physical memory,
+ * and QEMU drops every translated block that holds a written byte, as it does for
+ * self-modifying code.  The counts do not depend on the directions; only which outcomes need
+ * a callback does.
+ *
+ * A member whose translation was not dropped (a write that failed) would run silently in the
+ * old direction: its first execution after the change is seen (the change gates every
+ * member: cb_first), the group then stays closed, and a flush follows (resolve.c,
+ * stale_entry).  One vCPU only (a change must see no member running elsewhere).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -14,94 +22,155 @@
 #include "directions.h"
 #include "blocks.h"
 #include "counting.h"
+#include "flush.h"
 #include "registers.h"
 #include "resolve.h"
 
 struct direction_state directions;
 
 enum {
-    DIR_MAX_FLIPS = 8,         /* re-choices per run (each is a flush) */
+    DIR_MAX_GROUP_FLIPS = 4,   /* direction changes per group (a branch that keeps changing
+                                * its majority is left alone) */
+    DIR_LEAD_SHIFT = 8,        /* a change needs a lead of 1/2^8 of the window (4,096
+                                * outcomes at 2^20): a few translations' cost */
+    DIR_MIN_LEAD = 2,
 };
-/* a re-choice must make silent at least a quarter of the first look's resolutions and of
- * the callbacks the directions cost */
-#define DIR_MIN_SHARE 4
 
-/* the outcomes of group gid against and with its silent direction: on vCPU `only`, or on
- * every vCPU (only < 0) */
-static void group_tally(uint32_t gid, int only, uint64_t *against, uint64_t *with)
+/* The legacy BIOS and option-ROM window (0xA0000-0xFFFFF: VGA memory, and RAM that the
+ * firmware makes read-only through the chipset's PAM registers after start-up) and the
+ * firmware's top 256 KiB below 4 GiB: writes there are dropped, so no translated block is;
+ * such branches keep their direction */
+static int rewritable(uint64_t hw)
+{
+    return !(hw >= 0xA0000 && hw < 0x100000) && !(hw >= 0xFFFC0000ull && hw < 0x100000000ull);
+}
+
+/* At the translation of block b: where its branch instruction is in guest-physical memory,
+ * if a change of direction can drop b there (else NO_HW) */
+void directions_note_block(struct blk *b)
+{
+    uint64_t hw;
+    if (b->gate && qemu_plugin_translate_vaddr(b->ins[b->n - 1].addr, &hw) && rewritable(hw))
+        b->br_hw = hw;
+}
+
+/* this vCPU's outcomes of group gid against and with its silent direction in the window */
+static void group_tally(unsigned vi, uint32_t gid, uint64_t *against, uint64_t *with)
 {
     *against = *with = 0;
-    if (!blocks.groups[gid]) return; /* (id 0 is none) */
+    const struct group_state *g = group_state_peek(vi, gid);
+    if (!g) return;
     int t = blocks.groups[gid]->silent_t;
-    for (int vi = 0; vi < n_vcpus_max; vi++) {
-        if ((only >= 0 && vi != only) || !run.per_vcpu[vi].init) continue;
-        const struct group_state *g = group_state_peek((unsigned)vi, gid);
-        if (!g) continue;
-        *against += g->dir[!t];
-        *with += g->dir[t];
-    }
+    *against = g->dir[!t];
+    *with = g->dir[t];
 }
 
-/* a group changes when its other direction leads by 1/2^14 of the window (64 outcomes at
- * the default window of 2^20), at least 2 */
-static int worth_flipping(uint64_t against, uint64_t with)
+/* Rewrite the byte at guest-physical address hw with its own value: QEMU drops the
+ * translated blocks that hold it.  Returns 1 if both accesses succeeded. */
+static int rewrite_byte(unsigned vi, uint64_t hw)
 {
-    uint64_t lead = run.dir_first_look >> 14;
-    return against > with + (lead > 2 ? lead : 2);
+    struct vcpu *v = bridge_vcpu(vi);
+    g_byte_array_set_size(v->buf, 0);
+    if ((int)qemu_plugin_read_memory_hwaddr(hw, v->buf, 1) != 0 || v->buf->len < 1) return 0;
+    return (int)qemu_plugin_write_memory_hwaddr(hw, v->buf) == 0;
 }
 
-/* At a callback of vCPU vi whose resolutions reached its next look: is a re-choice worth a
- * flush?  Looks at the outcomes of the window since the last look (every 2^N resolutions:
- * option directions=N): yes when the groups that went mostly against their direction would
- * have saved a quarter of the window's resolutions and of its callbacks against the
- * directions.  Otherwise the window starts again. */
-int directions_wanted(unsigned vi)
+/* Change group gid's direction on vCPU vi (none of its members is running or has an
+ * outcome pending): its silent outcomes replayed and the group released (group_retire), the
+ * other direction, every member's translation dropped, the members list emptied (the
+ * blocks translated again join it).  0 when a member's physical address is unknown. */
+static int group_flip(unsigned vi, uint32_t gid)
+{
+    struct pred_group *gr = blocks.groups[gid];
+    uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < nm; i++) {
+        if (blocks.by_id[gr->mem[i]]->br_hw == NO_HW) {
+            directions.unflippable++;
+            return 0;
+        }
+    }
+    group_retire(vi, gid);
+    gr->silent_t ^= 1;
+    gr->flips++;
+    for (uint32_t i = 0; i < nm && run.dir_rewrite; i++) {
+        directions.rewrites += (uint64_t)rewrite_byte(vi, blocks.by_id[gr->mem[i]]->br_hw);
+    }
+    __atomic_store_n(&gr->nmem, 0, __ATOMIC_RELEASE);
+    directions.groups_flipped++;
+    return 1;
+}
+
+/* At the entry of block `cur` (cb_xcheck) when vCPU vi's resolutions reached its next look:
+ * change the direction of every group worth it, but those of `cur` (running) and of `prev`
+ * (its outcome is about to be resolved), then start a new window. */
+void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
 {
     struct vcpu_counting *c = &run.per_vcpu[vi];
-    c->dir_look_at = c->resolutions + run.dir_first_look;
-    if (directions.flips >= DIR_MAX_FLIPS || directions.req) return 0;
-    uint64_t cost = 0, gain = 0;
-    for (uint32_t gid = 0; gid < blocks.n_groups; gid++) {
-        uint64_t a, w;
-        group_tally(gid, (int)vi, &a, &w);
-        cost += a;
-        if (worth_flipping(a, w)) gain += a - w;
+    if (!run.dir_first_look || n_vcpus_max != 1) {
+        c->dir_look_at = UINT64_MAX; /* (directions=0, or several vCPUs: never) */
+        return;
     }
-    int want = gain * DIR_MIN_SHARE >= run.dir_first_look && gain * DIR_MIN_SHARE >= cost;
-    DBG("directions: vCPU %u at %llu resolutions: %llu callbacks against the silent "
-        "directions in the window, %llu would be silent%s\n", vi,
-        (unsigned long long)c->resolutions, (unsigned long long)cost,
-        (unsigned long long)gain, want ? ": re-choosing" : "");
-    if (!want) group_counts_reset(vi);
-    return want;
+    c->dir_look_at = c->resolutions + run.dir_first_look;
+    directions.looks++;
+    if (!run.instrument || lite.active) {
+        group_counts_reset(vi);
+        return;
+    }
+    uint32_t skip1 = cur->end == BRK_COND ? cur->gid : 0;
+    uint32_t skip2 = prev ? blocks.by_id[prev]->gid : 0;
+    uint64_t lead = run.dir_first_look >> DIR_LEAD_SHIFT, changed = 0;
+    if (lead < DIR_MIN_LEAD) lead = DIR_MIN_LEAD;
+    for (uint32_t gid = 1; gid < blocks.n_groups; gid++) {
+        uint64_t a, w;
+        group_tally(vi, gid, &a, &w);
+        if (a < w + lead || gid == skip1 || gid == skip2 ||
+            blocks.groups[gid]->flips >= DIR_MAX_GROUP_FLIPS) {
+            continue;
+        }
+        changed += (uint64_t)group_flip(vi, gid);
+    }
+    group_counts_reset(vi);
+    if (changed) {
+        DBG("directions: vCPU %u at %llu resolutions: %llu groups changed direction (%llu in "
+            "all, %llu branch bytes rewritten)\n", vi, (unsigned long long)c->resolutions,
+            (unsigned long long)changed, (unsigned long long)directions.groups_flipped,
+            (unsigned long long)directions.rewrites);
+    }
 }
 
-/* At the flush (every vCPU stopped): every silent outcome replayed, then each group worth
- * it released on every vCPU, given the other direction, and emptied of its members (every
- * block translated before the flush is gone from the translation cache; the one whose
- * outcome may still be pending is resolved on its own, under the direction it ran with) */
-void directions_rechoose(void)
+/* A block that joined its group before the group's last change ran (stale_entry): its
+ * translation was not dropped.  A flush drops it. */
+void directions_stale_ran(uint32_t id)
 {
-    directions.req = 0;
-    directions.flips++;
+    directions.stale_runs++;
+    const struct blk *b = blocks.by_id[id];
+    DBG("directions: block %u (%#llx, branch at physical %#llx, mode %u, %u instructions, "
+        "group %u changed %u times) ran after its group changed direction: flushing\n", id,
+        (unsigned long long)b->vaddr, (unsigned long long)b->br_hw, b->mode, b->n, b->gid,
+        blocks.groups[b->gid]->flips);
+    flush_for_stale_block();
+}
+
+/* At every translation-cache flush (every vCPU stopped): every block translated before it is
+ * gone, so every group is emptied of its members (else hot code, translated again after each
+ * flush, fills its group with dead members: every explicit outcome of an open group replays
+ * them all, and a full group's new blocks are never silent).  Every silent outcome is
+ * replayed first; each group is released on every vCPU (its entry's state stays: the
+ * predictor's); a block whose outcome may still be pending is resolved on its own, under
+ * the direction it ran with.  No stale block is left. */
+void groups_after_flush(void)
+{
     for (int vi = 0; vi < n_vcpus_max; vi++) {
         if (run.per_vcpu[vi].init) silent_catch_up_all((unsigned)vi);
     }
-    for (uint32_t gid = 0; gid < blocks.n_groups; gid++) {
-        uint64_t a, w;
-        group_tally(gid, -1, &a, &w);
-        if (!worth_flipping(a, w)) continue;
-        for (int vi = 0; vi < n_vcpus_max; vi++) {
-            if (run.per_vcpu[vi].init) group_release((unsigned)vi, gid);
-        }
+    for (uint32_t gid = 1; gid < blocks.n_groups; gid++) {
         struct pred_group *gr = blocks.groups[gid];
-        gr->silent_t ^= 1;
+        gr->stale = 0;
+        if (!gr->nmem) continue;
+        for (int vi = 0; vi < n_vcpus_max; vi++) {
+            if (run.per_vcpu[vi].init && group_state_peek((unsigned)vi, gid))
+                group_release((unsigned)vi, gid);
+        }
         __atomic_store_n(&gr->nmem, 0, __ATOMIC_RELEASE);
-        directions.groups_flipped++;
     }
-    for (int vi = 0; vi < n_vcpus_max; vi++) {
-        if (run.per_vcpu[vi].init) group_counts_reset((unsigned)vi);
-    }
-    DBG("directions: %llu groups changed direction in %u re-choices (translation cache "
-        "flushed)\n", (unsigned long long)directions.groups_flipped, directions.flips);
 }

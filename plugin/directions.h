@@ -1,7 +1,8 @@
 /*
  * directions.h: what directions.c offers.  directions.c: the silent direction of each
- * conditional predictor entry group, re-chosen at a flush to the direction its outcomes
- * take most (docs/guest-events.md, "Silent branch outcomes").
+ * conditional predictor entry group, changed while the guest runs to the direction its
+ * outcomes take most, only its blocks translated again (docs/guest-events.md, "Silent
+ * branch outcomes").
  */
 #ifndef P4PMU_DIRECTIONS_H
 #define P4PMU_DIRECTIONS_H
@@ -10,7 +11,9 @@
 
 extern struct direction_state directions;
 
-int directions_wanted(unsigned vi);
-void directions_rechoose(void);
+void directions_update(unsigned vi, const struct blk *cur, uint32_t prev);
+void directions_stale_ran(uint32_t id);
+void groups_after_flush(void);
+void directions_note_block(struct blk *b);
 
 #endif

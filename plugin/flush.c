@@ -1,8 +1,8 @@
 /*
  * p4pmu: translation-cache flushes (qemu_plugin_reset): starting to count (count=auto),
  * installing an exact-deadline signature, switching the outcome-free ("lite") level
- * (docs/guest-events.md, "The outcome-free level"), re-choosing the silent directions
- * (directions.c).
+ * (docs/guest-events.md, "The outcome-free level"), dropping a block that a change of
+ * silent direction failed to drop (directions.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -114,7 +114,7 @@ static void reset_done(void *ud)
 static void flush_installed(void *ud)
 {
     (void)ud;
-    if (directions.req) directions_rechoose();
+    if (run.instrument) groups_after_flush();
     lite_set(lite_choice());
     mem_set(mem_choice());
     if (!exact.req) {
@@ -176,22 +176,10 @@ void mem_update(void)
     if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
 }
 
-/* After a step of vCPU vi: re-choose the silent directions (a flush) when it pays */
-void directions_update(unsigned vi)
+/* A block that should have been dropped ran (directions.c): a flush drops it */
+void flush_for_stale_block(void)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (!run.dir_first_look) {
-        c->dir_look_at = UINT64_MAX; /* (directions=0: never) */
-        return;
-    }
-    if (!run.instrument || lite.active) {
-        c->dir_look_at = c->resolutions + run.dir_first_look;
-        return;
-    }
-    if (!directions_wanted(vi)) return;
-    if (!flush_request()) return;
-    directions.req = 1;
-    qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+    if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
 }
 
 /* Ask for counter widx[slot] of fold output `o` as the exact-deadline signature (a flush). */

@@ -18,7 +18,7 @@ void lite_update(void);
  * that may count reads a memory-side event, remove it after MEM_STREAK steps in a row that do
  * not want it (at most MEM_MAX_REMOVALS times per run: then it stays) */
 void mem_update(void);
-void directions_update(unsigned vi);
+void flush_for_stale_block(void);
 void exact_request(const struct p4c_out *o, int slot);
 void counting_start(void);
 

@@ -20,6 +20,7 @@
 #include "blocks.h"
 #include "counting.h"
 #include "cuts.h"
+#include "directions.h"
 #include "flush.h"
 #include "intercept.h"
 #include "kinds.h"
@@ -112,6 +113,21 @@ static void debug_report(int i)
                 "removed %u\n", i, memlvl.active ? "on" : "off", memlvl.installs,
                 memlvl.removals);
         mem_report((unsigned)i, c);
+    }
+    if (i == 0) {
+        unsigned long long members = 0, largest = 0, full = 0;
+        for (uint32_t g = 1; g < blocks.n_groups; g++) {
+            uint32_t nm = blocks.groups[g]->nmem;
+            members += nm;
+            if (nm > largest) largest = nm;
+            full += nm >= GMAX;
+        }
+        fprintf(stderr, "p4pmu-debug: %u predictor entry groups, %llu silent-capable members "
+                "(largest %llu, %llu full); directions: %llu looks, %llu changes, %llu branch "
+                "bytes rewritten, %llu not made (address unknown or firmware), %llu stale blocks ran\n",
+                blocks.n_groups - 1, members, largest, full, (ull)directions.looks,
+                (ull)directions.groups_flipped, (ull)directions.rewrites,
+                (ull)directions.unflippable, (ull)directions.stale_runs);
     }
     if (i == 0)
         fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "

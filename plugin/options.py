@@ -122,10 +122,14 @@ OPTIONS: tuple[Option, ...] = (
            "watched in its own events (docs/guest-events.md)", reader="C"),
     Option("lite", BOOL, True, "the outcome-free level: blocks without outcome callbacks while "
            "no enabled counter depends on branch outcomes (docs/guest-events.md)", reader="C"),
-    Option("directions", INT, 0, "re-choose the silent direction of each conditional branch "
-           "(a translation-cache flush) when enough of a window of 2^N resolutions of a vCPU "
-           "would have been silent; 0 (default): keep the static directions "
+    Option("directions", INT, 20, "every 2^N resolutions of a vCPU, give each conditional "
+           "branch whose outcomes went mostly against its silent direction the other one (its "
+           "blocks are translated again; one vCPU only); 0: keep the static directions "
            "(docs/guest-events.md)", lo=0, hi=40, reader="C"),
+    Option("dir_rewrite", BOOL, True, "with directions=: drop a changed branch's translated "
+           "blocks by rewriting a byte of it with its own value; off (for tests): they run on "
+           "until the flush their first execution asks for (docs/guest-events.md)",
+           reader="C"),
     Option("tight", BOOL, True, "tight deadline bounds: an order-free change (a PMI arming, a "
            "FORCE_OVF overflow) is stepped once it may have happened, an EDGE counter with "
            "COMPLEMENT is bounded by its failing clocks (docs/guest-events.md)"),

@@ -164,6 +164,7 @@ void qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(struct qemu_plugin_tb *tb
                                                        p4_plugin_u64 entry, uint64_t imm);
 void qemu_plugin_reset(qemu_plugin_id_t id, p4_udata_cb_t cb, void *userdata);
 int qemu_plugin_read_memory_hwaddr(uint64_t addr, p4_GByteArray *data, size_t len);
+bool qemu_plugin_translate_vaddr(uint64_t vaddr, uint64_t *hwaddr);
 int qemu_plugin_write_memory_hwaddr(uint64_t addr, p4_GByteArray *data);
 void qemu_plugin_register_vcpu_idle_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb,
                                        void *userdata);

@@ -14,6 +14,7 @@
 #include "blocks.h"
 #include "counting.h"
 #include "cuts.h"
+#include "directions.h"
 #include "flush.h"
 #include "kinds.h"
 #include "memory.h"
@@ -224,11 +225,11 @@ static inline struct group_state *block_group_state(struct vcpu_counting *c,
     return r->g;
 }
 
-/* reserve in W the penalties the owner's coming silent outcomes may have (branch-free:
- * this runs at every explicit outcome) */
-static inline void silent_reserve(struct vcpu_counting *c, int silent_t, struct group_state *g)
+/* reserve in W the penalties the owner's coming silent outcomes (in the owner's own
+ * direction) may have (branch-free: this runs at every explicit outcome) */
+static inline void silent_reserve(struct vcpu_counting *c, struct group_state *g)
 {
-    unsigned want = cond_tab.mmax[silent_t][g->oback][g->e];
+    unsigned want = cond_tab.mmax[g->ot][g->oback][g->e];
     want = g->owner && !g->open ? want : 0;
     int64_t d = (int64_t)want - (int64_t)g->resv;
     c->sbase[SB_DEADLINE_CLOCKS] += (uint64_t)(d * (int64_t)cond_tab.pen);
@@ -240,6 +241,14 @@ static inline void set_owner(struct group_state *g, uint32_t id)
 {
     g->owner = id;
     g->oback = id ? blocks.by_id[id]->back : 0;
+    g->ot = id ? blocks.by_id[id]->silent_t : 0;
+}
+
+/* the group may open (every member silent) when its entry is saturated in its direction,
+ * unless a block of a previous direction may still run (directions.c) */
+static inline int group_saturated(const struct pred_group *gr, const struct group_state *g)
+{
+    return g->e == (gr->silent_t ? 4u : 1u) && !gr->stale;
 }
 
 /* the trace of k silent outcomes as counted: the first m mispredicted (a run of identical
@@ -285,10 +294,10 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
     }
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)m * cond_tab.pen;
     c->silent += (uint64_t)k;
-    /* the replay takes the direction b's outcomes took; the reservation is the owner's,
-     * in the group's direction (they differ only for a block translated before the
-     * directions were re-chosen: directions.c) */
-    silent_reserve(c, blocks.groups[b->gid]->silent_t, g);
+    /* the replay takes the direction b's outcomes took (a block translated before its
+     * group's direction changed keeps the old one: directions.c); the reservation is the
+     * owner's */
+    silent_reserve(c, g);
     return k ? t * 2 + !REPLAY_LAST_PREDICTED(rp) : -1;
 }
 
@@ -430,14 +439,13 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
     if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact_pen[pb->os ? 1 : 0];
     res_set(c, pid, pb, v);
     if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
-    /* (the group's direction: a block translated before the directions were re-chosen
-     * may have the other one, directions.c) */
-    int st = blocks.groups[pb->gid]->silent_t;
-    int sat = g->e == (st ? 4u : 1u);
+    /* (the group's direction: a block translated before it changed may have the other
+     * one, directions.c) */
+    int sat = group_saturated(blocks.groups[pb->gid], g);
     if (__builtin_expect(sat != g->open || (!sat && pb->gate && g->owner != pid), 0)) {
         group_change(c, pb, g, pid, sat);
     }
-    silent_reserve(c, st, g);
+    silent_reserve(c, g);
 }
 
 /* Before the group's silent direction changes (a flush, every vCPU stopped, every silent
@@ -449,8 +457,22 @@ void group_release(unsigned vi, uint32_t gid)
     group_gates(c, blocks.groups[gid], 0, 0);
     g->open = 0;
     set_owner(g, 0);
-    silent_reserve(c, 0, g); /* (no owner: releases what is held) */
+    silent_reserve(c, g); /* (no owner: releases what is held) */
     g->dir[0] = g->dir[1] = 0;
+}
+
+/* Before group gid's direction changes on vCPU vi (directions.c; none of its members runs
+ * or has an outcome pending): every member's silent outcomes replayed, then released */
+void group_retire(unsigned vi, uint32_t gid)
+{
+    struct vcpu_counting *c = &run.per_vcpu[vi];
+    const struct pred_group *gr = blocks.groups[gid];
+    uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < nm; i++) {
+        uint32_t m = gr->mem[i];
+        catch_up(vi, c, m, cur_pending(c, m));
+    }
+    group_release(vi, gid);
 }
 
 /* the outcome counts of every group of this vCPU start again */
@@ -637,6 +659,7 @@ void silent_before_fold(unsigned vi)
 }
 
 static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b);
+static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b);
 
 void cb_first(unsigned int vi, void *ud)
 {
@@ -645,7 +668,10 @@ void cb_first(unsigned int vi, void *ud)
     if (b->gate) {
         /* a gated member: executions banked in this batch mean it is listed already */
         int listed = *bank_w(c, b) != 0;
-        member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
+        if (__builtin_expect(b->gen != blocks.groups[b->gid]->flips, 0))
+            stale_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
+        else
+            member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
         if (listed) return;
     }
     if (c->ndirty == MAX_DIRTY) {
@@ -688,8 +714,8 @@ void cb_xcheck(unsigned int vi, void *ud)
     sb[SB_SILENT_NEXT] = X_ACCOUNTED;
     c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
     if (x == X_ACCOUNTED) return;
-    if (__builtin_expect(c->resolutions >= c->dir_look_at, 0)) directions_update(vi);
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
+    if (__builtin_expect(c->resolutions >= c->dir_look_at, 0)) directions_update(vi, b, prev);
     if (!prev) return;
     const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
     if (__builtin_expect(xc && xc->prev == prev, 1)) {
@@ -732,7 +758,7 @@ static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, cons
     c->gates++;
     const struct pred_group *gr = blocks.groups[b->gid];
     if (o) catch_up(vi, c, o, 0);
-    if (g->e == (gr->silent_t ? 4u : 1u)) {
+    if (group_saturated(gr, g)) {
         g->open = 1;
         set_owner(g, 0);
         group_gates(c, gr, 1, 0);
@@ -741,7 +767,38 @@ static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, cons
         set_owner(g, id);
         gate_open(c, id);
     }
-    silent_reserve(c, gr->silent_t, g);
+    silent_reserve(c, g);
+}
+
+/* Entry of a block whose group changed direction after it joined (its translation should
+ * have been dropped: directions.c), at its first execution since it was gated: it runs
+ * silently in its own direction, and is not a member that an open group's replays see.  The
+ * group closes (every member's silent outcomes replayed first) and stays closed until the
+ * next flush, which this asks for; this block becomes the owner, as a member would. */
+static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b)
+{
+    entry_settle(vi, c);
+    struct pred_group *gr = blocks.groups[b->gid];
+    struct group_state *g = block_group_state(c, b, &b->res[vi]);
+    gr->stale = 1;
+    directions_stale_ran(id);
+    if (g->open) {
+        catch_up_open(vi, c, gr, 0);
+        g->open = 0;
+        set_owner(g, 0);
+        group_gates(c, gr, 0, 0);
+    }
+    uint32_t o = g->owner;
+    if (o != id) {
+        c->gates++;
+        if (o) {
+            catch_up(vi, c, o, 0);
+            gate_close(c, o);
+        }
+        set_owner(g, id);
+        gate_open(c, id);
+    }
+    silent_reserve(c, g);
 }
 
 /* REP string instruction about to run: remember RCX */

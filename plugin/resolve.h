@@ -16,6 +16,7 @@ void entry_settle(unsigned vi, struct vcpu_counting *c);
 void silent_catch_up_all(unsigned vi);
 void silent_before_fold(unsigned vi);
 void group_release(unsigned vi, uint32_t gid);
+void group_retire(unsigned vi, uint32_t gid);
 void group_counts_reset(unsigned vi);
 const struct group_state *group_state_peek(unsigned vi, uint32_t gid);
 void cb_first(unsigned int vi, void *ud);

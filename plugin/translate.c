@@ -14,6 +14,7 @@
 #include "blocks.h"
 #include "classify.h"
 #include "counting.h"
+#include "directions.h"
 #include "cuts.h"
 #include "deadline.h"
 #include "flush.h"
@@ -212,6 +213,7 @@ uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v)
     if (__atomic_load_n(&exact.active, __ATOMIC_ACQUIRE)) {
         exact_weight(blocks.by_id[id]);
     }
+    directions_note_block(blocks.by_id[id]);
     register_block_ops(tb, n, id, lt);
     return id;
 }
