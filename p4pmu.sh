@@ -77,7 +77,7 @@ fi
 stamp=.venv/.p4pmu-installed
 want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    say "installing Python dependencies into .venv (numpy, cffi, pygdbmi, pytest, hypothesis)"
+    say "installing Python dependencies into .venv (numpy, cffi, pygdbmi, pytest, hypothesis, xdist)"
     .venv/bin/python -m pip install -q --upgrade pip >&2 ||
         die "pip could not be upgraded (no network to PyPI?)"
     .venv/bin/python -m pip install -q -e '.[test]' >&2 || die "pip install failed (see above)"
@@ -92,5 +92,7 @@ fi
 case "$cmd" in
     setup) say "set-up complete" ;;
     demo) exec .venv/bin/p4pmu demo "$@" ;;
-    test) exec .venv/bin/python -m pytest "$@" ;;
+    # one pytest worker per core, each test file on one worker (its module fixtures shared);
+    # "-n 0" among the arguments runs them one at a time
+    test) exec .venv/bin/python -m pytest -n auto --dist loadfile "$@" ;;
 esac
