@@ -122,9 +122,10 @@ OPTIONS: tuple[Option, ...] = (
            "watched in its own events (docs/guest-events.md)", reader="C"),
     Option("lite", BOOL, True, "the outcome-free level: blocks without outcome callbacks while "
            "no enabled counter depends on branch outcomes (docs/guest-events.md)", reader="C"),
-    Option("directions", INT, 20, "every 2^N resolutions of a vCPU, give each conditional "
+    Option("directions", INT, 0, "every 2^N resolutions of a vCPU, give each conditional "
            "branch whose outcomes went mostly against its silent direction the other one (its "
-           "blocks are translated again; one vCPU only); 0: keep the static directions "
+           "blocks are translated again; one vCPU only; 20 is a good window); 0 (default): keep "
+           "the static directions "
            "(docs/guest-events.md)", lo=0, hi=40, reader="C"),
     Option("dir_rewrite", BOOL, True, "with directions=: drop a changed branch's translated "
            "blocks by rewriting a byte of it with its own value; off (for tests): they run on "
