@@ -75,7 +75,7 @@ def clocks(run_guest):
 
     def get(bits: int):
         if bits not in cache:
-            r = run_guest(f"events{bits}", script=PLAN.script(), timeout=300)
+            r = run_guest(f"events{bits}", script=PLAN.script(), timeout=900)
             r.require_completed()
             model = LoopModel(guest_build.BUILD_DIR / f"events{bits}.elf", bits)
             cache[bits] = (parse_events(r.out.lines), ClockOracle(model))

@@ -156,7 +156,7 @@ def memory(run_guest):
 
     def get(bits: int):
         if bits not in cache:
-            r = run_guest(f"events{bits}", script=PLAN.script(), timeout=300)
+            r = run_guest(f"events{bits}", script=PLAN.script(), timeout=900)
             r.require_completed()
             model = LoopModel(guest_build.BUILD_DIR / f"events{bits}.elf", bits)
             sym = model.img.symbols
@@ -214,7 +214,7 @@ def test_same_counts_with_the_trace_the_checker_and_the_control_channel(run_gues
     instrument from the first block): every value the guest read is the same."""
     first, _ = memory(32)
     opts = (f"trace={tmp_path / 't.jsonl'}", "lint=on", f"control={tmp_path / 'c.sock'}")
-    r = run_guest("events32", script=PLAN.script(), timeout=300, plugin_opts=opts)
+    r = run_guest("events32", script=PLAN.script(), timeout=900, plugin_opts=opts)
     r.require_completed()
     second = parse_events(r.out.lines)
     diff = [k for k in first.values if first.values[k] != second.values.get(k)]

@@ -105,16 +105,22 @@ def _script(sections: list[tuple[str, str]], recipe: bool = True) -> str:
     return "\n".join(out)
 
 
+# A limit that only catches a hung guest: the sessions take 1-5 minutes on an idle 2-core
+# machine, and two or three times that beside another test's guest (./p4pmu.sh test runs one
+# test file per core); a limit near the idle time fails on a busy machine.
+SESSION_TIMEOUT = 1500
+
 _SECTION_RE = re.compile(r"^@@begin (\S+)\n(.*?)^@@end \1 (\d+)$", re.M | re.S)
 
 
 def run_session(tmp: Path, name: str, arch: str, sections, *, smp: int = 1, threads: int = 1,
-                timeout: float = 400, kernel: str = "6.1", recipe: bool = True,
+                timeout: float | None = None, kernel: str = "6.1", recipe: bool = True,
                 clock: str = "host", guest_timeout: float | None = None,
                 append: tuple[str, ...] = (), plugin_opts: tuple[str, ...] = ()) -> Session:
     """One boot running `sections`.  `recipe`: perf-setup first and watchdog_thresh=1 (the
     6.1 sessions); without it the guest is the default one, as a newcomer gets it.
-    `guest_timeout`: p4pmu linux's --timeout (its default otherwise); `append`: more kernel
+    `guest_timeout`: p4pmu linux's --timeout (SESSION_TIMEOUT otherwise); `timeout`: the
+    host's limit (the guest's and two minutes more otherwise); `append`: more kernel
     command-line arguments; `plugin_opts`: more K=V plugin options (model=, timing=)."""
     from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.linux_image.cache import ensure_image
@@ -132,12 +138,12 @@ def run_session(tmp: Path, name: str, arch: str, sections, *, smp: int = 1, thre
            "--threads",
            str(threads), *(("--append", "watchdog_thresh=1") if recipe else ()),
            *(a for arg in append for a in ("--append", arg)),
-           *(("--timeout", str(int(guest_timeout))) if guest_timeout else ()),
+           "--timeout", str(int(guest_timeout or SESSION_TIMEOUT)),
            *(a for opt in plugin_opts for a in ("--plugin-opt", opt)),
            "--add", add, "--kernel-log", str(klog), "--plugin-opt", f"log={plog}", "--",
            _script(sections, recipe)]
     t0 = time.monotonic()
-    r = _run_stopping_cleanly(cmd, timeout)
+    r = _run_stopping_cleanly(cmd, timeout or (guest_timeout or SESSION_TIMEOUT) + 120)
     secs = time.monotonic() - t0
     out = r.stdout.decode(errors="replace")
     (tmp / f"{name}.out").write_text(out)
@@ -262,7 +268,7 @@ def _run_named(tmp: Path, key: str) -> Session:
         return run_session(tmp, key, "amd64", smp_sections(), smp=2, threads=2)
     if key == "top":
         return run_session(tmp, key, "amd64", [TOP], kernel="5.10", recipe=False,
-                           clock="auto", timeout=240)
+                           clock="auto")
     if key == "default":
         return run_session(tmp, key, "amd64", default_sections(), kernel="5.10",
                            recipe=False, clock="auto")
