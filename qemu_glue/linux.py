@@ -59,7 +59,8 @@ from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.cli import add_timing_argument, apply_timing, parse_plugin_opts, \
     resolve_model
 from p4pmu.qemu_glue.errors import UsageError
-from p4pmu.qemu_glue import gdb_launch
+from p4pmu.qemu_glue import gdb_launch, guest_libraries
+from p4pmu.qemu_glue.guest_libraries import LibraryPlan
 from p4pmu.qemu_glue.gdb_launch import GdbSetup
 from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
                                       relay)
@@ -283,8 +284,10 @@ def _add_size(path: Path) -> int:
     return path.stat().st_size
 
 
-def run_archive(command: str, nonce: str, adds: list[AddSpec]) -> bytes:
-    """The second cpio archive, appended to the image's: /p4pmu/{cmd,nonce} and the --add
+def run_archive(command: str, nonce: str, adds: list[AddSpec],
+                libraries: LibraryPlan | None = None) -> bytes:
+    """The second cpio archive, appended to the image's: /p4pmu/{cmd,nonce}, the host
+    libraries the --add programs need (guest path -> host file, guest_libraries) and the --add
     files."""
     buf = io.BytesIO()
     w = CpioWriter(buf, mtime=int(time.time()))
@@ -293,6 +296,12 @@ def run_archive(command: str, nonce: str, adds: list[AddSpec]) -> bytes:
     w.file(f"{guest_init.GUEST_RUN_DIR.lstrip('/')}/nonce", nonce.encode(), 0o600)
     w.dirs.update({"root", "tmp", "bin", "usr", "usr/bin", "usr/local", "usr/local/bin",
                    "etc", "lib", "usr/lib"})  # in the base archive already
+    if libraries is not None:
+        for guest, host in sorted(libraries.files.items()):
+            w.file(guest.lstrip("/"), host.read_bytes(), 0o755)
+        for guest, target in sorted(libraries.links.items()):
+            if guest not in libraries.files:
+                w.symlink(guest.lstrip("/"), target)
     for spec in adds:
         _add_tree(w, spec)
     w.finish()
@@ -481,13 +490,27 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     return LinuxRun(" ".join(command_words), model, popts, plugin_arg, adds, log_path, clock)
 
 
+def plan_libraries(a: argparse.Namespace, run: LinuxRun, image: LinuxImage) -> LibraryPlan:
+    """The host libraries the --add programs need (UsageError before boot when the guest
+    cannot run one); -v says which."""
+    plan = guest_libraries.plan_libraries(run.adds, image.initrd, image.arch)
+    added = sum(_add_size(spec.host) for spec in run.adds) + plan.total_bytes()
+    if plan.files and added > a.memory * 1024 * 1024 // 3:
+        raise UsageError(f"--add: {added / 1e6:.1f} MB of files and the libraries they need do "
+                         f"not fit in a {a.memory} MB guest; raise --memory")
+    if a.verbose:
+        for note in plan.notes:
+            print(f"p4pmu linux: {note}", file=sys.stderr, flush=True)
+    return plan
+
+
 def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: LinuxImage,
-          nonce: str, log, output: HostOutput,
+          nonce: str, log, output: HostOutput, libraries: LibraryPlan,
           gdb: GdbSetup | None = None) -> tuple[GuestEnd, Console]:
     """Give the machine its guest (initramfs in memory, three UART pipes) and run it
     (with --gdb: stopped, waiting for gdb)."""
     initrd = machine.add_memfd_from("initrd", [image.initrd],
-                                    run_archive(run.command, nonce, run.adds))
+                                    run_archive(run.command, nonce, run.adds, libraries))
     pipes = [os.pipe() for _ in range(3)]
     rfds = tuple(r for r, _ in pipes)
     uarts = tuple(machine.pass_fd(w) for _, w in pipes)
@@ -547,6 +570,7 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str],
     qemu = ensure_qemu(progress=True)
     plugin = None if a.no_plugin else (run.plugin_arg or plugin_file(build=True))
     image = ensure_image(a.arch, progress=True, kernel=a.kernel)
+    libraries = plan_libraries(a, run, image)
     t0 = time.monotonic()
     nonce = secrets.token_hex(8)
     log = open(run.log_path, "wb") if run.log_path else io.BytesIO()
@@ -558,7 +582,7 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str],
                       own_session=True) as machine:
         if gdb is not None:
             stack.enter_context(gdb)
-        end, console = _boot(a, run, machine, image, nonce, log, output, gdb)
+        end, console = _boot(a, run, machine, image, nonce, log, output, libraries, gdb)
         for line in bookkeeping_errors(end.qemu_stderr):  # a plugin bug: not only in the log
             print(line, file=sys.stderr, flush=True)
         lines = console.lines()

@@ -1,8 +1,32 @@
-"""A cpio writer in the kernel's initramfs format ("newc", no checksums)."""
+"""cpio in the kernel's initramfs format ("newc", no checksums): a writer and a reader."""
 from __future__ import annotations
 
 import stat
-from typing import BinaryIO
+from typing import BinaryIO, Iterator, NamedTuple
+
+
+class CpioMember(NamedTuple):
+    name: str  # without a leading "/"
+    mode: int
+    data: bytes  # a file's contents, a symlink's target
+
+
+def read_members(data: bytes) -> Iterator[CpioMember]:
+    """The members of a newc archive (as CpioWriter writes them), up to its trailer."""
+    pos = 0
+    while pos + 110 <= len(data):
+        hdr = data[pos:pos + 110]
+        if hdr[:6] not in (b"070701", b"070702"):
+            raise ValueError(f"not a newc cpio archive (at byte {pos})")
+        field = [int(hdr[6 + 8 * i:14 + 8 * i], 16) for i in range(13)]
+        mode, size, namesize = field[1], field[6], field[11]
+        name = data[pos + 110:pos + 110 + namesize - 1].decode("utf-8", "replace")
+        pos = (pos + 110 + namesize + 3) & ~3
+        body = data[pos:pos + size]
+        pos = (pos + size + 3) & ~3
+        if name == "TRAILER!!!":
+            return
+        yield CpioMember(name, mode, body)
 
 class CpioWriter:
     """Writes a cpio archive in the kernel's initramfs format ("newc", no checksums)."""

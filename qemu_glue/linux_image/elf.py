@@ -92,6 +92,51 @@ class Elf:
                 return self._str(strtab, v)
         return None
 
+    def _verneed(self) -> list[tuple[int, str, str]]:
+        """(version index, library file, version name) of each DT_VERNEED entry."""
+        out: list[tuple[int, str, str]] = []
+        vn = self._sec(0x6FFFFFFE)  # SHT_GNU_verneed
+        if not vn:
+            return out
+        vs = self.sections[vn["link"]]
+        off = vn["offset"]
+        for _ in range(vn["info"]):
+            _, cnt, file_, aux, nxt = struct.unpack_from("<HHIII", self.data, off)
+            a = off + aux
+            for _ in range(cnt):
+                _, _, other, name, anext = struct.unpack_from("<IHHII", self.data, a)
+                out.append((other, self._str(vs, file_), self._str(vs, name)))
+                a += anext
+            if not nxt:
+                break
+            off += nxt
+        return out
+
+    def version_needs(self) -> dict[str, set[str]]:
+        """The symbol versions this object needs, per library file (DT_VERNEED: e.g.
+        {"libc.so.6": {"GLIBC_2.2.5", "GLIBC_2.34"}})."""
+        out: dict[str, set[str]] = {}
+        for _, file_, name in self._verneed():
+            out.setdefault(file_, set()).add(name)
+        return out
+
+    def version_defs(self) -> set[str]:
+        """The symbol versions this library defines (DT_VERDEF), its own soname's entry
+        included."""
+        out: set[str] = set()
+        vd = self._sec(0x6FFFFFFD)  # SHT_GNU_verdef
+        if not vd:
+            return out
+        vs = self.sections[vd["link"]]
+        off = vd["offset"]
+        for _ in range(vd["info"]):
+            _, _, _, _, _, aux, nxt = struct.unpack_from("<HHHHIII", self.data, off)
+            out.add(self._str(vs, struct.unpack_from("<I", self.data, off + aux)[0]))
+            if not nxt:
+                break
+            off += nxt
+        return out
+
     def dynsym(self) -> list[tuple]:
         """(name, value, size, bind, type, shndx, version_file, version_name, hidden) for each
         dynamic symbol; version_file is set for references (verneed), None for definitions."""
@@ -104,22 +149,8 @@ class Elf:
             return out
         strtab = self.sections[sec["link"]]
         versym_sec = self._sec(0x6FFFFFFF)
-        vneed: dict[int, tuple[str, str]] = {}
+        vneed = {idx: (file_, name) for idx, file_, name in self._verneed()}
         vdef: dict[int, str] = {}
-        vn = self._sec(0x6FFFFFFE)  # SHT_GNU_verneed
-        if vn:
-            vs = self.sections[vn["link"]]
-            off = vn["offset"]
-            for _ in range(vn["info"]):
-                _, cnt, file_, aux, nxt = struct.unpack_from("<HHIII", self.data, off)
-                a = off + aux
-                for _ in range(cnt):
-                    _, _, other, name, anext = struct.unpack_from("<IHHII", self.data, a)
-                    vneed[other] = (self._str(vs, file_), self._str(vs, name))
-                    a += anext
-                if not nxt:
-                    break
-                off += nxt
         vd = self._sec(0x6FFFFFFD)  # SHT_GNU_verdef
         if vd:
             vs = self.sections[vd["link"]]

@@ -32,7 +32,7 @@ _TRIPLETS = {"amd64": ("x86_64-linux-gnu", "/lib64/ld-linux-x86-64.so.2", 2, 62)
              "i386": ("i386-linux-gnu", "/lib/ld-linux.so.2", 1, 3)}
 
 
-def _arch_layout(arch: str) -> tuple[str, str, int, int]:
+def arch_layout(arch: str) -> tuple[str, str, int, int]:
     """(multiarch triplet, loader path, ELF class, ELF machine) of a guest architecture."""
     return _TRIPLETS[arch]
 
@@ -42,7 +42,7 @@ class DebianTree:
 
     def __init__(self, root: Path, arch: str):
         self.root = root
-        triplet, self.loader, self.elf_class, self.machine = _arch_layout(arch)
+        triplet, self.loader, self.elf_class, self.machine = arch_layout(arch)
         self.libdirs = [f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib", "/usr/lib"]
 
     def host(self, guest_path: str) -> Path:
