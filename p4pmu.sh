@@ -37,12 +37,15 @@ command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1 ||
   headers, gcc with 32-bit support, gdb, and a QEMU 11.1 built with plugin support."
 
 # gcc-multilib: the 32-bit bare-metal test guests; python3-dev: cffi's embedding build of the
-# plugin; gdb: the scripted-GDB features; xz-utils and cpio: guest images.
-pkgs=(gcc gcc-multilib make binutils python3 python3-venv python3-dev gdb xz-utils cpio
-      ca-certificates gnupg debian-archive-keyring)
+# plugin; gdb: the scripted-GDB features; xz-utils and cpio: guest images; g++ and the host's
+# perf (linux-perf): host-built programs in the guest and guest recordings read on the host.
+pkgs=(gcc gcc-multilib g++ make binutils python3 python3-venv python3-dev gdb xz-utils cpio
+      ca-certificates gnupg debian-archive-keyring linux-perf)
 if ! grep -qi debian /etc/os-release 2>/dev/null; then
-    # Ubuntu has no debian-archive-keyring in main under that name on every release
+    # Ubuntu has no debian-archive-keyring in main under that name on every release, and
+    # ships perf as linux-tools-common (with a kernel-specific linux-tools-<release>)
     pkgs=("${pkgs[@]/debian-archive-keyring/}")
+    pkgs=("${pkgs[@]/linux-perf/linux-tools-common}")
 fi
 missing=()
 for p in "${pkgs[@]}"; do

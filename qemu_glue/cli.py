@@ -303,7 +303,7 @@ def _add_linux(sub, fmt) -> None:
         "linux", formatter_class=fmt,
         help="run a command in a Linux guest (Debian's 5.10 or 6.1 kernel, perf) on the "
              "emulated PMU",
-        usage="p4pmu linux [OPTIONS] -- COMMAND...",
+        usage="p4pmu linux [OPTIONS] [-- COMMAND...]",
         description="Boot a Linux guest (Debian 11's 5.10 or 12's 6.1 kernel, busybox, perf) "
                     "on an emulated "
                     "Pentium 4, run COMMAND in it with /bin/sh -c, print its stdout and stderr "

@@ -110,7 +110,7 @@ def _host_resolution(loader: str, obj: Path) -> dict[str, str | None]:
     """soname -> host path (None: not found) of every library the host's loader loads for
     `obj` (``ld.so --list``, what ldd runs; the program's own code does not run)."""
     try:
-        p = subprocess.run([loader, "--list", str(obj)], capture_output=True, text=True,
+        p = subprocess.run([loader, "--list", str(obj.absolute())], capture_output=True, text=True,
                            timeout=60, env={**os.environ, "LC_ALL": "C"})
     except OSError as e:
         raise UsageError(f"--add {obj}: the host cannot run its loader {loader} to find the "

@@ -1,14 +1,18 @@
 """`p4pmu linux`: run a shell command in a Linux guest on the emulated Pentium 4.
 
     p4pmu linux [--kernel 5.10|6.1] [--arch amd64|i386] [--smp N] [--threads 2]
-                [--model 0F_MM] [--add HOST_PATH[:GUEST_PATH]]... [--kernel-log PATH]
-                [--show-kernel] [--timeout S] -- COMMAND...
+                [--model 0F_MM] [--add HOST_PATH[:GUEST_PATH]]...
+                [--fetch GUEST_PATH[:HOST_PATH]]... [-n] [-t] [--kernel-log PATH]
+                [--show-kernel] [--timeout S] [-- COMMAND...]
 
 The guest is Debian 11's 5.10 kernel (or Debian 12's 6.1, whose P4 driver miscounts: see
 docs/linux-guest.md) with busybox, perf and `p4event` (`p4pmu.qemu_glue.linux_image` builds
 and caches it).  COMMAND's words are joined with spaces and run with ``/bin/sh -c`` in
 ``/root`` as root; its standard output and standard error come out on the host's, and p4pmu
-exits with its exit status.  Other tools and the tests build on this interface.
+exits with its exit status.  A piped standard input reaches it and --fetch brings files back
+(linux_ports.py); without COMMAND on a terminal, or with -t, it runs on a terminal in the
+guest (linux_terminal.py); --add programs bring the host libraries they need
+(guest_libraries.py).  Other tools and the tests build on this interface.
 
 How the output gets out (docs/linux-guest.md): three 16550 UARTs, each on its own host pipe
 (QEMU's ``file`` character device on ``/dev/fd/N``):
@@ -20,7 +24,8 @@ How the output gets out (docs/linux-guest.md): three 16550 UARTs, each on its ow
 - ttyS2 (COM3 at 3E8h, moved to IRQ 5 so that it does not share COM1's edge-triggered line).
 
 The guest switches ttyS1/ttyS2 to raw mode and feeds them from pipes, so the bytes arrive
-unchanged (no CR/LF translation, any byte value) and COMMAND sees pipes, not a terminal.
+unchanged (no CR/LF translation, any byte value) and COMMAND sees pipes, not a terminal
+(except in a terminal session, where ttyS1 is the terminal).
 /init waits until both are drained before it reports the status and powers off.
 
 Exit status: COMMAND's; 124 when the timeout expired; 125 when the guest or QEMU failed
@@ -59,11 +64,13 @@ from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.cli import add_timing_argument, apply_timing, parse_plugin_opts, \
     resolve_model
 from p4pmu.qemu_glue.errors import UsageError
-from p4pmu.qemu_glue import gdb_launch, guest_libraries
+from p4pmu.qemu_glue import gdb_launch, guest_libraries, linux_terminal
 from p4pmu.qemu_glue.guest_libraries import LibraryPlan
 from p4pmu.qemu_glue.gdb_launch import GdbSetup
 from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
                                       relay)
+from p4pmu.qemu_glue.linux_ports import FetchSpec, Ports, parse_fetch, stdin_wanted
+from p4pmu.qemu_glue.linux_terminal import Terminal
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
@@ -148,6 +155,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="copy a file or folder into the guest (mode bits kept); GUEST_PATH "
                         "defaults to /root/<name>, a relative one is under /root, one ending "
                         "in / is a folder to put it in. Repeatable")
+    p.add_argument("--fetch", metavar="GUEST_PATH[:HOST_PATH]", action="append", default=[],
+                   help="after COMMAND (also when it fails), copy a file or folder of the guest "
+                        "to the host; HOST_PATH defaults to ./<name>, an existing folder or one "
+                        "ending in / receives <name>; a relative GUEST_PATH is under /root. "
+                        "Repeatable")
+    p.add_argument("-t", "--tty", action="store_true",
+                   help="run COMMAND on a terminal in the guest, connected to this one (the "
+                        "default without COMMAND: an interactive shell); Ctrl-] stops the "
+                        "guest")
+    p.add_argument("-n", "--no-stdin", action="store_true",
+                   help="COMMAND reads /dev/null, not this standard input (which goes to "
+                        "COMMAND when it is a pipe or a file)")
     p.add_argument("--kernel-log", metavar="PATH",
                    help="write the kernel's console messages here (default: kept in memory, "
                         "written to a file named in the message only when the run fails)")
@@ -167,12 +186,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def usage_epilog() -> str:
     return ("COMMAND runs with /bin/sh -c in /root (its words joined with spaces, as ssh does); "
-            "its stdout and stderr come out here and its exit status is p4pmu's. p4pmu's own "
-            f"failures: {EXIT_TIMEOUT} timeout, {EXIT_FAILURE} guest or QEMU failure, 2 usage.\n\n"
+            "its stdout and stderr come out here and its exit status is p4pmu's; a piped "
+            "stdin reaches it. Without COMMAND on a terminal: an interactive shell (Ctrl-] "
+            "stops the guest). p4pmu's own failures: "
+            f"{EXIT_TIMEOUT} timeout, {EXIT_FAILURE} guest or QEMU failure, 2 usage.\n\n"
             "examples:\n"
+            "  p4pmu linux\n"
             "  p4pmu linux -- perf stat -e instructions,branches ls /\n"
             "  p4pmu linux -- 'perf stat -e $(p4event branch_retired:MMTP:MMTM:u) ls /'\n"
             "  p4pmu linux --add ./bench:/root/bench -- ./bench\n"
+            "  p4pmu linux --fetch perf.data -- perf record -o perf.data ls /\n"
+            "  printf 'echo hi\\nexit 3\\n' | p4pmu linux -- sh\n"
             "  p4pmu linux --arch i386 --smp 2 --threads 2 -- 'perf list hw'\n"
             "  p4pmu linux -- 'dmesg | grep -i -e pmu -e netburst'")
 
@@ -285,15 +309,18 @@ def _add_size(path: Path) -> int:
 
 
 def run_archive(command: str, nonce: str, adds: list[AddSpec],
-                libraries: LibraryPlan | None = None) -> bytes:
-    """The second cpio archive, appended to the image's: /p4pmu/{cmd,nonce}, the host
-    libraries the --add programs need (guest path -> host file, guest_libraries) and the --add
-    files."""
+                libraries: LibraryPlan | None = None,
+                run_files: dict[str, bytes] | None = None) -> bytes:
+    """The second cpio archive, appended to the image's: /p4pmu/{cmd,nonce} and `run_files`
+    (linux_ports.Ports.run_files), the host libraries the --add programs need (guest_libraries)
+    and the --add files."""
     buf = io.BytesIO()
     w = CpioWriter(buf, mtime=int(time.time()))
     w.dir(guest_init.GUEST_RUN_DIR.lstrip("/"), 0o700)
     w.file(f"{guest_init.GUEST_RUN_DIR.lstrip('/')}/cmd", command.encode(), 0o600)
     w.file(f"{guest_init.GUEST_RUN_DIR.lstrip('/')}/nonce", nonce.encode(), 0o600)
+    for name, data in (run_files or {}).items():
+        w.file(f"{guest_init.GUEST_RUN_DIR.lstrip('/')}/{name}", data, 0o600)
     w.dirs.update({"root", "tmp", "bin", "usr", "usr/bin", "usr/local", "usr/local/bin",
                    "etc", "lib", "usr/lib"})  # in the base archive already
     if libraries is not None:
@@ -321,7 +348,8 @@ def guest_qemu_args(image: LinuxImage, smp: int, threads: int, memory: int, init
                     append: list[str], uarts: tuple[str, str, str],
                     clock: str = DEFAULT_CLOCK) -> list[str]:
     """QEMU's arguments for the guest (P4Machine adds the CPU and the plugin); ``uarts``:
-    the paths QEMU writes the console, stdout and stderr UARTs to."""
+    the character-device backends of the console, stdout and stderr UARTs
+    ("file,path=/dev/fd/N", or the terminal's "socket,fd=N")."""
     con, out, err = uarts
     smp_opt = str(smp) + (f",threads=2,cores={smp // 2},sockets=1" if threads == 2 else "")
     cmdline = " ".join(x for x in (KERNEL_CMDLINE, KERNEL_CMDLINE_ARCH.get(image.arch, ""),
@@ -331,9 +359,9 @@ def guest_qemu_args(image: LinuxImage, smp: int, threads: int, memory: int, init
         "-machine", "pc", "-m", str(memory), "-nodefaults", "-no-reboot", "-display", "none",
         "-smp", smp_opt,
         "-kernel", str(image.kernel), "-initrd", initrd, "-append", cmdline,
-        "-chardev", f"file,id=p4pmu_con,path={con}", "-serial", "chardev:p4pmu_con",
-        "-chardev", f"file,id=p4pmu_out,path={out}", "-serial", "chardev:p4pmu_out",
-        "-chardev", f"file,id=p4pmu_err,path={err}",
+        "-chardev", f"{con},id=p4pmu_con", "-serial", "chardev:p4pmu_con",
+        "-chardev", f"{out},id=p4pmu_out", "-serial", "chardev:p4pmu_out",
+        "-chardev", f"{err},id=p4pmu_err",
         "-device", f"isa-serial,chardev=p4pmu_err,index=2,irq={COM3_IRQ}",
     ]
 
@@ -359,11 +387,13 @@ def _start_copies(machine: P4Machine, rfds, sinks, qerr: bytearray,
     return threads
 
 
-def run_guest(machine: P4Machine, sinks, rfds: tuple[int, int, int], timeout: float | None,
-              output: HostOutput, started=None) -> GuestEnd:
-    """Launch QEMU, copy the three pipes into ``sinks`` (console, stdout, stderr) until QEMU
-    is gone, the timeout expires, the host's stdout closes or p4pmu gets a stop signal
-    (then _Stop)."""
+def run_guest(machine: P4Machine, sinks, rfds: tuple[int, ...], timeout: float | None,
+              output: HostOutput, started=None, ports: Ports | None = None,
+              terminal: Terminal | None = None) -> GuestEnd:
+    """Launch QEMU, copy the UART pipes into ``sinks`` (console, stdout, stderr; with a
+    `terminal`, console and stderr), serve the virtio-serial `ports` and the terminal until
+    QEMU is gone, the timeout expires, the host's stdout closes, Ctrl-] is typed on the
+    terminal or p4pmu gets a stop signal (then _Stop)."""
     qerr = bytearray()
     threads: list[threading.Thread] = []
     ended = "exit"
@@ -375,15 +405,27 @@ def run_guest(machine: P4Machine, sinks, rfds: tuple[int, int, int], timeout: fl
             except BaseException:
                 for fd in rfds:
                     os.close(fd)
+                for part in (ports, terminal):
+                    if part is not None:
+                        part.close_unstarted()
                 raise
             threads = _start_copies(machine, rfds, sinks, qerr, output)
+            if ports is not None:
+                ports.start()
+            if terminal is not None:
+                terminal.start(output.stdout)
             if started is not None:
                 started(machine.pid)  # (--gdb: the session is recorded for p4pmu gdb)
-            ended = _watch(machine, timeout, noted, output)
+            ended = _watch(machine, timeout, noted, output,
+                           terminal.escaped if terminal is not None else None)
         finally:
             machine.shutdown()
             for t in threads:
                 t.join(timeout=10)
+            if ports is not None:
+                ports.join()
+            if terminal is not None:
+                terminal.join()
     if noted:
         raise _Stop(noted[0])
     text = qerr.decode("utf-8", "replace")
@@ -393,8 +435,8 @@ def run_guest(machine: P4Machine, sinks, rfds: tuple[int, int, int], timeout: fl
 
 
 def _watch(machine: P4Machine, timeout: float | None, noted: list[int],
-           output: HostOutput) -> str:
-    """Wait for QEMU's end; how it ended (a noted signal: "signal")."""
+           output: HostOutput, escaped: threading.Event | None = None) -> str:
+    """Wait for QEMU's end; how it ended (a noted signal: "signal"; Ctrl-]: "escape")."""
     deadline = time.monotonic() + timeout if timeout else None
     while True:
         try:
@@ -406,6 +448,8 @@ def _watch(machine: P4Machine, timeout: float | None, noted: list[int],
             return "signal"
         if output.stdout_closed.is_set():
             return "stdout closed"
+        if escaped is not None and escaped.is_set():
+            return "escape"
         if deadline is not None and time.monotonic() > deadline:
             return "timeout"
 
@@ -452,12 +496,21 @@ class LinuxRun:
     adds: list[AddSpec]
     log_path: Path | None  # --kernel-log
     clock: str
+    fetches: list[FetchSpec]
+    stdin: bool  # standard input goes to COMMAND
+    tty: bool  # an interactive terminal (linux_terminal)
 
 
 def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     """Every check that needs nothing downloaded or built; UsageError."""
+    tty_mode = linux_terminal.wanted(command_words, a.tty)
+    if a.tty and not tty_mode:
+        raise UsageError("-t: standard input and output must be a terminal")
+    if not command_words and not tty_mode:
+        raise UsageError("no COMMAND: give it after `--`, e.g. p4pmu linux -- perf stat true "
+                         "(without COMMAND on a terminal: an interactive shell)")
     if not command_words:
-        raise UsageError("no COMMAND: give it after `--`, e.g. p4pmu linux -- perf stat true")
+        command_words = ["exec", "/bin/sh", "-i"]
     popts = parse_plugin_opts(a.plugin_opt or [])
     apply_timing(a.timing, popts)
     model = resolve_model(a.model, None, popts)  # --model, or --plugin-opt model=
@@ -487,7 +540,12 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
         raise UsageError(f"--add: {added / 1e6:.1f} MB of files do not fit in a {a.memory} MB "
                          "guest (they live in its RAM, twice while the initramfs is unpacked); "
                          "raise --memory")
-    return LinuxRun(" ".join(command_words), model, popts, plugin_arg, adds, log_path, clock)
+    fetches = [parse_fetch(s) for s in a.fetch]
+    stdin = not a.no_stdin and not tty_mode and stdin_wanted()
+    if tty_mode and getattr(a, "gdb", None) is not None:
+        raise UsageError("--gdb cannot go with an interactive terminal (gdb needs this one)")
+    return LinuxRun(" ".join(command_words), model, popts, plugin_arg, adds, log_path, clock,
+                    fetches, stdin, tty_mode)
 
 
 def plan_libraries(a: argparse.Namespace, run: LinuxRun, image: LinuxImage) -> LibraryPlan:
@@ -505,17 +563,25 @@ def plan_libraries(a: argparse.Namespace, run: LinuxRun, image: LinuxImage) -> L
 
 
 def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: LinuxImage,
-          nonce: str, log, output: HostOutput, libraries: LibraryPlan,
+          nonce: str, log, output: HostOutput, libraries: LibraryPlan, ports: Ports,
           gdb: GdbSetup | None = None) -> tuple[GuestEnd, Console]:
-    """Give the machine its guest (initramfs in memory, three UART pipes) and run it
-    (with --gdb: stopped, waiting for gdb)."""
+    """Give the machine its guest (initramfs in memory, three UART pipes, the virtio-serial
+    ports) and run it (with --gdb: stopped, waiting for gdb)."""
+    terminal = Terminal() if run.tty else None
+    run_files = ports.run_files()
+    if terminal is not None:
+        run_files["tty"] = terminal.run_file()
     initrd = machine.add_memfd_from("initrd", [image.initrd],
-                                    run_archive(run.command, nonce, run.adds, libraries))
-    pipes = [os.pipe() for _ in range(3)]
+                                    run_archive(run.command, nonce, run.adds, libraries,
+                                                run_files))
+    pipes = [os.pipe() for _ in range(2 if terminal is not None else 3)]
     rfds = tuple(r for r, _ in pipes)
-    uarts = tuple(machine.pass_fd(w) for _, w in pipes)
+    files = [f"file,path={machine.pass_fd(w)}" for _, w in pipes]
+    uarts = (files[0], terminal.backend(machine), files[1]) if terminal is not None else \
+        tuple(files)
     machine.qemu_args = guest_qemu_args(image, a.smp, a.threads, a.memory, initrd, a.append,
                                         uarts, run.clock)  # type: ignore[arg-type]
+    machine.qemu_args += ports.qemu_args(machine)
     if gdb is not None:
         machine.qemu_args += gdb.qemu_args
     try:
@@ -526,10 +592,12 @@ def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: Linux
             os.close(fd)
         raise
     console = Console(log, a.show_kernel, output)
-    sinks = (console.feed, LineSink(output.stdout), LineSink(output.stderr))
+    sinks = (console.feed, LineSink(output.stderr)) if terminal is not None else \
+        (console.feed, LineSink(output.stdout), LineSink(output.stderr))
     timeout = None if gdb is not None else a.timeout or None
     end = run_guest(machine, sinks, rfds, timeout, output,  # type: ignore[arg-type]
-                    started=gdb.started if gdb is not None else None)
+                    started=gdb.started if gdb is not None else None, ports=ports,
+                    terminal=terminal)
     if end.qemu_stderr.strip():
         log.write(b"\n--- QEMU's standard error ---\n" + end.qemu_stderr.encode())
     return end, console
@@ -582,15 +650,22 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str],
                       own_session=True) as machine:
         if gdb is not None:
             stack.enter_context(gdb)
-        end, console = _boot(a, run, machine, image, nonce, log, output, libraries, gdb)
+        ports = Ports(run.stdin, run.fetches)
+        end, console = _boot(a, run, machine, image, nonce, log, output, libraries, ports, gdb)
         for line in bookkeeping_errors(end.qemu_stderr):  # a plugin bug: not only in the log
             print(line, file=sys.stderr, flush=True)
         lines = console.lines()
         status = find_status(lines, nonce)
+        fetch_errors = ports.unpack()
         if end.how == "stdout closed":
             return 128 + signal.SIGPIPE  # what the shell reports for a writer cut off
+        if end.how == "escape":
+            linux_terminal.note_escape()
+            return 128 + signal.SIGINT
         if status is not None and end.how == "exit":
-            return status
+            for err in fetch_errors:
+                print(f"p4pmu linux: error: {err}", file=sys.stderr, flush=True)
+            return EXIT_FAILURE if fetch_errors and status == 0 else status
         kept = run.log_path or _keep(log.getvalue())  # type: ignore[union-attr]
         return _failure(a, end, lines, time.monotonic() - t0, f"(full kernel log: {kept})")
 

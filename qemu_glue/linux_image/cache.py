@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 import json
 import shutil
 import time
@@ -22,13 +23,14 @@ from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.guest_init import INIT_SCRIPT, guest_helpers
 from p4pmu.qemu_glue.linux_image.kernel import install_kernel
 from p4pmu.qemu_glue.linux_image.packages import STUB_PACKAGES, DebPackage, fetch_packages
-from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, DEFAULT_KERNEL, KernelPin, pin_for
+from p4pmu.qemu_glue.linux_image.pins import (BUSYBOX_PACKAGE, DEFAULT_KERNEL, GUEST_MODULES,
+                                              GUEST_TOOLS, KernelPin, pin_for)
 from p4pmu.qemu_glue.linux_image.root_tree import STUB_SONAMES, DebianTree, write_initramfs
 from p4pmu.qemu_glue.provision import (Progress, cache_lock, cache_root, check_tools, finish_cache,
                                        megabytes, safe_wipe)
 
 # Bump when the builder produces a different image from the same packages.
-IMAGE_FORMAT = 1
+IMAGE_FORMAT = 2
 _STAMP_FORMAT = 1
 _MIN_FREE_BYTES = 300 * 1024 * 1024  # ~80 MB of packages, ~250 MB unpacked while building
 
@@ -50,6 +52,8 @@ def recipe(arch: str, kernel: str = DEFAULT_KERNEL) -> dict:
         "suites": list(pin.suites),
         "boot": pin.boot,
         "stub_packages": STUB_PACKAGES.pattern,
+        "tools": [[t.package, *t.programs, *t.data] for t in GUEST_TOOLS],
+        "modules": list(GUEST_MODULES),
         "stub_sonames": STUB_SONAMES.pattern,
         "init": hashlib.sha256(INIT_SCRIPT.encode()).hexdigest(),
         "helpers": hashlib.sha256(json.dumps(guest_helpers(), sort_keys=True).encode())
@@ -185,10 +189,12 @@ def _build_locked(pin: KernelPin, root: Path, vdir: Path, pr: Progress) -> Linux
     apt.unpack([p for p in pkgs if p.name != pin.kernel_package], unpack, pr, "[4/6]",
                ImageError)
     kdeb = apt.archives / next(p.filename for p in pkgs if p.name == pin.kernel_package)
-    kernel_file = install_kernel(kdeb, pin, work, vdir, pr)
-    pr.say("[6/6] initramfs: busybox, perf, its libraries, stubs for "
-           "python/perl/slang/opencsd/babeltrace")
-    facts = write_initramfs(DebianTree(unpack, pin.arch), vdir / "initrd.cpio", pin, pr)
+    kernel_file, modules = install_kernel(kdeb, pin, work, vdir, pr)
+    pr.say("[6/6] initramfs: busybox, perf, "
+           f"{', '.join(os.path.basename(p) for t in GUEST_TOOLS for p in t.programs)}, their "
+           "libraries, stubs for python/perl/opencsd/babeltrace, the modules")
+    facts = write_initramfs(DebianTree(unpack, pin.arch), vdir / "initrd.cpio", pin, pr,
+                            modules)
     shutil.rmtree(work, ignore_errors=True)
     stamp = _stamp(pin, vdir, kernel_file, facts, pkgs)
     finish_cache(vdir, stamp, apt, pkgs)

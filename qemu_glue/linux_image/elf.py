@@ -56,6 +56,16 @@ class Elf:
                 return self.data[o:o + fs].rstrip(b"\0").decode()
         return None
 
+    def section(self, name: str) -> bytes | None:
+        """The contents of the section named `name` (None: no such section)."""
+        if not self.sections or self.shstrndx >= len(self.sections):
+            return None
+        names = self.sections[self.shstrndx]
+        for sec in self.sections:
+            if self._str(names, sec["name"]) == name:
+                return self.data[sec["offset"]:sec["offset"] + sec["size"]]
+        return None
+
     def _sec(self, sh_type: int) -> dict | None:
         return next((s for s in self.sections if s["type"] == sh_type), None)
 

@@ -4,7 +4,7 @@ apt runs under p4pmu's private configuration (`p4pmu.qemu_glue.provision.AptEnv`
 QEMU's provisioning uses, pointed at the pin's suites and the guest's architecture): apt checks
 the archive signatures against the system's Debian keyring and every file against the signed
 index; each file is checked once more against the index's SHA-256 here.  perf's optional
-libraries (python, perl, slang, opencsd, babeltrace) are not downloaded: the image carries
+libraries (python, perl, opencsd, babeltrace) are not downloaded: the image carries
 stub libraries in their place (`p4pmu.qemu_glue.linux_image.stub_library`).
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from p4pmu.qemu_glue.linux_image.errors import ImageError
-from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, KernelPin
+from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, GUEST_TOOLS, KernelPin
 from p4pmu.qemu_glue.provision import (APT_GET_LINE, AptEnv, Progress, apt_failure, cache_root,
                                        check_tools, deb_name_version, megabytes, sha256_file)
 
 # perf's optional libraries: their packages are not downloaded, their sonames are stubbed.
-STUB_PACKAGES = re.compile(r"(libpython3\.\d+|libperl5\.\d+|libslang2|libopencsd\d*|"
+STUB_PACKAGES = re.compile(r"(libpython3\.\d+|libperl5\.\d+|libopencsd\d*|"
                            r"libbabeltrace\d*|libbabeltrace-ctf\d*|perl|python3)(:any)?")
 
 
@@ -107,8 +107,9 @@ def fetch_packages(pin: KernelPin, apt_base: Path,
 
 
 def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPackage]:
-    """The pinned packages plus the closure of linux-perf's dependencies, without perf's
-    optional libraries (stubbed) and without anything the image does not need."""
+    """The pinned packages and the guest tools' (GUEST_TOOLS) plus the closure of their
+    dependencies, without perf's optional libraries (stubbed) and without anything the image
+    does not need."""
     pinned = {pin.kernel_package: pin.version, pin.perf_package: pin.version,
               BUSYBOX_PACKAGE: pin.busybox_version}
     rc, out = apt.run(["apt-cache", "show", *(f"{n}={v}" for n, v in pinned.items())])
@@ -122,8 +123,15 @@ def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPacka
             raise apt_error(f"looking up {n}={v}", 100,
                              f"E: Version '{v}' for '{n}' was not found", pin)
         chosen[n] = r
-    queue = [pin.perf_package]
-    seen = {pin.perf_package}
+    tools = [t.package for t in GUEST_TOOLS]
+    rc, out = apt.run(["apt-cache", "show", "--no-all-versions", *tools])
+    recs = _parse_records(out)
+    for n in tools:
+        if n not in recs:
+            raise apt_error(f"looking up {n}", 100, f"E: Unable to locate package {n}", pin)
+        chosen[n] = recs[n]
+    queue = [pin.perf_package, *tools]
+    seen = set(queue)
     while queue:
         batch, queue = queue, []
         wanted: list[list[str]] = []
@@ -143,8 +151,9 @@ def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPacka
                 continue
             pick = next((a for a in alts if a in chosen or a in found), None)
             if pick is None:
-                raise ImageError(f"cannot resolve the dependency {' | '.join(alts)} of "
-                                 f"{pin.perf_package} {pin.version} in {', '.join(pin.suites)}")
+                raise ImageError(f"cannot resolve the dependency {' | '.join(alts)} of the "
+                                 f"image's packages ({pin.perf_package} {pin.version}, "
+                                 f"{', '.join(tools)}) in {', '.join(pin.suites)}")
             if pick not in chosen:
                 chosen[pick] = found[pick]
             if pick not in seen:

@@ -17,9 +17,12 @@ from p4pmu.qemu_glue.linux_image.errors import ImageError
 # 6.1 is Debian 12 "bookworm"'s.  Its p4_pmu_set_period writes the *previous* period as the
 # second write: the counts of a counter's first use, of a task switched out and back in and of
 # multiplexed events are nonsense, on a real Pentium 4 as here (docs/linux-guest.md, "Linux
-# 6.1's p4_pmu_set_period quirk").  amd64 6.1 is bookworm-security's current kernel; i386 6.1
-# is the 12.x point release's: bookworm-security's i386 index could not be fetched from the
-# mirror this was built against ("File has unexpected size", persistently).  To move a pin:
+# 6.1's p4_pmu_set_period quirk").  6.1 is the 12.x point release's kernel on both
+# architectures: bookworm-security replaces its kernel and perf with every update (and their
+# Debian revisions need not agree: kernel 6.1.192-2 came with perf 6.1.192-3), so a pin there
+# stops resolving within weeks; the point release's holds until the next point release, and
+# bookworm-security's i386 index could not be fetched from the mirror this was built against
+# ("File has unexpected size", persistently).  To move a pin:
 # `python -m p4pmu.qemu_glue.linux_image --policy --kernel K --arch A` shows what the archive
 # offers.
 
@@ -29,7 +32,7 @@ class KernelPin:
     kernel: str  # the --kernel choice: "5.10" or "6.1"
     arch: str  # Debian architecture of the guest: amd64 or i386
     flavour: str  # amd64 or 686
-    abi: str  # "6.1.0-56": part of the package name and of `uname -r`
+    abi: str  # "6.1.0-50": part of the package name and of `uname -r`
     version: str  # Debian version of linux-image-<abi>-<flavour> and of the perf package
     perf_package: str  # linux-perf-5.10 (bullseye), linux-perf (bookworm): same source
     busybox_version: str  # busybox-static of the same Debian release
@@ -61,8 +64,8 @@ PINS: dict[tuple[str, str], KernelPin] = {(p.kernel, p.arch): p for p in (
               _BB_BULLSEYE, "11 bullseye", _BULLSEYE, "pvh", False),
     KernelPin("5.10", "i386", "686", "5.10.0-32", "5.10.223-1", "linux-perf-5.10",
               _BB_BULLSEYE, "11 bullseye", _BULLSEYE, "bzimage", False),
-    KernelPin("6.1", "amd64", "amd64", "6.1.0-56", "6.1.192-2", "linux-perf",
-              _BB_BOOKWORM, "12 bookworm", _BOOKWORM + ("bookworm-security",), "pvh", True),
+    KernelPin("6.1", "amd64", "amd64", "6.1.0-50", "6.1.176-1", "linux-perf",
+              _BB_BOOKWORM, "12 bookworm", _BOOKWORM, "pvh", True),
     KernelPin("6.1", "i386", "686", "6.1.0-50", "6.1.176-1", "linux-perf",
               _BB_BOOKWORM, "12 bookworm", _BOOKWORM, "bzimage", True),
 )}
@@ -70,6 +73,31 @@ KERNELS = tuple(dict.fromkeys(k for k, _ in PINS))  # ("5.10", "6.1")
 ARCHES = tuple(dict.fromkeys(a for _, a in PINS))  # ("amd64", "i386")
 DEFAULT_KERNEL = "5.10"
 BUSYBOX_PACKAGE = "busybox-static"
+
+
+@dataclass(frozen=True)
+class GuestTool:
+    """Programs the image carries besides busybox and perf, from their Debian package (of the
+    pin's release, with the libraries they need)."""
+    package: str
+    programs: tuple[str, ...]  # guest paths (symlinks in the package are followed)
+    why: str
+    data: tuple[str, ...] = ()  # folders copied as they are
+
+
+GUEST_TOOLS = (
+    GuestTool("msr-tools", ("/usr/sbin/rdmsr", "/usr/sbin/wrmsr"),
+              "read and write MSRs from the shell through /dev/cpu/N/msr (the msr module)"),
+    GuestTool("binutils", ("/usr/bin/addr2line", "/usr/bin/objdump"),
+              "perf report's source lines and DWARF call graphs (addr2line), perf annotate "
+              "(objdump)"),
+    GuestTool("ncurses-base", (), "terminal descriptions for perf's screens (libslang2: perf "
+              "top, perf report) in an interactive session", data=("/lib/terminfo",)),
+)
+# Kernel modules the image carries (with every module they depend on, from the modules'
+# own .modinfo): msr for /dev/cpu/N/msr; virtio_pci and virtio_console for the virtio-serial
+# ports that carry standard input and --fetch (docs/linux-guest.md).
+GUEST_MODULES = ("msr", "virtio_pci", "virtio_console")
 
 
 def pin_for(arch: str, kernel: str = DEFAULT_KERNEL) -> KernelPin:

@@ -20,12 +20,13 @@ from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.linux_image.elf import Elf
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.guest_init import INIT_SCRIPT, guest_helpers
-from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, KernelPin
+from p4pmu.qemu_glue.linux_image.kernel import modules_dep
+from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, GUEST_TOOLS, KernelPin
 from p4pmu.qemu_glue.linux_image.stub_library import StubSymbol, make_stub_library
 from p4pmu.qemu_glue.provision import Progress
 
 # perf's optional libraries (their packages are not downloaded): stub libraries in the image
-STUB_SONAMES = re.compile(r"lib(python3\.\d+|perl|slang|opencsd(_c_api)?|babeltrace(-ctf)?)"
+STUB_SONAMES = re.compile(r"lib(python3\.\d+|perl|opencsd(_c_api)?|babeltrace(-ctf)?)"
                           r"\.so(\.[\w.]+)?")
 
 _TRIPLETS = {"amd64": ("x86_64-linux-gnu", "/lib64/ld-linux-x86-64.so.2", 2, 62),
@@ -215,23 +216,30 @@ class _Entry(NamedTuple):
     mode: int
 
 
-def write_initramfs(tree: DebianTree, out: Path, pin: KernelPin, pr: Progress) -> dict:
-    """Write the base initramfs (and manifest.txt next to it), check perf loads in it;
-    returns facts for the stamp."""
+def write_initramfs(tree: DebianTree, out: Path, pin: KernelPin, pr: Progress,
+                    modules: dict[str, Path]) -> dict:
+    """Write the base initramfs (and manifest.txt next to it), check perf and the guest tools
+    load in it; `modules`: path under /lib/modules/<release>/ -> file.  Returns facts for the
+    stamp."""
     perf = _find_perf(tree, pin)
     busybox = tree.host("/bin/busybox")
     if not busybox.is_file():
         raise ImageError(f"{BUSYBOX_PACKAGE} has no /bin/busybox")
-    clo = _closure(tree, [perf])
+    tools = _tool_programs(tree)
+    clo = _closure(tree, [perf, *tools])
     entries, stub_bytes = _library_entries(tree, clo, perf)
+    entries += _tool_data_entries(tree)
     applets = _busybox_applets(busybox)
     entries += _busybox_entries(busybox, applets)
     entries += _init_and_etc_entries(pin)
+    entries += _module_entries(pin, modules)
     total = _write_archive(out, entries, tree.libdirs[0].split("/")[-1])
-    check = _check_staged(out.parent, entries, tree, pr)
+    check = _check_staged(out.parent, entries, tree, pr, ["/usr/bin/perf", *tools])
     return {
         "perf": perf,
-        "libraries": sorted(gp for gp in clo.files if gp != perf),
+        "tools": tools,
+        "modules": sorted(modules),
+        "libraries": sorted(gp for gp in clo.files if gp != perf and gp not in tools),
         "stubs": {so: len(clo.stubs[so]) for so in clo.stub_order},
         "stub_bytes": stub_bytes,
         "busybox_applets": len(applets or []),
@@ -249,6 +257,43 @@ def _find_perf(tree: DebianTree, pin: KernelPin) -> str:
             raise ImageError(f"{pin.perf_package} {pin.version} has no /usr/bin/perf")
         perf = "/" + str(alt[0].relative_to(tree.root))
     return perf
+
+
+def _tool_programs(tree: DebianTree) -> list[str]:
+    """The guest paths of GUEST_TOOLS' programs, each checked to be in its package."""
+    for tool in GUEST_TOOLS:
+        for gp in tool.programs:
+            if not tree.host(gp).is_file():
+                raise ImageError(f"{tool.package} has no {gp}: GUEST_TOOLS in "
+                                 "linux_image/pins.py is out of date for this release")
+    return [gp for tool in GUEST_TOOLS for gp in tool.programs]
+
+
+def _tool_data_entries(tree: DebianTree) -> list[_Entry]:
+    """The data folders of GUEST_TOOLS (files and symlinks, as the package has them)."""
+    entries = []
+    for tool in GUEST_TOOLS:
+        for folder in tool.data:
+            top = tree.host(folder)
+            if not top.is_dir():
+                raise ImageError(f"{tool.package} has no {folder}: GUEST_TOOLS in "
+                                 "linux_image/pins.py is out of date for this release")
+            for hp in sorted(top.rglob("*")):
+                gp = f"{folder}/{hp.relative_to(top)}"
+                if hp.is_symlink():
+                    entries.append(_Entry(gp, "symlink", os.readlink(hp), 0o777))
+                elif hp.is_file():
+                    entries.append(_host_file(gp, hp))
+    return entries
+
+
+def _module_entries(pin: KernelPin, modules: dict[str, Path]) -> list[_Entry]:
+    """The modules under /lib/modules/<release>/ and the modules.dep busybox's modprobe
+    reads."""
+    base = f"/lib/modules/{pin.release}"
+    entries = [_host_file(f"{base}/{rel}", hp) for rel, hp in modules.items()]
+    entries.append(_Entry(f"{base}/modules.dep", "bytes", modules_dep(modules).encode(), 0o644))
+    return entries
 
 
 def _host_file(gp: str, hp: Path) -> _Entry:
@@ -332,8 +377,10 @@ def _write_archive(out: Path, entries: list[_Entry], triplet: str) -> int:
     return total
 
 
-def _check_staged(work: Path, entries: list[_Entry], tree: DebianTree, pr: Progress) -> str:
-    """Check the result with the loader of the image, from a staged copy of the entries."""
+def _check_staged(work: Path, entries: list[_Entry], tree: DebianTree, pr: Progress,
+                  programs: list[str]) -> str:
+    """Check the result with the loader of the image, from a staged copy of the entries:
+    every program in `programs` loads."""
     with tempfile.TemporaryDirectory(dir=work, prefix="stage.") as st:
         stage = Path(st)
         for gp, kind, data, mode in entries:
@@ -347,4 +394,6 @@ def _check_staged(work: Path, entries: list[_Entry], tree: DebianTree, pr: Progr
             else:
                 dst.write_bytes(data)  # type: ignore[arg-type]
                 os.chmod(dst, mode)
-        return _check_with_loader(stage, tree.loader, tree.libdirs, "/usr/bin/perf", pr)
+        notes = {_check_with_loader(stage, tree.loader, tree.libdirs, exe, pr)
+                 for exe in programs}
+        return "; ".join(sorted(notes))

@@ -1,6 +1,6 @@
 """Stub shared libraries: an ELF library that defines given symbols and does nothing else.
 
-The Linux guest image replaces perf's optional libraries (python, perl, slang, opencsd,
+The Linux guest image replaces perf's optional libraries (python, perl, opencsd,
 babeltrace) by such stubs, defining exactly the symbols and symbol versions perf imports from
 them, so glibc's loader accepts perf; `perf stat`, `record`, `report --stdio` and `list` work.
 

@@ -1,0 +1,147 @@
+"""Standard input in, files out, and the driver developer's tools in the Linux guest
+(qemu_glue/linux_ports.py, qemu_glue/linux_image/guest_init.py; docs/linux-guest.md
+"Standard input and --fetch", "A driver developer's tools").
+
+Real guests on the real QEMU with the plugin; the checks compare with what the host sent or
+computed itself (byte for byte, SHA-256), never with an earlier run.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from p4pmu.emulator import tables as T
+
+P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux",
+               *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]
+HERE = Path(__file__).parent / "host_programs"
+TIMEOUT = 1500  # a hang detector only (docs/linux-guest.md "Tests")
+
+
+def linux(*args: str, stdin=subprocess.DEVNULL, cwd: Path | None = None,
+          clock: str = "host") -> subprocess.CompletedProcess:
+    """p4pmu linux with `args`; stdin: bytes to pipe in, or a file object / DEVNULL."""
+    cmd = [*P4PMU_LINUX, "--clock", clock, "--timeout", str(TIMEOUT), *args]
+    if isinstance(stdin, bytes):
+        return subprocess.run(cmd, input=stdin, capture_output=True, timeout=TIMEOUT + 120,
+                              cwd=cwd)
+    return subprocess.run(cmd, stdin=stdin, capture_output=True, timeout=TIMEOUT + 120, cwd=cwd)
+
+
+def out(r: subprocess.CompletedProcess) -> str:
+    return r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
+
+
+# -- standard input ------------------------------------------------------------------------------
+
+
+def test_a_piped_script_runs_in_the_guests_shell():
+    """The issue's own example, on the default (virtual) clock."""
+    r = linux("--", "sh", stdin=b"echo hi\nexit 3\n", clock="virtual")
+    assert r.returncode == 3, out(r)
+    assert r.stdout == b"hi\n", out(r)
+
+
+def test_binary_stdin_arrives_whole_and_fetch_brings_files_and_folders_back(tmp_path):
+    data = os.urandom(2_000_000) + bytes(range(256)) * 64
+    script = ("cat > /tmp/in.bin && sha256sum /tmp/in.bin && mkdir -p /tmp/tree/a/b && "
+              "printf 'leaf\\n' > /tmp/tree/a/b/leaf && ln -s a/b/leaf /tmp/tree/link && "
+              "chmod 0750 /tmp/tree/a/b/leaf && exit 7")
+    r = linux("--fetch", "/tmp/in.bin", "--fetch", "/tmp/tree:got/", "--", script,
+              stdin=data, cwd=tmp_path)
+    assert r.returncode == 7, out(r)  # the command's status: the fetches went well
+    assert r.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest(), out(r)
+    assert (tmp_path / "in.bin").read_bytes() == data
+    tree = tmp_path / "got" / "tree"
+    assert (tree / "a" / "b" / "leaf").read_text() == "leaf\n"
+    assert os.readlink(tree / "link") == "a/b/leaf"
+    assert (tree / "a" / "b" / "leaf").stat().st_mode & 0o777 == 0o750  # (folders: umask's)
+
+
+def test_stdin_is_dev_null_with_no_stdin_and_then_no_port_is_made(tmp_path):
+    probe = "ls /sys/class/virtio-ports 2>&1; cat; echo end"
+    r = linux("-n", "--", probe, stdin=b"not for the guest\n")
+    assert r.returncode == 0, out(r)
+    assert b"not for the guest" not in r.stdout and r.stdout.endswith(b"end\n"), out(r)
+    assert b"No such file" in r.stdout, out(r)  # no virtio-serial device at all
+
+
+def test_a_missing_fetch_is_an_error_after_the_run(tmp_path):
+    r = linux("--fetch", "/no/such/file", "--", "echo ran", cwd=tmp_path)
+    assert r.returncode == 125, out(r)
+    assert r.stdout == b"ran\n"
+    assert "--fetch /no/such/file: /no/such/file does not exist in the guest" in out(r)
+    assert list(tmp_path.iterdir()) == []  # nothing half-made on the host
+
+
+def test_a_fetch_into_a_missing_folder_is_refused_before_boot(tmp_path):
+    r = linux("--fetch", f"/etc/hosts:{tmp_path}/a/b/hosts", "--", "true")
+    assert r.returncode == 2, out(r)
+    assert "is not an existing folder" in out(r)
+
+
+# -- perf record in the guest, perf report on the host -------------------------------------------
+
+
+def test_a_guest_recording_reads_on_the_host_with_the_guests_symbols(tmp_path):
+    """perf.data and the guest's build-id cache (~/.debug: the program, its libraries and
+    the kernel's kallsyms, which perf record fills) come back; the host's perf reads them
+    with --buildid-dir and names the program's function and kernel functions."""
+    perf = shutil.which("perf")
+    if perf is None:
+        pytest.fail("the host has no perf (./p4pmu.sh setup installs linux-perf)",
+                    pytrace=False)
+    subprocess.run(["gcc", "-O2", "-g", "-o", str(tmp_path / "dyncount"),
+                    str(HERE / "dyncount.c")], check=True)
+    r = linux("--add", str(tmp_path / "dyncount"), "--fetch", "perf.data",
+              "--fetch", ".debug:guest-debug/", "--",
+              "perf record -q -o perf.data -e cycles -c 100000 ./dyncount 3000000 > /dev/null",
+              cwd=tmp_path)
+    assert r.returncode == 0, out(r)
+    rep = subprocess.run([perf, "--buildid-dir", str(tmp_path / "guest-debug" / ".debug"),
+                          "report", "-i", str(tmp_path / "perf.data"), "--stdio",
+                          "--sort", "dso,sym"], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    rows = [ln.split() for ln in rep.stdout.splitlines() if re.match(r"\s*[\d.]+%", ln)]
+    user = [r for r in rows if r[1] == "dyncount" and r[-1] == "spin"]
+    kernel = [r for r in rows if r[1] == "[kernel.kallsyms]" and r[2] == "[k]"]
+    assert user and float(user[0][0].rstrip("%")) > 50, rep.stdout
+    assert kernel and not any(r[-1].startswith("0x") for r in kernel), rep.stdout
+
+
+# -- the driver developer's tools ------------------------------------------------------------------
+
+
+def test_rdmsr_and_wrmsr_reach_the_emulated_pmu():
+    """msr is loaded at boot; wrmsr of an ESCR reads back with rdmsr, and a reserved bit gets
+    the #GP the model raises (the msr driver reports it as an I/O error)."""
+    escr = T.ESCR_BY_NAME["MSR_BSU_ESCR0"]
+    f = T.ESCR_FIELD
+    value = (0x0C << f["EVENT_SELECT"].lo) | (0x0100 << f["EVENT_MASK"].lo) | \
+        (1 << f["T0_USR"].lo)
+    reserved = 1 << 32  # faults by default (T.RESERVED_POLICY; strict=on: every reserved bit)
+    assert T.RESERVED_POLICY["escr"][0] & reserved
+    script = (f"lsmod | grep -c '^msr '; wrmsr -p0 {escr.msr:#x} {value:#x}; "
+              f"rdmsr -p0 -x {escr.msr:#x}; wrmsr -p0 {escr.msr:#x} {value | reserved:#x}; "
+              "echo status=$?")
+    r = linux("--", script)
+    assert r.returncode == 0, out(r)
+    lines = r.stdout.decode().split("\n")
+    assert lines[0] == "1", out(r)
+    assert int(lines[1], 16) == value, out(r)
+    assert "status=" in r.stdout.decode() and "status=0" not in r.stdout.decode(), out(r)
+    assert f"{escr.msr:x}" in r.stderr.decode().lower(), out(r)  # wrmsr's own complaint
+
+
+def test_addr2line_and_objdump_are_there_for_perf():
+    r = linux("--", "addr2line --version | head -1 && objdump --version | head -1")
+    assert r.returncode == 0, out(r)
+    assert b"addr2line" in r.stdout and b"objdump" in r.stdout, out(r)
