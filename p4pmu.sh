@@ -80,10 +80,10 @@ fi
 stamp=.venv/.p4pmu-installed
 want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    say "installing Python dependencies into .venv (numpy, cffi, pygdbmi, pytest, hypothesis, xdist)"
+    say "installing Python dependencies into .venv (numpy, cffi, pygdbmi, matplotlib, pytest, hypothesis, xdist)"
     .venv/bin/python -m pip install -q --upgrade pip >&2 ||
         die "pip could not be upgraded (no network to PyPI?)"
-    .venv/bin/python -m pip install -q -e '.[test]' >&2 || die "pip install failed (see above)"
+    .venv/bin/python -m pip install -q -e '.[test,plot]' >&2 || die "pip install failed (see above)"
     echo "$want" > "$stamp"
 fi
 

@@ -5,7 +5,8 @@ keep the records that pass the filters (register, counter, vCPU, kind, instructi
 range) and print each on one line, its register values decoded by `emulator.decode.describe`
 (the project's one wording of a CCCR, ESCR or counter); or print them unchanged (`--json`);
 or, with `--summary`, what each counter was last programmed to count and how often it was
-written, read, overflowed, and the PMIs of each vCPU.  Exit statuses: 0 done, 1 no record
+written, read, overflowed, and the PMIs of each vCPU; or, with `--plot`, draw them
+(trace_plot.py).  Exit statuses: 0 done, 1 no record
 matched the filters, 2 a bad option or a file that is not a readable trace.
 """
 from __future__ import annotations
@@ -16,11 +17,13 @@ import difflib
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 from p4pmu.emulator import decode as D
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import CpuModel, get_model
+from p4pmu.qemu_glue import trace_plot
 
 PROG = "p4pmu trace"
 FORMAT = "p4pmu-trace"  # the header's `format`
@@ -434,7 +437,8 @@ examples:
   p4pmu trace pmu.jsonl --summary
   p4pmu trace pmu.jsonl --reg IQ_CCCR0 --kind wrmsr --vcpu 0 --from 1000000 --to 2000000
   p4pmu trace pmu.jsonl --counter 12 --kind access,overflow,pmi
-  p4pmu trace pmu.jsonl --kind fault --json | jq .fault"""
+  p4pmu trace pmu.jsonl --kind fault --json | jq .fault
+  p4pmu trace pmu.jsonl --plot pmu.svg --vcpu 0 --x clocks"""
 
 
 def _count(text: str) -> int:
@@ -470,6 +474,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", action="store_true",
                    help="per counter and per vCPU totals of the matching records instead "
                         "of the records")
+    p.add_argument("--plot", metavar="OUT.png|OUT.svg",
+                   help="draw the matching records as a timeline per logical processor "
+                        "(registers, overflows, interrupts, faults, findings) into this "
+                        "picture instead of printing them (needs matplotlib)")
+    p.add_argument("--x", choices=("insns", "clocks"), default="insns",
+                   help="with --plot: against instructions (default) or clocks")
 
 
 def _fail(msg: str, status: int = 2) -> int:
@@ -484,8 +494,11 @@ def _header_model(path: str, rec: dict) -> CpuModel:
         raise TraceError(f"{path}:1: {e.args[0]}") from None
 
 
-def _emit(a: argparse.Namespace, ln: Line, model: CpuModel, summary: Summary) -> None:
-    if a.summary:
+def _emit(a: argparse.Namespace, ln: Line, model: CpuModel, summary: Summary,
+          kept: list[dict]) -> None:
+    if a.plot:
+        kept.append(ln.record)
+    elif a.summary:
         summary.add(ln.record)
     elif a.json:
         print(ln.text)
@@ -497,6 +510,7 @@ def run(a: argparse.Namespace, flt: Filters, notes: list[str]) -> tuple[int, int
     """Print the matching records of a.file (or their summary); (matched, records)."""
     model, matched, total = get_model(), 0, 0
     summary = Summary(model)
+    kept: list[dict] = []  # --plot's records
     for ln in lines(a.file, notes):
         if ln.record["k"] == "header":
             model = summary.model = _header_model(a.file, ln.record)
@@ -506,22 +520,30 @@ def run(a: argparse.Namespace, flt: Filters, notes: list[str]) -> tuple[int, int
             if not flt.matches(ln.record):
                 continue
             matched += 1
-            _emit(a, ln, model, summary)
+            _emit(a, ln, model, summary, kept)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise TraceError(f"{a.file}:{ln.number}: bad {ln.record['k']} record "
                              f"({type(e).__name__}: {e})") from None
     if a.summary and matched:
         sys.stdout.write(format_summary(summary))
+    if a.plot and matched:
+        drawn = trace_plot.plot(kept, model, Path(a.plot), a.x, title=a.file)
+        print(f"{PROG}: {a.plot}: " + ", ".join(f"{n} {k}" for k, n in sorted(drawn.items())),
+              file=sys.stderr)
     return matched, total
 
 
 def main(a: argparse.Namespace) -> int:
-    if a.summary and a.json:
-        return _fail("--summary and --json cannot be combined")
+    if sum(map(bool, (a.summary, a.json, a.plot))) > 1:
+        return _fail("--summary, --json and --plot cannot be combined")
+    if a.plot and Path(a.plot).suffix.lower() not in trace_plot.FORMATS:
+        return _fail(f"--plot {a.plot}: the picture's name must end in .png or .svg")
+    if a.plot and not Path(a.plot).absolute().parent.is_dir():
+        return _fail(f"--plot {a.plot}: no such folder")
     notes: list[str] = []
     try:
         matched, total = run(a, filters_from(a), notes)
-    except TraceError as e:
+    except (TraceError, trace_plot.PlotError) as e:
         return _fail(str(e))
     finally:
         for n in notes:
