@@ -271,6 +271,7 @@ _SIMPLE_COMMANDS = (
     ("lint", "lint_cmd", "the programming checker over a PMU access trace"),
     ("fidelity", "fidelity", "compare p4pmu's counts with published Pentium 4 silicon "
                              "measurements (docs/fidelity.md)"),
+    ("module", "module_cmd", "build an out-of-tree kernel module for the Linux guest's kernel"),
 )
 
 

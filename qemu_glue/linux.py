@@ -61,6 +61,8 @@ from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue.linux_image import guest_init, pins
 from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
+from p4pmu.qemu_glue.linux_image.elf import Elf
+from p4pmu.qemu_glue.linux_image.user_kernel import UserKernel, check_kernel_image
 from p4pmu.qemu_glue.cli import add_timing_argument, apply_timing, parse_plugin_opts, \
     resolve_model
 from p4pmu.qemu_glue.errors import UsageError
@@ -160,6 +162,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "to the host; HOST_PATH defaults to ./<name>, an existing folder or one "
                         "ending in / receives <name>; a relative GUEST_PATH is under /root. "
                         "Repeatable")
+    p.add_argument("--kernel-image", metavar="PATH",
+                   help="boot this kernel (a bzImage, or a vmlinux with the PVH note) with the "
+                        "image's userland; its configuration is checked before boot "
+                        "(docs/linux-guest.md, \"Your own kernel\")")
+    p.add_argument("--kernel-config", metavar="PATH",
+                   help="with --kernel-image: its .config (default: embedded by "
+                        "CONFIG_IKCONFIG, or a `config` file beside it)")
+    p.add_argument("--module", metavar="FILE.ko", action="append", default=[],
+                   help="load this kernel module (insmod) before COMMAND; its vermagic must be "
+                        "the guest kernel's (build it with `p4pmu module build`). Repeatable")
     p.add_argument("-t", "--tty", action="store_true",
                    help="run COMMAND on a terminal in the guest, connected to this one (the "
                         "default without COMMAND: an interactive shell); Ctrl-] stops the "
@@ -249,6 +261,39 @@ def resolve_clock(clock: str, smp: int) -> str:
                          "then runs every vCPU on one thread, which the plugin does not "
                          "support yet); use --clock host")
     return clock
+
+
+def check_module(spec: str, release: str, kernel: str, arch: str) -> Path:
+    """A --module file: a kernel module built for the guest kernel `release` (its vermagic);
+    UsageError before boot otherwise."""
+    path = Path(spec).expanduser().absolute()
+    try:
+        elf = Elf(path.read_bytes())
+        info = elf.section(".modinfo")
+    except OSError as e:
+        raise UsageError(f"--module {spec}: {e.strerror}") from None
+    except ValueError:
+        info = None
+    if not info:
+        raise UsageError(f"--module {spec}: not a kernel module (no .modinfo section)")
+    magic = next((e[9:].decode(errors="replace") for e in info.split(b"\0")
+                  if e.startswith(b"vermagic=")), "")
+    built_for = magic.split()[0] if magic else "(no vermagic)"
+    if built_for != release:
+        raise UsageError(f"--module {spec}: built for {built_for}; the guest runs {release}: "
+                         f"p4pmu module build DIR --kernel {kernel} --arch {arch}")
+    return path
+
+
+def module_prelude(modules: list[Path], release: str) -> str:
+    """The shell lines that load the --module files before COMMAND (a failed insmod ends the
+    run with status 125 and insmod's message on stderr)."""
+    lines = []
+    for m in modules:
+        gp = shlex.quote(f"/lib/modules/{release}/extra/{m.name}")
+        lines.append(f"insmod {gp} || {{ echo \"p4pmu linux: error: insmod {m.name} failed\" "
+                     f">&2; exit {EXIT_FAILURE}; }}")
+    return "".join(ln + "\n" for ln in lines)
 
 
 def check_machine(arch: str, smp: int, threads: int, model: CpuModel) -> None:
@@ -346,7 +391,7 @@ class _Stop(Exception):
 
 def guest_qemu_args(image: LinuxImage, smp: int, threads: int, memory: int, initrd: str,
                     append: list[str], uarts: tuple[str, str, str],
-                    clock: str = DEFAULT_CLOCK) -> list[str]:
+                    clock: str = DEFAULT_CLOCK, kernel: Path | None = None) -> list[str]:
     """QEMU's arguments for the guest (P4Machine adds the CPU and the plugin); ``uarts``:
     the character-device backends of the console, stdout and stderr UARTs
     ("file,path=/dev/fd/N", or the terminal's "socket,fd=N")."""
@@ -358,7 +403,7 @@ def guest_qemu_args(image: LinuxImage, smp: int, threads: int, memory: int, init
         *CLOCKS[clock],
         "-machine", "pc", "-m", str(memory), "-nodefaults", "-no-reboot", "-display", "none",
         "-smp", smp_opt,
-        "-kernel", str(image.kernel), "-initrd", initrd, "-append", cmdline,
+        "-kernel", str(kernel or image.kernel), "-initrd", initrd, "-append", cmdline,
         "-chardev", f"{con},id=p4pmu_con", "-serial", "chardev:p4pmu_con",
         "-chardev", f"{out},id=p4pmu_out", "-serial", "chardev:p4pmu_out",
         "-chardev", f"{err},id=p4pmu_err",
@@ -499,6 +544,8 @@ class LinuxRun:
     fetches: list[FetchSpec]
     stdin: bool  # standard input goes to COMMAND
     tty: bool  # an interactive terminal (linux_terminal)
+    modules: list[Path]  # --module files
+    user_kernel: UserKernel | None  # --kernel-image
 
 
 def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
@@ -544,8 +591,19 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     stdin = not a.no_stdin and not tty_mode and stdin_wanted()
     if tty_mode and getattr(a, "gdb", None) is not None:
         raise UsageError("--gdb cannot go with an interactive terminal (gdb needs this one)")
+    if a.kernel_config and not a.kernel_image:
+        raise UsageError("--kernel-config goes with --kernel-image")
+    uses = ((("stdin or --fetch",) if stdin or fetches else ()) +
+            (("--module",) if a.module else ()))
+    user_kernel = check_kernel_image(a.kernel_image, a.arch, a.kernel_config, uses) \
+        if a.kernel_image else None
+    release = user_kernel.release if user_kernel else pins.pin_for(a.arch, a.kernel).release
+    modules = [check_module(m, release, a.kernel, a.arch) for m in a.module]
+    names = [m.name for m in modules]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--module: two modules named {max(names, key=names.count)}")
     return LinuxRun(" ".join(command_words), model, popts, plugin_arg, adds, log_path, clock,
-                    fetches, stdin, tty_mode)
+                    fetches, stdin, tty_mode, modules, user_kernel)
 
 
 def plan_libraries(a: argparse.Namespace, run: LinuxRun, image: LinuxImage) -> LibraryPlan:
@@ -571,16 +629,20 @@ def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: Linux
     run_files = ports.run_files()
     if terminal is not None:
         run_files["tty"] = terminal.run_file()
+    release = run.user_kernel.release if run.user_kernel else image.release
+    adds = run.adds + [AddSpec(m, f"/lib/modules/{release}/extra/{m.name}")
+                       for m in run.modules]
+    command = module_prelude(run.modules, release) + run.command
     initrd = machine.add_memfd_from("initrd", [image.initrd],
-                                    run_archive(run.command, nonce, run.adds, libraries,
-                                                run_files))
+                                    run_archive(command, nonce, adds, libraries, run_files))
     pipes = [os.pipe() for _ in range(2 if terminal is not None else 3)]
     rfds = tuple(r for r, _ in pipes)
     files = [f"file,path={machine.pass_fd(w)}" for _, w in pipes]
     uarts = (files[0], terminal.backend(machine), files[1]) if terminal is not None else \
         tuple(files)
     machine.qemu_args = guest_qemu_args(image, a.smp, a.threads, a.memory, initrd, a.append,
-                                        uarts, run.clock)  # type: ignore[arg-type]
+                                        uarts, run.clock,  # type: ignore[arg-type]
+                                        run.user_kernel.path if run.user_kernel else None)
     machine.qemu_args += ports.qemu_args(machine)
     if gdb is not None:
         machine.qemu_args += gdb.qemu_args

@@ -46,7 +46,7 @@ def apt_error(what: str, rc: int, out: str, pin: KernelPin) -> ImageError:
     return ImageError(msg)
 
 
-def _parse_records(out: str) -> dict[str, dict[str, str]]:
+def parse_records(out: str) -> dict[str, dict[str, str]]:
     """`apt-cache show` output -> {package: {field: value}} (the first record of each)."""
     recs: dict[str, dict[str, str]] = {}
     for record in out.split("\n\n"):
@@ -115,7 +115,7 @@ def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPacka
     rc, out = apt.run(["apt-cache", "show", *(f"{n}={v}" for n, v in pinned.items())])
     if rc != 0:
         raise apt_error("apt-cache show (the pinned packages)", rc, out, pin)
-    recs = _parse_records(out)
+    recs = parse_records(out)
     chosen: dict[str, dict[str, str]] = {}
     for n, v in pinned.items():
         r = recs.get(n)
@@ -125,7 +125,7 @@ def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPacka
         chosen[n] = r
     tools = [t.package for t in GUEST_TOOLS]
     rc, out = apt.run(["apt-cache", "show", "--no-all-versions", *tools])
-    recs = _parse_records(out)
+    recs = parse_records(out)
     for n in tools:
         if n not in recs:
             raise apt_error(f"looking up {n}", 100, f"E: Unable to locate package {n}", pin)
@@ -143,7 +143,7 @@ def resolve_packages(apt: AptEnv, pin: KernelPin, pr: Progress) -> list[DebPacka
         names = [a for a in names if a not in chosen]
         if names:
             rc, out = apt.run(["apt-cache", "show", "--no-all-versions", *names])
-            found = _parse_records(out)  # apt-cache exits non-zero for virtual names
+            found = parse_records(out)  # apt-cache exits non-zero for virtual names
         else:
             found = {}
         for alts in wanted:

@@ -3,7 +3,7 @@
 #ifndef SPIN_H
 #define SPIN_H
 
-__attribute__((noinline)) static unsigned long spin(unsigned long n)
+__attribute__((__noinline__)) static unsigned long spin(unsigned long n)
 {
     unsigned long acc = 0;
     if (n)
