@@ -145,3 +145,49 @@ def test_addr2line_and_objdump_are_there_for_perf():
     r = linux("--", "addr2line --version | head -1 && objdump --version | head -1")
     assert r.returncode == 0, out(r)
     assert b"addr2line" in r.stdout and b"objdump" in r.stdout, out(r)
+
+
+# -- nothing left behind -----------------------------------------------------------------------
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            out.append(f"{pid}: {cmd[:200]}")
+    return out
+
+
+@pytest.mark.parametrize("ok", (True, False), ids=("done", "timeout"))
+def test_nothing_is_left_behind(tmp_path, ok):
+    """A run with standard input, --fetch and a host-built program, finished or stopped by
+    its timeout: no temporary file or folder (TMPDIR points at an empty folder of its own)
+    but the kernel log a failed run keeps and names, nothing beside the fetched files, no
+    process of it."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    subprocess.run(["gcc", "-O2", "-o", str(tmp_path / "dyncount"), str(HERE / "dyncount.c")],
+                   check=True)
+    got = tmp_path / "got"
+    got.mkdir()
+    command = "cat > in.txt; ./dyncount 1000" + ("" if ok else "; sleep 100000")
+    cmd = [*P4PMU_LINUX, "--clock", "host", "--timeout", "1500" if ok else "60",
+           "--add", str(tmp_path / "dyncount"), "--fetch", f"in.txt:{got}/", "--", command]
+    r = subprocess.run(cmd, input=b"some input\n", capture_output=True, timeout=1620,
+                       env={**os.environ, "TMPDIR": str(tmpdir)})
+    assert r.returncode == (0 if ok else 124), out(r)
+    left = list(tmpdir.iterdir())
+    if ok:
+        assert left == []
+    else:  # a failed run keeps its kernel log, and says where (docs/linux-guest.md)
+        assert len(left) == 1 and left[0].name.startswith("p4pmu-linux-"), left
+        assert str(left[0]) in r.stderr.decode(), out(r)
+    assert [p.name for p in got.iterdir()] == (["in.txt"] if ok else []), list(got.iterdir())
+    assert _processes_mentioning(str(tmp_path)) == []
