@@ -2,7 +2,8 @@
 
     p4pmu linux [--kernel 5.10|6.1] [--arch amd64|i386] [--smp N] [--threads 2]
                 [--model 0F_MM] [--add HOST_PATH[:GUEST_PATH]]...
-                [--fetch GUEST_PATH[:HOST_PATH]]... [-n] [-t] [--kernel-log PATH]
+                [--fetch GUEST_PATH[:HOST_PATH]]... [-n] [-t] [--module FILE.ko]...
+                [--kernel-image PATH [--kernel-config PATH]] [--kernel-log PATH]
                 [--show-kernel] [--timeout S] [-- COMMAND...]
 
 The guest is Debian 11's 5.10 kernel (or Debian 12's 6.1, whose P4 driver miscounts: see
@@ -12,7 +13,8 @@ and caches it).  COMMAND's words are joined with spaces and run with ``/bin/sh -
 exits with its exit status.  A piped standard input reaches it and --fetch brings files back
 (linux_ports.py); without COMMAND on a terminal, or with -t, it runs on a terminal in the
 guest (linux_terminal.py); --add programs bring the host libraries they need
-(guest_libraries.py).  Other tools and the tests build on this interface.
+(guest_libraries.py); --module and --kernel-image bring a user's module and kernel
+(linux_image/user_kernel.py).  Other tools and the tests build on this interface.
 
 How the output gets out (docs/linux-guest.md): three 16550 UARTs, each on its own host pipe
 (QEMU's ``file`` character device on ``/dev/fd/N``):
@@ -61,8 +63,8 @@ from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue.linux_image import guest_init, pins
 from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
-from p4pmu.qemu_glue.linux_image.elf import Elf
-from p4pmu.qemu_glue.linux_image.user_kernel import UserKernel, check_kernel_image
+from p4pmu.qemu_glue.linux_image.user_kernel import (UserKernel, check_kernel_image,
+                                                     check_module, module_prelude)
 from p4pmu.qemu_glue.cli import add_timing_argument, apply_timing, parse_plugin_opts, \
     resolve_model
 from p4pmu.qemu_glue.errors import UsageError
@@ -261,39 +263,6 @@ def resolve_clock(clock: str, smp: int) -> str:
                          "then runs every vCPU on one thread, which the plugin does not "
                          "support yet); use --clock host")
     return clock
-
-
-def check_module(spec: str, release: str, kernel: str, arch: str) -> Path:
-    """A --module file: a kernel module built for the guest kernel `release` (its vermagic);
-    UsageError before boot otherwise."""
-    path = Path(spec).expanduser().absolute()
-    try:
-        elf = Elf(path.read_bytes())
-        info = elf.section(".modinfo")
-    except OSError as e:
-        raise UsageError(f"--module {spec}: {e.strerror}") from None
-    except ValueError:
-        info = None
-    if not info:
-        raise UsageError(f"--module {spec}: not a kernel module (no .modinfo section)")
-    magic = next((e[9:].decode(errors="replace") for e in info.split(b"\0")
-                  if e.startswith(b"vermagic=")), "")
-    built_for = magic.split()[0] if magic else "(no vermagic)"
-    if built_for != release:
-        raise UsageError(f"--module {spec}: built for {built_for}; the guest runs {release}: "
-                         f"p4pmu module build DIR --kernel {kernel} --arch {arch}")
-    return path
-
-
-def module_prelude(modules: list[Path], release: str) -> str:
-    """The shell lines that load the --module files before COMMAND (a failed insmod ends the
-    run with status 125 and insmod's message on stderr)."""
-    lines = []
-    for m in modules:
-        gp = shlex.quote(f"/lib/modules/{release}/extra/{m.name}")
-        lines.append(f"insmod {gp} || {{ echo \"p4pmu linux: error: insmod {m.name} failed\" "
-                     f">&2; exit {EXIT_FAILURE}; }}")
-    return "".join(ln + "\n" for ln in lines)
 
 
 def check_machine(arch: str, smp: int, threads: int, model: CpuModel) -> None:
@@ -632,7 +601,7 @@ def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: Linux
     release = run.user_kernel.release if run.user_kernel else image.release
     adds = run.adds + [AddSpec(m, f"/lib/modules/{release}/extra/{m.name}")
                        for m in run.modules]
-    command = module_prelude(run.modules, release) + run.command
+    command = module_prelude(run.modules, release, EXIT_FAILURE) + run.command
     initrd = machine.add_memfd_from("initrd", [image.initrd],
                                     run_archive(command, nonce, adds, libraries, run_files))
     pipes = [os.pipe() for _ in range(2 if terminal is not None else 3)]

@@ -1,4 +1,6 @@
-"""A user's own kernel booted with the image's userland (`p4pmu linux --kernel-image PATH`).
+"""A user's own kernel booted with the image's userland (`p4pmu linux --kernel-image PATH`),
+and a user's own modules (`--module FILE.ko`: built for the guest kernel's release, loaded
+before COMMAND).
 
 Checked before boot: the file is a bzImage or an uncompressed vmlinux ELF (booted through
 PVH, so it needs the PVH entry note), of the guest's architecture; its release (``uname -r``,
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import shlex
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +148,36 @@ def parse_config(text: str) -> dict[str, str]:
             k, v = ln.split("=", 1)
             out[k] = v.strip().strip('"')
     return out
+
+
+def check_module(spec: str, release: str, kernel: str, arch: str) -> Path:
+    """A --module file: a kernel module built for the guest kernel `release` (its vermagic);
+    UsageError before boot otherwise."""
+    path = Path(spec).expanduser().absolute()
+    try:
+        elf = Elf(path.read_bytes())
+        info = elf.section(".modinfo")
+    except OSError as e:
+        raise UsageError(f"--module {spec}: {e.strerror}") from None
+    except ValueError:
+        info = None
+    if not info:
+        raise UsageError(f"--module {spec}: not a kernel module (no .modinfo section)")
+    magic = next((e[9:].decode(errors="replace") for e in info.split(b"\0")
+                  if e.startswith(b"vermagic=")), "")
+    built_for = magic.split()[0] if magic else "(no vermagic)"
+    if built_for != release:
+        raise UsageError(f"--module {spec}: built for {built_for}; the guest runs {release}: "
+                         f"p4pmu module build DIR --kernel {kernel} --arch {arch}")
+    return path
+
+
+def module_prelude(modules: list[Path], release: str, status: int) -> str:
+    """The shell lines that load the --module files before COMMAND (a failed insmod ends the
+    run with `status` and insmod's message on stderr)."""
+    lines = []
+    for m in modules:
+        gp = shlex.quote(f"/lib/modules/{release}/extra/{m.name}")
+        lines.append(f"insmod {gp} || {{ echo \"p4pmu linux: error: insmod {m.name} failed\" "
+                     f">&2; exit {status}; }}")
+    return "".join(ln + "\n" for ln in lines)
