@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from p4pmu.emulator import tables as T
+from test_trace import _processes_with
 
 P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux",
                *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]
@@ -150,21 +151,6 @@ def test_addr2line_and_objdump_are_there_for_perf():
 # -- nothing left behind -----------------------------------------------------------------------
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmd:
-            out.append(f"{pid}: {cmd[:200]}")
-    return out
-
-
 @pytest.mark.parametrize("ok", (True, False), ids=("done", "timeout"))
 def test_nothing_is_left_behind(tmp_path, ok):
     """A run with standard input, --fetch and a host-built program, finished or stopped by
@@ -190,4 +176,4 @@ def test_nothing_is_left_behind(tmp_path, ok):
         assert len(left) == 1 and left[0].name.startswith("p4pmu-linux-"), left
         assert str(left[0]) in r.stderr.decode(), out(r)
     assert [p.name for p in got.iterdir()] == (["in.txt"] if ok else []), list(got.iterdir())
-    assert _processes_mentioning(str(tmp_path)) == []
+    assert _processes_with(str(tmp_path)) == []
