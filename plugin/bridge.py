@@ -1,6 +1,6 @@
 """The Python entry point inside QEMU: serves the plugin's PMU accesses from the emulator.
 
-The C plugin (intercept.c) calls the cffi-embedded functions defined in build.INIT_CODE,
+The C plugin (intercept.c) calls the cffi-embedded functions of plugin/entry_points.py,
 which delegate to one `Bridge`.  Python runs only when the guest touches the PMU (RDMSR/WRMSR
 of 300h-3FFh, RDMSR of IA32_MISC_ENABLE, RDPMC), never per block or instruction.
 
@@ -9,7 +9,7 @@ documented by one table: plugin/options.py (docs/options.md).
 
 Every method returns a status the C side understands (OK = 1, FAULT = 2).
 
-Python errors during the run are never silent (plugin/errors.py): INIT_CODE catches an
+Python errors during the run are never silent (plugin/errors.py): entry_points.py catches an
 exception of an access method and calls the matching ``*_failed`` method, which reports it
 (once per place, with its traceback, on stderr and in the log), counts it for the summary
 at QEMU's exit, and completes the access as the hardware would where that is possible:

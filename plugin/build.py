@@ -17,8 +17,9 @@ libpython) or cffi changed; a stamp file next to the library records what it was
 
 The library links against the shared libpython of the interpreter that builds it and keeps
 a RUNPATH to that libpython's directory (QEMU starts the plugin through its own loader, which
-ignores LD_LIBRARY_PATH).  The Python side that runs inside QEMU is INIT_CODE below (cffi
-embedding init code) plus `p4pmu.plugin.bridge`.
+ignores LD_LIBRARY_PATH).  The Python side that runs inside QEMU is BOOTSTRAP below (cffi's
+embedding init code: finds the package) and `p4pmu.plugin.entry_points` (every other function
+the C side calls), around `p4pmu.plugin.bridge`.
 """
 from __future__ import annotations
 
@@ -151,13 +152,10 @@ def python_build_info() -> dict:
 # The Python half that cffi runs inside QEMU
 # --------------------------------------------------------------------------------------------
 
-INIT_CODE = r'''
-# The Python half inside QEMU: the functions the C plugin calls (p4pmu_plugin.h, EMBEDDING
-# API), each delegating to one p4pmu.plugin.bridge.Bridge.  An exception of an access is never
-# silent: the bridge's *_failed method reports it (once per place, with its traceback, on
-# stderr and in the log), counts it for the summary at QEMU's exit, and completes the access
-# (plugin/bridge.py's docstring says how).  cffi's onerror handler is the last resort, for
-# an error outside those (initialisation, the fallbacks themselves, exit).
+BOOTSTRAP = r'''
+# cffi's embedding init code: it runs once, before the first call from C.  It defines the one
+# entry point whose arguments say where p4pmu is (pypath=), then hands over to the real module,
+# p4pmu.plugin.entry_points, which registers the others.
 import os
 import sys
 
@@ -169,45 +167,25 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_N
 from _p4pmu_bridge import ffi, lib
 
 DEFAULT_PYPATH = @DEFAULT_PYPATH@   # site-packages of the interpreter that built the plugin
-_bridge = None
 
 
-def _report(where, exc, value, tb):
-    """cffi's onerror: the call returns 0 ("not handled": what QEMU does by itself)."""
-    try:
-        if _bridge is not None:
-            _bridge.errors.record(where, where, (exc, value, tb), "left to QEMU")
-            return None
-        import traceback
-        text = "".join(traceback.format_exception(exc, value, tb))
-        sys.stderr.write("p4pmu: Python error in %s (left to QEMU):\n%s" % (where, text))
-        sys.stderr.flush()
-    except BaseException:
-        pass
+def _init_failed(exc, value, tb):
+    import traceback
+    text = "".join(traceback.format_exception(exc, value, tb))
+    sys.stderr.write("p4pmu: Python error in plugin initialisation:\n%s" % text)
     return None
 
 
-def _onerror(where):
-    return lambda exc, value, tb: _report(where, exc, value, tb)
-
-
-def _site_dirs(args):
-    """The last pypath= option's folders (the C side checked the options), else
-    DEFAULT_PYPATH."""
-    given = [a.split("=", 1)[1] for a in args if a.startswith("pypath=")]
-    return [p for p in (given[-1] if given else DEFAULT_PYPATH).split(os.pathsep) if p]
-
-
-@ffi.def_extern(onerror=_onerror("plugin initialisation"))
+@ffi.def_extern(onerror=_init_failed)
 def p4pmu_py_init(argc, argv, smp_vcpus, max_vcpus):
-    global _bridge
     args = [ffi.string(argv[i]).decode("utf-8", "replace") for i in range(argc)]
+    given = [a.split("=", 1)[1] for a in args if a.startswith("pypath=")]
+    paths = [p for p in (given[-1] if given else DEFAULT_PYPATH).split(os.pathsep) if p]
     import site
-    paths = _site_dirs(args)
     for p in paths:
         site.addsitedir(p)
     try:
-        from p4pmu.plugin import bridge
+        from p4pmu.plugin import entry_points
     except ImportError as e:
         sys.stderr.write(
             "p4pmu: cannot import the p4pmu package inside QEMU (%s).\n"
@@ -215,82 +193,7 @@ def p4pmu_py_init(argc, argv, smp_vcpus, max_vcpus):
             "p4pmu: pass pypath=DIR (the site-packages where p4pmu and numpy are installed)\n"
             % (e, ", ".join(paths) or "none"))
         return 0
-    try:
-        _bridge = bridge.Bridge.from_args(args, smp_vcpus, max_vcpus, native=(ffi, lib))
-    except bridge.OptionError as e:
-        sys.stderr.write("p4pmu: %s\n" % e)
-        return 0
-    return 1
-
-
-@ffi.def_extern(onerror=_onerror("RDMSR"))
-def p4pmu_py_rdmsr(vcpu, msr, out):
-    try:
-        status, value = _bridge.rdmsr(vcpu, msr)
-    except Exception:
-        status, value = _bridge.rdmsr_failed(vcpu, msr, sys.exc_info())
-    out[0] = value
-    return status
-
-
-@ffi.def_extern(onerror=_onerror("WRMSR"))
-def p4pmu_py_wrmsr(vcpu, msr, value):
-    try:
-        return _bridge.wrmsr(vcpu, msr, value)
-    except Exception:
-        return _bridge.wrmsr_failed(vcpu, msr, value, sys.exc_info())
-
-
-@ffi.def_extern(onerror=_onerror("RDPMC"))
-def p4pmu_py_rdpmc(vcpu, ecx, out):
-    try:
-        status, value = _bridge.rdpmc(vcpu, ecx)
-    except Exception:
-        status, value = _bridge.rdpmc_failed(vcpu, ecx, sys.exc_info())
-    out[0] = value
-    return status
-
-
-@ffi.def_extern(onerror=_onerror("RDMSR IA32_MISC_ENABLE"))
-def p4pmu_py_misc_enable(vcpu, qemu_value, out):
-    try:
-        status, value = _bridge.misc_enable(vcpu, qemu_value)
-    except Exception:
-        status, value = _bridge.misc_enable_failed(vcpu, qemu_value, sys.exc_info())
-    out[0] = value
-    return status
-
-
-@ffi.def_extern(onerror=_onerror("note"))
-def p4pmu_py_note(vcpu, message):
-    try:
-        _bridge.note(vcpu, ffi.string(message).decode("utf-8", "replace"))
-    except Exception:
-        return _bridge.call_failed("note", vcpu, sys.exc_info())
-    return 1
-
-
-@ffi.def_extern(onerror=_onerror("counter rewritten"))
-def p4pmu_py_counter_rewritten(vcpu, msr, first, second):
-    try:
-        _bridge.counter_rewritten(vcpu, msr, first, second)
-    except Exception:
-        return _bridge.call_failed("counter rewritten", vcpu, sys.exc_info())
-    return 1
-
-
-@ffi.def_extern(onerror=_onerror("deadline"))
-def p4pmu_py_deadline(vcpu):
-    try:
-        return _bridge.deadline(vcpu)
-    except Exception:
-        return _bridge.deadline_failed(vcpu, sys.exc_info())
-
-
-@ffi.def_extern(onerror=_onerror("exit"))
-def p4pmu_py_exit():
-    if _bridge is not None:
-        _bridge.close()
+    return entry_points.install(ffi, lib, args, smp_vcpus, max_vcpus)
 '''
 
 
@@ -321,7 +224,7 @@ def _counter_count_define() -> str:
 
 
 def _init_code(info: dict) -> str:
-    return INIT_CODE.replace("@DEFAULT_PYPATH@", repr(info["purelib"]))
+    return BOOTSTRAP.replace("@DEFAULT_PYPATH@", repr(info["purelib"]))
 
 
 def capstone_info() -> dict:

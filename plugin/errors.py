@@ -1,7 +1,7 @@
 """Python errors during a run inside QEMU: never silent.
 
-An exception raised by the Python half while it serves the C plugin (plugin/build.py's
-INIT_CODE calling plugin/bridge.py) is
+An exception raised by the Python half while it serves the C plugin (plugin/entry_points.py
+calling plugin/bridge.py) is
 
 * reported once per place -- the kind of call (RDMSR, WRMSR, ...), the exception's type and
   the line that raised it -- with its traceback, on stderr and in the ``log=`` file;

@@ -59,6 +59,8 @@ class Option:
     nonempty: bool = False   # TEXT: an empty value is refused
     what: str = ""           # CHOICE: words before the list of values; TEXT: what it names
     reader: str = "Python"   # who acts on it: "Python" (plugin/bridge.py), "C", "both"
+    creates: str = ""        # TEXT naming what the plugin creates: "file" or "socket" (its
+                             # folder must exist, the name must not be a folder)
 
     @property
     def allowed(self) -> str:
@@ -82,17 +84,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("strict", BOOL, False, "reserved-bit policy of the PMU model: on faults every "
            "undocumented bit (docs/bridge.md)"),
     Option("log", TEXT, None, "log every PMU access and every fault (with its reason) to "
-           "this file", nonempty=True, what="a file name"),
+           "this file", nonempty=True, what="a file name", creates="file"),
     Option("trace", TEXT, None, "write every PMU access and event to this file, one JSON "
            "object per line, decoded (docs/trace.md; read it with p4pmu trace)",
-           nonempty=True, what="a file name", reader="both"),
+           nonempty=True, what="a file name", reader="both", creates="file"),
     Option("lint", BOOL, False, "report programming the hardware accepts silently but that "
            "is almost certainly a mistake, once per finding and register, on stderr "
            "(docs/checker.md)"),
     Option("control", TEXT, None, "serve the control channel on a Unix socket at this path "
            "(gdb and scripts read and write the PMU, set breakpoints on its events: "
            "docs/gdb.md; p4pmu qemu --gdb sets it)", nonempty=True, what="a socket path",
-           reader="both"),
+           reader="both", creates="socket"),
     Option("qmp", TEXT, None, "QEMU's QMP socket the control channel uses to stop the guest "
            "at a breakpoint (a -qmp unix: socket of this QEMU; p4pmu qemu --gdb sets it)",
            nonempty=True, what="a socket path"),

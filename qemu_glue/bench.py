@@ -59,7 +59,7 @@ from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import bench_stress
-from p4pmu.qemu_glue.cli import apply_timing, model_from_arg, parse_plugin_opts
+from p4pmu.qemu_glue.run_options import apply_timing, model_from_arg, parse_plugin_opts
 from p4pmu.qemu_glue.guests import build as guest_build
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
@@ -579,7 +579,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugin-opt", action="append", default=[], metavar="K=V",
                    help="plugin option for every run with the plugin (repeatable), e.g. "
                         "mirror=off to measure without the C-side register mirror")
-    from p4pmu.qemu_glue.cli import add_timing_argument
+    from p4pmu.qemu_glue.run_options import add_timing_argument
     add_timing_argument(p)
     p.add_argument("--linux", action="store_true",
                    help="measure real programs in the Linux guest instead (qemu_glue/"

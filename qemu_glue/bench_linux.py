@@ -269,7 +269,7 @@ def perf_own_seconds(res: dict, key: str) -> list[float]:
 
 
 def main(a: argparse.Namespace) -> int:
-    from p4pmu.qemu_glue.cli import model_from_arg
+    from p4pmu.qemu_glue.run_options import model_from_arg
     model = model_from_arg(a.model).key
     rounds = 1 if a.quick else a.rounds
     size = 1_000_000 if a.quick else 4_000_000

@@ -4,13 +4,13 @@ Commands and the modules that do them: ``qemu`` (qemu_cmd.py), ``linux`` (linux.
 ``demo`` (demo.py; ``--replay``: demo_replay.py), ``bench`` (bench.py), ``events``
 (events_cmd.py), ``trace`` (trace_cmd.py), ``lint`` (lint_cmd.py), ``fidelity``
 (fidelity.py), ``gdb`` (gdb_cmd.py),
-``info`` (info_cmd.py), ``setup`` (setup_cmd.py).
-Every QEMU they start is a machine.P4Machine.  Here also: the checks of --plugin-opt and
---model/--stepping that every command shares (one message for a bad model, whichever command).
+``info`` (info_cmd.py), ``setup`` (setup_cmd.py), ``module`` (module_cmd.py).
+Every QEMU they start is a machine.P4Machine.
 
 Errors: a UsageError (errors.py) found after parsing is reported like argparse's, exit
 status 2; a ProvisionError (QEMU, the plugin or an image could not be had) exit status 1.
-The command modules import this one; it imports them only when dispatching.
+It sits at the top: no module imports it; it imports a command's module when it builds that
+command's parser or runs it.  What commands share is in run_options.py.
 """
 from __future__ import annotations
 
@@ -19,190 +19,24 @@ import contextlib
 import importlib
 import os
 import sys
-from pathlib import Path
 
-from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel, get_model
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.provision import ProvisionError
 
 PROG = "p4pmu"
 
 # --------------------------------------------------------------------------------------------
-# Plugin options and the CPU model: the checks every command shares
-
-def _plugin_opt_names() -> tuple[str, ...]:
-    """The plugin's options, in the order of their table (p4pmu.plugin.options)."""
-    from p4pmu.plugin import options
-    return options.NAMES
-
-
-PLUGIN_OPTS = _plugin_opt_names()
-
-
-def _plugin_options_help() -> str:
-    from p4pmu.plugin import options
-    return options.help_text()
-
-
-CliError = UsageError  # parse_plugin_opts' name for it
-
-
-def parse_plugin_opts(items: list[str]) -> dict[str, str]:
-    """Check --plugin-opt K=V items against the plugin's option table (p4pmu.plugin.options,
-    docs/options.md); returns each value in its one spelling (booleans on/off, model keys,
-    absolute paths).  Raises CliError."""
-    from p4pmu.plugin import options
-    opts: dict[str, str] = {}
-    for item in items:
-        if "=" not in item:
-            raise CliError(f"--plugin-opt {item!r}: expected KEY=VALUE "
-                           f"(keys: {', '.join(PLUGIN_OPTS)})")
-        k, v = item.split("=", 1)
-        k = k.strip()
-        if k not in PLUGIN_OPTS:
-            raise CliError(f"--plugin-opt {item!r}: unknown key {k!r} "
-                           f"(known: {', '.join(PLUGIN_OPTS)})")
-        if k in opts and opts[k] != v:
-            raise CliError(f"--plugin-opt {k} given twice ({opts[k]!r} and {v!r})")
-        if k == "model":  # the short forms of --model (0f_04, 0F04, 4) too
-            try:
-                v = get_model(v).key
-            except KeyError as e:
-                raise CliError(f"--plugin-opt model={v}: {e.args[0]}") from None
-        try:
-            v = options.canonical(k, options.parse_one(k, v))
-        except options.OptionError as e:
-            raise CliError(f"--plugin-opt {item}: {e}") from None
-        if k == "log":
-            p = Path(v).expanduser().absolute()
-            if not p.parent.is_dir():
-                raise CliError(f"--plugin-opt log={v}: folder {p.parent} does not exist")
-            if p.is_dir():
-                raise CliError(f"--plugin-opt log={v}: is a folder, expected a file name")
-            v = str(p)
-        elif k == "pypath":
-            dirs = []
-            for d in v.split(":"):
-                p = Path(d).expanduser().absolute()
-                if not d or not p.is_dir():
-                    raise CliError(f"--plugin-opt pypath={v}: {p} is not a folder")
-                dirs.append(str(p))
-            v = ":".join(dirs)
-        opts[k] = v
-    return opts
-
-
-def _stepping(v: str | int, what: str) -> int:
-    try:
-        n = int(str(v), 10) if str(v).strip().isdigit() else int(str(v), 0)
-    except ValueError:
-        raise CliError(f"{what}: not a number") from None
-    if not 0 <= n <= 15:
-        raise CliError(f"{what}: stepping must be 0-15")
-    return n
-
-
-def model_from_arg(key: str | None, option: str = "--model") -> CpuModel:
-    """The CpuModel of a --model value (None: the default); the one UsageError every command
-    gives for an unknown model."""
-    try:
-        return get_model(key)
-    except KeyError as e:
-        raise UsageError(f"{option}: {e.args[0]}") from None
-
-
-def resolve_model(model_arg: str | None, stepping_arg: str | int | None,
-                  popts: dict[str, str]) -> CpuModel:
-    """The CpuModel from --model/--stepping and the model=/stepping= plugin options."""
-    m = model_from_arg(model_arg)
-    if "model" in popts:
-        if model_arg is not None and m.key != popts["model"]:
-            raise CliError(f"--model {model_arg} and --plugin-opt model={popts['model']} "
-                           "disagree")
-        m = model_from_arg(popts["model"])
-    st = None
-    if stepping_arg is not None:
-        st = _stepping(stepping_arg, f"--stepping {stepping_arg}")
-    if "stepping" in popts:
-        if st is not None and st != int(popts["stepping"]):
-            raise CliError(f"--stepping {st} and --plugin-opt stepping={popts['stepping']} "
-                           "disagree")
-        st = int(popts["stepping"])
-    return m.with_stepping(st) if st is not None else m
-
-
-TIMINGS = ("core", "memory")
-TIMING_HELP = ("the clocks: core (default: pipeline, instruction latencies, every load an L1 "
-               "hit) or memory (also L2 and memory latencies and page walks from the memory "
-               "model, fed while any counter counts: slower); docs/timing.md. The same as "
-               "--plugin-opt timing=")
-
-
-def add_timing_argument(p) -> None:
-    """--timing core|memory (commands that run the plugin)."""
-    p.add_argument("--timing", choices=TIMINGS, default=None, help=TIMING_HELP)
-
-
-def apply_timing(timing: str | None, popts: dict[str, str]) -> str:
-    """Put --timing into the plugin options (a CliError if --plugin-opt timing= says
-    otherwise); returns the timing in effect."""
-    if timing is not None:
-        if popts.get("timing", timing) != timing:
-            raise CliError(f"--timing {timing} and --plugin-opt timing={popts['timing']} "
-                           "disagree")
-        popts["timing"] = timing
-    return popts.get("timing", "core")
-
-
-# --------------------------------------------------------------------------------------------
 # The parser
 
 
-def _models_help() -> str:
-    return "; ".join(f"{m.key} {m.codename}" for m in MODELS.values())
-
-
 def _add_qemu(sub, fmt) -> None:
-    """The parser of `p4pmu qemu`."""
-    q = sub.add_parser(
-        "qemu", formatter_class=fmt, help="run qemu-system-x86_64 with the emulated PMU",
-        usage="p4pmu qemu [OPTIONS] -- QEMU_ARGS...",
-        description="Run qemu-system-x86_64 (TCG) with the p4pmu plugin and the CPU of a "
-                    "Pentium 4 model. QEMU's own arguments come after `--` and are passed "
-                    "unchanged; p4pmu adds -accel tcg (unless given), -cpu (never give your "
-                    "own) and -plugin. Exits with QEMU's exit status, or 128 + N when SIGINT, "
-                    "SIGTERM or SIGHUP (signal N) stopped QEMU.",
-        epilog="models: " + _models_help() + "\n\n"
-               "examples:\n"
-               "  p4pmu qemu --model 0F_02 -- -machine pc -m 256 -nographic -kernel vmlinux\n"
-               "  p4pmu qemu --plugin-opt log=pmu.log --plugin-opt strict=on -- "
-               "-smp 2,threads=2 ...\n"
-               "  p4pmu qemu --dry-run -- -display none      (print the command line)\n"
-               "  p4pmu qemu --gdb -- -kernel guest.elf ...  (then, elsewhere: p4pmu gdb)\n\n"
-               "QEMU_ARGS must not load the p4pmu plugin with -plugin (it would run twice and "
-               "count\neverything twice): p4pmu adds it; choose a build with --plugin PATH, "
-               "options with\n--plugin-opt. With --no-plugin such a -plugin is refused too "
-               "(it is the run without\nthe plugin). Other QEMU plugins may be given.\n\n"
-               "plugin options (--plugin-opt NAME=VALUE; docs/options.md):\n"
-               + _plugin_options_help())
-    q.add_argument("--model", metavar="0F_MM",
-                   help=f"CPU model (default {DEFAULT_MODEL}); also '4', '0f04'")
-    q.add_argument("--stepping", metavar="N", help="CPUID stepping 0-15 (default: the model's)")
-    add_timing_argument(q)
-    q.add_argument("--plugin-opt", metavar="K=V", action="append",
-                   help="plugin option, repeatable (the list below; threads=2 is set "
-                        "automatically for -smp ...,threads=2; pypath defaults to this "
-                        "environment's site-packages)")
-    q.add_argument("--plugin", metavar="PATH",
-                   help="use this plugin library instead of the built one")
-    q.add_argument("--no-plugin", action="store_true",
-                   help="run the model's CPU without the PMU plugin (for comparison)")
-    from p4pmu.qemu_glue import gdb_launch  # (--gdb: the same for p4pmu linux)
-    gdb_launch.add_argument(q)
-    q.add_argument("--dry-run", action="store_true",
-                   help="print the QEMU command line instead of running it")
-    q.add_argument("-v", "--verbose", action="store_true",
-                   help="print the QEMU command line on stderr before running it")
+    """The parser of `p4pmu qemu` (qemu_glue/qemu_cmd.py: its help texts and arguments)."""
+    from p4pmu.qemu_glue import qemu_cmd
+    q = sub.add_parser("qemu", formatter_class=fmt,
+                       help="run qemu-system-x86_64 with the emulated PMU",
+                       usage=qemu_cmd.USAGE, description=qemu_cmd.DESCRIPTION,
+                       epilog=qemu_cmd.epilog())
+    qemu_cmd.add_arguments(q)
     q.set_defaults(func=_cmd_qemu)
 
 

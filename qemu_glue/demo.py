@@ -30,7 +30,7 @@ from pathlib import Path
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator.models import DEFAULT_MODEL
 from p4pmu.qemu_glue import linux
-from p4pmu.qemu_glue.cli import model_from_arg
+from p4pmu.qemu_glue.run_options import model_from_arg
 from p4pmu.qemu_glue.linux_io import HostOutput
 
 N_BRANCHY = 200_000
@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--replay only: every reserved bit faults")
     p.add_argument("--log", metavar="PATH",
                    help="keep the plugin's PMU access log here")
-    from p4pmu.qemu_glue.cli import add_timing_argument
+    from p4pmu.qemu_glue.run_options import add_timing_argument
     add_timing_argument(p)
 
 

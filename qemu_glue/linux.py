@@ -65,7 +65,7 @@ from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
 from p4pmu.qemu_glue.linux_image.user_kernel import (UserKernel, check_kernel_image,
                                                      check_module, module_prelude)
-from p4pmu.qemu_glue.cli import add_timing_argument, apply_timing, parse_plugin_opts, \
+from p4pmu.qemu_glue.run_options import add_timing_argument, apply_timing, parse_plugin_opts, \
     resolve_model
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue import gdb_launch, guest_libraries, linux_terminal
@@ -78,7 +78,7 @@ from p4pmu.qemu_glue.linux_terminal import Terminal
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
-from p4pmu.qemu_glue.qemu_command import NoQemu, compose_qemu_command
+from p4pmu.qemu_glue.qemu_argv import NoQemu, compose_qemu_argv
 
 EXIT_TIMEOUT = 124
 EXIT_FAILURE = 125
@@ -550,7 +550,7 @@ def check_request(a: argparse.Namespace, command_words: list[str]) -> LinuxRun:
     log_path = Path(a.kernel_log).expanduser().absolute() if a.kernel_log else None
     if log_path is not None and (log_path.is_dir() or not log_path.parent.is_dir()):
         raise UsageError(f"--kernel-log {a.kernel_log}: not a file in an existing folder")
-    compose_qemu_command(NoQemu(), model, ["-smp", f"{a.smp},threads={a.threads}"], popts, None)
+    compose_qemu_argv(NoQemu(), model, ["-smp", f"{a.smp},threads={a.threads}"], popts, None)
     added = sum(_add_size(spec.host) for spec in adds)
     if added > a.memory * 1024 * 1024 // 3:
         raise UsageError(f"--add: {added / 1e6:.1f} MB of files do not fit in a {a.memory} MB "

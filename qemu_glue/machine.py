@@ -4,7 +4,7 @@ In the spirit of QEMU's own ``python/qemu/machine`` (QEMUMachine: one object own
 QEMU's life), a `P4Machine` owns everything about one QEMU that p4pmu starts -- for
 `p4pmu qemu`, `p4pmu linux`, both demos and `p4pmu bench`:
 
-- the command line: qemu_command.compose_qemu_command (binary, ``-accel tcg``, the model's
+- the command line: qemu_argv.compose_qemu_argv (binary, ``-accel tcg``, the model's
   ``-cpu``, ``-plugin`` with its options) around the caller's QEMU arguments;
 - the environment and standard streams QEMU gets, and the file descriptors handed to it;
 - in-memory files (`add_memfd`): data QEMU reads (an initrd, a guest script) or files it
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from p4pmu.emulator.models import CpuModel
 from p4pmu.qemu_glue.provision import ProvisionError
-from p4pmu.qemu_glue.qemu_command import compose_qemu_command
+from p4pmu.qemu_glue.qemu_argv import compose_qemu_argv
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent thread dies
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
@@ -76,7 +76,7 @@ class P4Machine:
     @property
     def command(self) -> list[str]:
         """QEMU's full argv (composing it checks the arguments: UsageError)."""
-        return compose_qemu_command(self.qemu, self.model, self.qemu_args, self.plugin_opts,
+        return compose_qemu_argv(self.qemu, self.model, self.qemu_args, self.plugin_opts,
                                     self.plugin)
 
     def pass_fd(self, fd: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -360,7 +361,11 @@ def test_embedding_api_matches_header():
     for name in ("p4pmu_py_init", "p4pmu_py_rdmsr", "p4pmu_py_wrmsr", "p4pmu_py_rdpmc",
                  "p4pmu_py_misc_enable", "p4pmu_py_note", "p4pmu_py_exit"):
         assert name in api
-        assert f"def {name}(" in build.INIT_CODE
+    from p4pmu.plugin.entry_points import ENTRY_POINTS
+    registered = {"p4pmu_py_init"} | {c_name for c_name, _, _ in ENTRY_POINTS}
+    assert "def p4pmu_py_init(" in build.BOOTSTRAP
+    declared = set(re.findall(r"\b(p4pmu_py_\w+)\s*\(", api))
+    assert declared == registered, declared ^ registered
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,3 +394,64 @@ def test_mirror_rule(fields, simple):
     pmu.wrmsr(0, T.COUNTERS[counter].cccr_msr, cccr_value(counter, "MSR_CRU_ESCR0", **fields))
     assert Feeder.mirror_rule(pmu) is simple
     assert Feeder.mirror_rule(PMU(get_model("0F_04"), ht=True)) is False
+
+
+# --------------------------------------------------------------------------------------------
+# The entry points the C side calls (plugin/entry_points.py), on a bridge without QEMU
+# --------------------------------------------------------------------------------------------
+
+
+class _RecordingFfi:
+    """Stands in for cffi's ffi: def_extern records what would be registered."""
+
+    def __init__(self):
+        self.registered = {}
+
+    def def_extern(self, name, onerror):
+        def register(fn):
+            self.registered[name] = (fn, onerror)
+            return fn
+        return register
+
+
+def test_entry_points_serve_accesses_through_the_bridge():
+    from p4pmu.plugin.entry_points import EntryPoints
+    points = EntryPoints(Bridge(parse_options(["model=0F_04"])))
+    assert points.wrmsr(0, 0x3B8, 0x0400020C) == OK  # CRU_ESCR0: instr_retired
+    out = [None]
+    assert points.rdmsr(0, 0x3B8, out) == OK and out[0] == 0x0400020C
+    assert points.rdmsr(0, 0x3B9 + 0x100, out) == FAULT  # 0x4B9: not a PMU register
+    assert points.rdpmc(0, 12, out) == OK and out[0] == 0
+    assert points.note(0, "from a test") == 1
+
+
+def test_an_entry_point_whose_bridge_raises_completes_the_access_and_counts_it(capsys):
+    from p4pmu.plugin.entry_points import EntryPoints
+    b = Bridge(parse_options(["model=0F_04"]))
+    b.wrmsr(0, 0x30C, 0x1234)
+
+    def broken(*_):
+        raise RuntimeError("model broke")
+    b.rdmsr = broken
+    points = EntryPoints(b)
+    out = [None]
+    assert points.rdmsr(0, 0x30C, out) == OK and out[0] == 0x1234  # the last known value
+    assert "model broke" in capsys.readouterr().err
+    assert b.errors.counts.get("RDMSR") == 1
+
+
+def test_install_registers_every_entry_point_and_says_the_plugin_loaded(tmp_path,
+                                                                      monkeypatch):
+    from p4pmu.plugin import entry_points
+    marker = tmp_path / "loaded"
+    monkeypatch.setenv(entry_points.LOADED_FILE_ENV, str(marker))
+    # the bridge without the C side's native part (no QEMU here)
+    monkeypatch.setattr(Bridge, "from_args", classmethod(
+        lambda cls, args, smp, mx, native=None: cls(parse_options(args), smp, mx)))
+    ffi = _RecordingFfi()
+    assert entry_points.install(ffi, None, ["model=0F_02"], 1, 1) == 1
+    assert set(ffi.registered) == {c for c, _, _ in entry_points.ENTRY_POINTS}
+    assert marker.read_text() == "loaded\n"
+    marker.unlink()
+    assert entry_points.install(ffi, None, ["model=0F_99"], 1, 1) == 0  # refused: no marker
+    assert not marker.exists()

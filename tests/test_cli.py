@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, get_model
-from p4pmu.qemu_glue import cli, cpu, qemu_command
+from p4pmu.qemu_glue import cli, cpu, qemu_argv, run_options
 from p4pmu.qemu_glue.plugin_lib import plugin_file, site_packages
 from p4pmu.qemu_glue.provision import ensure_qemu
 
@@ -238,6 +238,9 @@ def test_bad_model_exits_2():
     (["--plugin-opt", "strict=maybe"], "expected on or off"),
     (["--plugin-opt", "nokeyvalue"], "expected KEY=VALUE"),
     (["--plugin-opt", "log=/nonexistent-dir/x.log"], "does not exist"),
+    (["--plugin-opt", "trace=/nonexistent-dir/x.trace"], "does not exist"),
+    (["--plugin-opt", "control=/nonexistent-dir/c.sock"], "does not exist"),
+    (["--plugin-opt", "trace=/tmp"], "is a folder, expected a file name"),
     (["--plugin-opt", "model=0F_02", "--model", "0F_04"], "disagree"),
     (["--", "-cpu", "pentium4"], "remove -cpu"),
     (["--", "-accel", "kvm"], "needs TCG"),
@@ -247,6 +250,8 @@ def test_bad_model_exits_2():
     (["-kernel", "vmlinux"], "go after `--`"),
 ])
 def test_usage_errors_exit_2(args, message):
+    if "--" not in args and args[0] != "-kernel":
+        args = [*args, "--", "-display", "none"]
     r = p4pmu("qemu", *args)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
@@ -254,8 +259,14 @@ def test_usage_errors_exit_2(args, message):
 
 def test_missing_plugin_file_is_reported():
     r = p4pmu("qemu", "--plugin", "/nonexistent/p4pmu.so", "--", "-display", "none")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "/nonexistent/p4pmu.so: no such file" in r.stderr
+
+
+def test_no_qemu_arguments_is_refused_instead_of_opening_a_display():
+    r = p4pmu("qemu", timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "no QEMU arguments" in r.stderr and "VNC" in r.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,9 +276,9 @@ def test_missing_plugin_file_is_reported():
 def test_compose(qemu, tmp_path):
     plugin = tmp_path / "lib,p4pmu.so"  # a comma must reach QEMU escaped
     m = get_model("0F_02")
-    cmd = qemu_command.compose_qemu_command(
+    cmd = qemu_argv.compose_qemu_argv(
         qemu, m, ["-smp", "2,threads=2", "-m", "64"],
-        cli.parse_plugin_opts(["strict=yes", f"log={tmp_path}/l"]), plugin)
+        run_options.parse_plugin_opts(["strict=yes", f"log={tmp_path}/l"]), plugin)
     assert cmd[:len(qemu.argv())] == qemu.argv()
     rest = cmd[len(qemu.argv()):]
     assert rest[:2] == ["-accel", "tcg"]
@@ -279,9 +290,9 @@ def test_compose(qemu, tmp_path):
                          "threads=2", f"pypath={site_packages()}"]
     assert rest[6:] == ["-smp", "2,threads=2", "-m", "64"]  # unchanged, at the end
     # the user's accelerator choice is kept; no plugin
-    cmd = qemu_command.compose_qemu_command(qemu, m, ["-accel", "tcg,one-insn-per-tb=on"], {}, None)
+    cmd = qemu_argv.compose_qemu_argv(qemu, m, ["-accel", "tcg,one-insn-per-tb=on"], {}, None)
     assert "-plugin" not in cmd and cmd.count("-accel") == 1
-    cmd = qemu_command.compose_qemu_command(qemu, m, ["-M", "pc,accel=tcg"], {}, None)
+    cmd = qemu_argv.compose_qemu_argv(qemu, m, ["-M", "pc,accel=tcg"], {}, None)
     assert "-accel" not in cmd
 
 
@@ -414,6 +425,17 @@ def test_exit_status_passthrough_with_plugin(bios, exitval, tmp_path):
     assert (tmp_path / "pmu.log").exists()
 
 
+def test_a_plugin_that_refuses_to_load_exits_2_not_the_guests_status_1(bios, tmp_path):
+    """The plugin cannot import p4pmu from an empty pypath folder and does not load; QEMU
+    exits 1 as a guest's isa-debug-exit 0 would: p4pmu says so and exits 2."""
+    empty = tmp_path / "site"
+    empty.mkdir()
+    r = boot_bios(bios, "0F_02", 0x00, "--plugin-opt", f"pypath={empty}", plugin=True)
+    assert r.returncode == 2, r.stderr
+    assert "cannot import the p4pmu package inside QEMU" in r.stderr
+    assert "the plugin did not load" in r.stderr
+
+
 @pytest.mark.parametrize("second", ["same path", "a copy"])
 def test_plugin_loaded_twice(qemu, bios, tmp_path, second):
     """QEMU's -plugin given twice with the plugin.  A copy at another path (which does not
@@ -426,8 +448,8 @@ def test_plugin_loaded_twice(qemu, bios, tmp_path, second):
     if second == "a copy":
         other = tmp_path / "copy-of-libp4pmu_plugin.so"
         shutil.copyfile(plugin, other)
-    cmd = qemu_command.compose_qemu_command(qemu, get_model("0F_04"), guest_args(bios(0x21)),
-                                            cli.parse_plugin_opts([]), plugin)
+    cmd = qemu_argv.compose_qemu_argv(qemu, get_model("0F_04"), guest_args(bios(0x21)),
+                                            run_options.parse_plugin_opts([]), plugin)
     i = cmd.index("-plugin")
     cmd[i + 2:i + 2] = ["-plugin", cmd[i + 1].replace(str(plugin), str(other), 1)]
     assert cmd.count("-plugin") == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from p4pmu.emulator.models import MODELS, CpuModel
 from p4pmu.qemu_glue import cpu as cpumod
-from p4pmu.qemu_glue.cli import PLUGIN_OPTS  # the plugin's option names, in its order
+from p4pmu.qemu_glue.run_options import PLUGIN_OPTS
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.plugin_lib import is_p4pmu_plugin, site_packages
 
@@ -161,7 +161,7 @@ def plugin_argument(plugin: Path, model: CpuModel, popts: dict[str, str],
     return ",".join(parts)
 
 
-def compose_qemu_command(qemu, model: CpuModel, qargs: list[str], popts: dict[str, str],
+def compose_qemu_argv(qemu, model: CpuModel, qargs: list[str], popts: dict[str, str],
                          plugin: Path | None) -> list[str]:
     """The full QEMU argv.  ``plugin`` None: the CPU model without the PMU plugin.
     ``qemu``: a provision.Qemu (or NoQemu, to check the arguments before provisioning)."""
