@@ -469,6 +469,7 @@ def _watch(machine: P4Machine, timeout: float | None, noted: list[int],
 
 
 _MARKER_RE = re.compile(rf"{guest_init.EXIT_MARKER} (\S+) (\d+)")
+_START_RE = re.compile(rf"{guest_init.START_MARKER} (\S+)")
 # a kernel failure: the message right after the timestamp (not "traps: prog[pid] ...", which
 # is a user program's fault)
 _PANIC_RE = re.compile(r"^\[[ \d.]+\] (Kernel panic - not syncing.*|BUG: .*|Oops: .*|"
@@ -634,22 +635,48 @@ def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: Linux
     return end, console
 
 
+def command_start(lines: list[str], nonce: str) -> int | None:
+    """The index of /init's line saying COMMAND starts (None: it never started)."""
+    for i, ln in enumerate(lines):
+        m = _START_RE.search(ln)
+        if m and m.group(1) == nonce:
+            return i
+    return None
+
+
+def _timeout_report(a: argparse.Namespace, lines: list[str], nonce: str,
+                    seconds: float, where: str) -> list[str]:
+    """What a timeout says: how far the guest got, and only the kernel messages of that part
+    (the boot's lines say nothing about a command that hangs)."""
+    start = command_start(lines, nonce)
+    if start is None:
+        return [f"p4pmu linux: error: the guest did not finish within {a.timeout:g} s "
+                f"(--timeout): the kernel was still booting, COMMAND had not started; stopped "
+                f"it after {seconds:.1f} s {where}", "kernel messages:", _tail(lines)]
+    after = [ln for ln in lines[start + 1:] if ln.strip()]
+    head = (f"p4pmu linux: error: COMMAND did not finish within the {a.timeout:g} s of "
+            f"--timeout (its output so far is above); stopped the guest after {seconds:.1f} s "
+            f"{where}")
+    if not after:
+        return [head, "no kernel messages while COMMAND ran"]
+    return [head, "kernel messages while COMMAND ran:", _tail(after)]
+
+
 def _failure(a: argparse.Namespace, end: GuestEnd, lines: list[str], seconds: float,
-             where: str) -> int:
+             where: str, nonce: str) -> int:
     """Say why the run failed; its exit status."""
     if end.how == "timeout":
-        what = f"the guest did not finish within {a.timeout:g} s (--timeout); stopped it"
-        code = EXIT_TIMEOUT
+        print("\n".join(_timeout_report(a, lines, nonce, seconds, where)), file=sys.stderr,
+              flush=True)
+        return EXIT_TIMEOUT
+    panic = next((ln for ln in lines if _PANIC_RE.search(ln)), None)
+    if end.qemu_status not in (0, None):
+        what = f"QEMU failed (exit status {end.qemu_status})"
+    elif panic:
+        what = f"the guest kernel failed: {_PANIC_RE.search(panic).group(1).strip()}"
     else:
-        code = EXIT_FAILURE
-        panic = next((ln for ln in lines if _PANIC_RE.search(ln)), None)
-        if end.qemu_status not in (0, None):
-            what = f"QEMU failed (exit status {end.qemu_status})"
-        elif panic:
-            what = f"the guest kernel failed: {_PANIC_RE.search(panic).group(1).strip()}"
-        else:
-            what = ("the guest stopped without reporting the command's exit status "
-                    "(it powered off or rebooted before /init finished)")
+        what = ("the guest stopped without reporting the command's exit status "
+                "(it powered off or rebooted before /init finished)")
     msg = [f"p4pmu linux: error: {what} after {seconds:.1f} s {where}",
            "kernel messages:", _tail(lines)]
     qerr = end.qemu_stderr
@@ -657,7 +684,7 @@ def _failure(a: argparse.Namespace, end: GuestEnd, lines: list[str], seconds: fl
         msg += ["QEMU's standard error:",
                 "\n".join("  | " + ln for ln in qerr.strip().splitlines()[-TAIL_LINES:])]
     print("\n".join(msg), file=sys.stderr, flush=True)
-    return code
+    return EXIT_FAILURE
 
 
 def cmd_linux(a: argparse.Namespace, command_words: list[str],
@@ -698,7 +725,8 @@ def cmd_linux(a: argparse.Namespace, command_words: list[str],
                 print(f"p4pmu linux: error: {err}", file=sys.stderr, flush=True)
             return EXIT_FAILURE if fetch_errors and status == 0 else status
         kept = run.log_path or _keep(log.getvalue())  # type: ignore[union-attr]
-        return _failure(a, end, lines, time.monotonic() - t0, f"(full kernel log: {kept})")
+        return _failure(a, end, lines, time.monotonic() - t0, f"(full kernel log: {kept})",
+                        nonce)
 
 
 def _keep(log: bytes) -> Path:

@@ -12,6 +12,7 @@ P4PMU_LINUX_TEST_ARGS adds options to every `p4pmu linux` run, e.g. ``--plugin P
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import hashlib
 import io
@@ -31,6 +32,7 @@ from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux as lx
 from p4pmu.qemu_glue.linux_image.cache import ensure_image, image_dir, recipe, recipe_hash
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
+from p4pmu.qemu_glue.linux_image import guest_init
 from p4pmu.qemu_glue.linux_image.elf import Elf
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.kernel import XZ_MAGIC, extract_vmlinux
@@ -437,14 +439,51 @@ def test_smp_2_threads_2(linux_ready):
 
 
 @pytest.mark.guest
-def test_timeout_is_reported(linux_ready, tmp_path):
+def test_a_timeout_says_how_far_the_guest_got_and_only_what_the_kernel_said_meanwhile(
+        linux_ready, tmp_path):
+    """Whatever the host's speed: the report names the stage the guest had reached (COMMAND
+    running, or the kernel still booting) and shows the kernel messages of that stage."""
     linux_ready()
     log = tmp_path / "k.log"
-    r = run_linux("--timeout", "4", "--kernel-log", str(log), "--", "echo started; sleep 600")
+    r = run_linux("--timeout", "90", "--kernel-log", str(log), "--",
+                  "echo started; echo p4pmu-test-hangs-now > /dev/kmsg; while :; do :; done")
     assert r.returncode == lx.EXIT_TIMEOUT, show(r)
     err = r.stderr.decode()
-    assert "did not finish within 4 s" in err and "kernel messages:" in err, show(r)
     assert f"(full kernel log: {log})" in err, show(r)
+    if r.stdout.decode().strip() == "started":
+        assert "COMMAND did not finish within the 90 s of --timeout" in err, show(r)
+        assert "kernel messages while COMMAND ran:" in err and "p4pmu-test-hangs-now" in err
+        assert "Linux version" not in err, show(r)  # no boot lines
+    else:  # a very slow host: the kernel never got there
+        assert "the kernel was still booting, COMMAND had not started" in err, show(r)
+
+
+@pytest.mark.guest
+def test_a_timeout_before_the_command_started_says_the_kernel_was_booting(linux_ready):
+    linux_ready()
+    r = run_linux("--timeout", "0.5", "--", "echo never")
+    assert r.returncode == lx.EXIT_TIMEOUT, show(r)
+    assert "did not finish within 0.5 s (--timeout): the kernel was still booting, COMMAND " \
+           "had not started" in r.stderr.decode(), show(r)
+    assert r.stdout.decode() == "", show(r)
+
+
+def test_the_timeout_report_of_each_stage():
+    nonce = "c0ffee"
+    boot = ["[    0.1] Linux version 5.10", "[    0.4] Freeing unused kernel memory"]
+    a = argparse.Namespace(timeout=30)
+    booting = "\n".join(lx._timeout_report(a, boot, nonce, 30.2, "(log)"))
+    assert "the kernel was still booting" in booting and "Linux version" in booting
+    started = boot + [f"{guest_init.START_MARKER} {nonce}", "[    9.0] perf: interrupt took too "
+                      "long"]
+    running = "\n".join(lx._timeout_report(a, started, nonce, 30.2, "(log)"))
+    assert "COMMAND did not finish within the 30 s" in running
+    assert "interrupt took too long" in running and "Linux version" not in running
+    quiet = "\n".join(lx._timeout_report(a, boot + [f"{guest_init.START_MARKER} {nonce}"], nonce,
+                                        30.2, "(log)"))
+    assert "no kernel messages while COMMAND ran" in quiet
+    other = boot + [f"{guest_init.START_MARKER} 0ther"]  # another run's marker
+    assert "still booting" in "\n".join(lx._timeout_report(a, other, nonce, 1, ""))
 
 
 @pytest.mark.guest

@@ -5,7 +5,7 @@ The host side (`p4pmu.qemu_glue.linux`) puts the per-run files in ``GUEST_RUN_DI
 on ttyS1, qemu_glue/linux_terminal.py; ``stdin``: present when standard input comes through
 the virtio-serial port ``STDIN_PORT``; ``fetch``: the guest paths to send back through the
 port ``FETCH_PORT``, one per line); /init loads the msr module, runs the command in
-``GUEST_WORKDIR`` with its stdout on ttyS1 and its stderr on ttyS2, sends the fetched paths,
+``GUEST_WORKDIR`` (``START_MARKER <nonce>`` on ttyS0 first) with its stdout on ttyS1 and its stderr on ttyS2, sends the fetched paths,
 then prints ``EXIT_MARKER <nonce> <status>`` on ttyS0 (the console) once everything is
 drained, and powers off (docs/linux-guest.md).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 GUEST_RUN_DIR = "/p4pmu"
 GUEST_WORKDIR = "/root"
 EXIT_MARKER = "P4PMU-EXIT"
+START_MARKER = "P4PMU-START"  # "<marker> <nonce>": COMMAND starts now (a timeout's report)
 FETCH_MARKER = "P4PMU-FETCH"
 STDIN_PORT = "p4pmu.stdin"
 FETCH_PORT = "p4pmu.fetch"
@@ -80,6 +81,7 @@ connected() {
     return 0
 }
 cd /root
+printf '\n%s %s\n' P4PMU-START "$nonce" > /dev/ttyS0
 if [ -e $run/tty ]; then
     # an interactive terminal on ttyS1 (qemu_glue/linux_terminal.py): the host's size, its
     # TERM when the image has its description, COMMAND as the leader of a new session
@@ -132,7 +134,8 @@ poweroff -f
 """
 
 
-assert all(x in INIT_SCRIPT for x in (EXIT_MARKER, FETCH_MARKER, STDIN_PORT, FETCH_PORT))
+assert all(x in INIT_SCRIPT for x in (EXIT_MARKER, START_MARKER, FETCH_MARKER, STDIN_PORT,
+                                      FETCH_PORT))
 
 
 def guest_helpers() -> dict[str, str]:
