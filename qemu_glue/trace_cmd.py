@@ -4,10 +4,10 @@ One job: read a trace that the plugin wrote with `trace=FILE` (JSON Lines, docs/
 keep the records that pass the filters (register, counter, vCPU, kind, instruction or clock
 range) and print each on one line, its register values decoded by `emulator.decode.describe`
 (the project's one wording of a CCCR, ESCR or counter); or print them unchanged (`--json`);
-or, with `--summary`, what each counter was last programmed to count and how often it was
-written, read, overflowed, and the PMIs of each vCPU; or, with `--plot`, draw them
-(trace_plot.py).  Exit statuses: 0 done, 1 no record
-matched the filters, 2 a bad option or a file that is not a readable trace.
+or, with `--summary`, each programming a counter counted with and how often it was written,
+read, overflowed, and the PMIs of each vCPU (as text, or one JSON object with `--json`); or,
+with `--plot`, draw them (trace_plot.py).  Exit statuses: 0 done, 1 no record matched the
+filters, 2 a bad option or a file that is not a readable trace.
 """
 from __future__ import annotations
 
@@ -291,6 +291,28 @@ def filters_from(a: argparse.Namespace) -> Filters:
 # The summary
 
 
+# CCCR bits that let a counter count (SDM 18.15.5.3: ENABLE, or a cascade start)
+_START_BITS = T.CCCR_FIELD["ENABLE"].mask | T.CCCR_FIELD["CASCADE"].mask | \
+    T.CCCR_FIELD["EXT_CASCADE"].mask
+_OVF = T.CCCR_FIELD["OVF"].mask
+
+
+@dataclass
+class Programming:
+    """One thing a counter counted with: its CCCR (OVF left out: the flag, not the
+    programming) and the value of the ESCR that CCCR selects."""
+    cccr: int
+    escr_msr: int | None  # None: ESCR_SELECT names no ESCR of this counter on the model
+    escr: int | None      # None: that ESCR was never written in the trace
+    starts: int = 0       # times the counter began counting with it
+    overflows: int = 0
+    cascades: int = 0
+
+    @property
+    def key(self) -> tuple:
+        return self.cccr, self.escr_msr, self.escr
+
+
 @dataclass
 class CounterStats:
     cccr: int | None = None  # the CCCR's last written value
@@ -300,6 +322,8 @@ class CounterStats:
     overflows: int = 0
     cascades: int = 0
     faults: int = 0
+    programmings: dict = field(default_factory=dict)  # Programming.key -> Programming
+    counting: Programming | None = None  # what it counts with now (None: stopped)
 
 
 @dataclass
@@ -329,6 +353,9 @@ class Summary:
             s = self._stats(rec, rec["counter"])
             s.overflows += k == "overflow"
             s.cascades += k == "cascade"
+            if s.counting is not None:
+                s.counting.overflows += k == "overflow"
+                s.counting.cascades += k == "cascade"
         elif k == "pmi":
             self.pmis[(rec.get("vcpu"), self._core(rec), rec.get("lp"))] += 1
 
@@ -344,17 +371,43 @@ class Summary:
         kind = D.register_kind(msr)
         if kind == "escr" and k == "wrmsr" and not fault:
             self.escrs[(self._core(rec), msr)] = num(rec.get("value"))
+            self._escr_written(self._core(rec), msr)
         if kind not in ("counter", "cccr"):
             return
-        s = self._stats(rec, msr - (T.COUNTER_BASE if kind == "counter" else T.CCCR_BASE))
+        counter = msr - (T.COUNTER_BASE if kind == "counter" else T.CCCR_BASE)
+        s = self._stats(rec, counter)
         if fault:
             s.faults += 1
         elif k != "wrmsr":
             s.reads += 1
         elif kind == "cccr":
             s.cccr, s.cccr_writes = num(rec.get("value")), s.cccr_writes + 1
+            self._follow(self._core(rec), counter, s)
         else:
             s.counter_writes += 1
+
+    def _selected_escr(self, counter: int, cccr: int) -> int | None:
+        escr = T.escr_for(counter, T.CCCR_FIELD["ESCR_SELECT"].get(cccr))
+        return None if escr is None or self.model.model not in escr.models else escr.msr
+
+    def _follow(self, core: int, counter: int, s: CounterStats) -> None:
+        """After a write of the counter's CCCR or of the ESCR it selects: what it counts with
+        now, a new start when that changed."""
+        if s.cccr is None or not s.cccr & _START_BITS:
+            s.counting = None
+            return
+        escr_msr = self._selected_escr(counter, s.cccr)
+        now = Programming(s.cccr & ~_OVF, escr_msr,
+                          None if escr_msr is None else self.escrs.get((core, escr_msr)))
+        if s.counting is not None and s.counting.key == now.key:
+            return
+        s.counting = s.programmings.setdefault(now.key, now)
+        s.counting.starts += 1
+
+    def _escr_written(self, core: int, escr_msr: int) -> None:
+        for (c, counter), s in self.counters.items():
+            if c == core and s.counting is not None and s.counting.escr_msr == escr_msr:
+                self._follow(core, counter, s)
 
 
 def _table(head: tuple[str, ...], rows: list[tuple], align: str) -> list[str]:
@@ -365,19 +418,62 @@ def _table(head: tuple[str, ...], rows: list[tuple], align: str) -> list[str]:
                       for i, c in enumerate(r)).rstrip() for r in cells]
 
 
+def _programming_text(s: Summary, counter: int, p: Programming, pad: str) -> list[str]:
+    out = [pad + f"CCCR = {p.cccr:#x}: {D.describe_cccr(counter, p.cccr, s.model)}"]
+    if p.escr_msr is None:
+        return out + [pad + "ESCR: none (ESCR_SELECT names no ESCR of this counter)"]
+    if p.escr is None:
+        return out + [pad + f"ESCR {D.register_name(p.escr_msr, s.model)}: not written"]
+    return out + [pad + f"ESCR {D.describe(p.escr_msr, p.escr, s.model)}"]
+
+
 def programming(s: Summary, core: int, counter: int, cs: CounterStats) -> list[str]:
-    """The lines under a counter's row: its CCCR's and its ESCR's last written values."""
+    """The lines under a counter's row: each programming it counted with (started N times,
+    its overflows), then whether it counts at the end of the trace."""
     pad = "    "
     if cs.cccr is None:
         return [pad + "CCCR: not written"]
-    out = [pad + f"CCCR = {cs.cccr:#x}: {D.describe_cccr(counter, cs.cccr, s.model)}"]
-    escr = T.escr_for(counter, T.CCCR_FIELD["ESCR_SELECT"].get(cs.cccr))
-    if escr is None or s.model.model not in escr.models:
-        return out + [pad + "ESCR: none (ESCR_SELECT names no ESCR of this counter)"]
-    value = s.escrs.get((core, escr.msr))
-    if value is None:
-        return out + [pad + f"ESCR {escr.name}: not written"]
-    return out + [pad + f"ESCR {D.describe(escr.msr, value, s.model)}"]
+    if not cs.programmings:
+        return [pad + f"never counted (its CCCR, last {cs.cccr:#x}, never set ENABLE)"]
+    out = []
+    for i, p in enumerate(cs.programmings.values(), 1):
+        out.append(pad + f"counted with ({i}): started {p.starts}x, {p.overflows} "
+                         f"overflows, {p.cascades} cascades")
+        out += _programming_text(s, counter, p, pad + "  ")
+    if cs.counting is None:
+        out.append(pad + f"at the end: stopped (CCCR = {cs.cccr:#x})")
+    else:
+        n = list(cs.programmings.values()).index(cs.counting) + 1
+        out.append(pad + f"at the end: counting with ({n})")
+    return out
+
+
+def summary_json(s: Summary) -> dict:
+    """--summary --json: the summary's numbers and programmings, one JSON object."""
+    def prog(counter, p):
+        return {"cccr": f"{p.cccr:#x}", "cccr_text": D.describe_cccr(counter, p.cccr, s.model),
+                "escr": None if p.escr_msr is None else D.register_name(p.escr_msr, s.model),
+                "escr_value": None if p.escr is None else f"{p.escr:#x}",
+                "escr_text": None if p.escr is None else D.describe(p.escr_msr, p.escr,
+                                                                     s.model),
+                "starts": p.starts, "overflows": p.overflows, "cascades": p.cascades}
+    counters = []
+    for (core, n), cs in sorted(s.counters.items()):
+        progs = list(cs.programmings.values())
+        counters.append({
+            "core": core, "counter": n, "name": T.COUNTERS[n].counter_name,
+            "cccr_writes": cs.cccr_writes, "counter_writes": cs.counter_writes,
+            "reads": cs.reads, "overflows": cs.overflows, "cascades": cs.cascades,
+            "faults": cs.faults, "last_cccr": None if cs.cccr is None else f"{cs.cccr:#x}",
+            "counted_with": [prog(n, p) for p in progs],
+            "counting_at_end": None if cs.counting is None else progs.index(cs.counting)})
+    return {"model": s.model.key, "counters": counters,
+            "pmis": [{"vcpu": v, "core": c, "lp": lp, "pmis": k}
+                     for (v, c, lp), k in sorted(s.pmis.items(), key=lambda kv: [
+                         -1 if x is None else x for x in kv[0]])],
+            "faults": [{"register": r, "access": a, "faults": k, "last_reason": s.reasons[(r, a)]}
+                       for (r, a), k in sorted(s.faults.items())],
+            "kinds": dict(sorted(s.kinds.items()))}
 
 
 def _counter_lines(s: Summary) -> list[str]:
@@ -420,8 +516,9 @@ DESCRIPTION = """\
 Print the PMU access trace the plugin wrote with --plugin-opt trace=FILE (every RDMSR,
 WRMSR and RDPMC of a PMU register, overflows, cascades, PMIs, notes): one line per record,
 register values decoded, only the records that pass the filters (filters combine: a record
-must pass all of them).  With --summary: per counter, what it was last programmed to count
-and its writes, reads, overflows and faults; the PMIs of each vCPU.  docs/trace.md describes
+must pass all of them).  With --summary: per counter, each programming it counted with (its
+CCCR and the ESCR that CCCR selects, how often it started, its overflows) and its writes,
+reads, overflows and faults; the PMIs of each vCPU (--json: as one JSON object).  docs/trace.md describes
 the trace."""
 EPILOG = f"""\
 KIND: {', '.join(KINDS)},
@@ -470,7 +567,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clk-to", type=_count, metavar="CLK",
                    help="only records at or before this many clocks")
     p.add_argument("--json", action="store_true",
-                   help="print the matching records as they are in the file (JSON Lines)")
+                   help="print the matching records as they are in the file (JSON Lines); "
+                        "with --summary: the summary as one JSON object")
     p.add_argument("--summary", action="store_true",
                    help="per counter and per vCPU totals of the matching records instead "
                         "of the records")
@@ -525,7 +623,10 @@ def run(a: argparse.Namespace, flt: Filters, notes: list[str]) -> tuple[int, int
             raise TraceError(f"{a.file}:{ln.number}: bad {ln.record['k']} record "
                              f"({type(e).__name__}: {e})") from None
     if a.summary and matched:
-        sys.stdout.write(format_summary(summary))
+        if a.json:
+            print(json.dumps(summary_json(summary), indent=1))
+        else:
+            sys.stdout.write(format_summary(summary))
     if a.plot and matched:
         drawn = trace_plot.plot(kept, model, Path(a.plot), a.x, title=a.file)
         print(f"{PROG}: {a.plot}: " + ", ".join(f"{n} {k}" for k, n in sorted(drawn.items())),
@@ -534,8 +635,8 @@ def run(a: argparse.Namespace, flt: Filters, notes: list[str]) -> tuple[int, int
 
 
 def main(a: argparse.Namespace) -> int:
-    if sum(map(bool, (a.summary, a.json, a.plot))) > 1:
-        return _fail("--summary, --json and --plot cannot be combined")
+    if a.plot and (a.summary or a.json):
+        return _fail("--plot cannot go with --summary or --json")
     if a.plot and Path(a.plot).suffix.lower() not in trace_plot.FORMATS:
         return _fail(f"--plot {a.plot}: the picture's name must end in .png or .svg")
     if a.plot and not Path(a.plot).absolute().parent.is_dir():

@@ -208,10 +208,59 @@ def test_summary(capsys, trace):
     assert f"ESCR MSR_CRU_ESCR2 = {ESCR_VALUE:#x}: branch_retired [MMTP|MMTM] T0_OS " \
            "T0_USR" in text
     assert "CCCR = 0x403b000: ENABLE ESCR_SELECT=5 (MSR_CRU_ESCR2)" in text
+    assert "counted with (1): started 1x, 1 overflows, 0 cascades" in text
+    assert "at the end: counting with (1)" in text
     pmis = out[out.index("PMIs per vCPU") + 2].split()
     assert pmis == ["0", "0", "0", "1"]
     assert any(ln.split()[:3] == ["MSR_IQ_CCCR0", "wrmsr", "1"] for ln in out)
     assert out[-1].split() == ["total", "11"]
+
+
+STOPPED = [  # a driver's life of counter 12: two programmings, then stopped (as perf does)
+    HEADER,
+    access("wrmsr", ESCR2, ESCR_VALUE, old=0, insns=100, clk=200),
+    access("wrmsr", CCCR0, CCCR_VALUE, old=0, insns=120, clk=240),
+    {"k": "overflow", **where(insns=200, clk=400), "counter": 12, "reg": "MSR_IQ_COUNTER0"},
+    access("wrmsr", CCCR0, 0, old=CCCR_VALUE, insns=300, clk=600),
+    access("wrmsr", ESCR2, ESCR_VALUE & ~(1 << 3), old=ESCR_VALUE, insns=310, clk=620),
+    access("wrmsr", CCCR0, CCCR_VALUE, old=0, insns=320, clk=640),
+    access("wrmsr", CCCR0, CCCR_VALUE | 1 << 31, old=CCCR_VALUE, insns=330, clk=660),  # OVF
+    {"k": "overflow", **where(insns=400, clk=800), "counter": 12, "reg": "MSR_IQ_COUNTER0"},
+    {"k": "overflow", **where(insns=500, clk=1000), "counter": 12, "reg": "MSR_IQ_COUNTER0"},
+    access("wrmsr", ESCR2, ESCR_VALUE, old=ESCR_VALUE & ~(1 << 3), insns=510, clk=1020),
+    access("wrmsr", CCCR0, 0, old=CCCR_VALUE, insns=600, clk=1200),
+    access("wrmsr", ESCR2, 0, old=ESCR_VALUE, insns=610, clk=1220),
+]
+
+
+def test_summary_shows_what_a_counter_counted_with_not_its_last_write(capsys, tmp_path):
+    path = tmp_path / "stopped.jsonl"
+    path.write_text(text_of(STOPPED))
+    status, out, _ = run(capsys, path, "--summary")
+    assert status == 0
+    text = "\n".join(out)
+    # the first programming twice (again when the ESCR came back), the second once; the OVF
+    # write is not a new programming
+    assert "counted with (1): started 2x, 1 overflows" in text, text
+    assert "counted with (2): started 1x, 2 overflows" in text, text
+    assert "counted with (3)" not in text
+    assert f"ESCR MSR_CRU_ESCR2 = {ESCR_VALUE & ~(1 << 3):#x}" in text  # the second one's ESCR
+    assert "at the end: stopped (CCCR = 0x0)" in text
+
+
+def test_summary_as_json(capsys, tmp_path):
+    path = tmp_path / "stopped.jsonl"
+    path.write_text(text_of(STOPPED))
+    status, out, _ = run(capsys, path, "--summary", "--json")
+    assert status == 0
+    got = json.loads("\n".join(out))
+    (ctr,) = got["counters"]
+    assert (ctr["counter"], ctr["name"], ctr["overflows"]) == (12, "MSR_IQ_COUNTER0", 3)
+    assert [(p["starts"], p["overflows"]) for p in ctr["counted_with"]] == [(2, 1), (1, 2)]
+    assert ctr["counted_with"][0]["escr_text"].startswith("MSR_CRU_ESCR2 = ")
+    assert "branch_retired" in ctr["counted_with"][0]["escr_text"]
+    assert ctr["counting_at_end"] is None and ctr["last_cccr"] == "0x0"
+    assert got["model"] == "0F_04" and got["kinds"]["wrmsr"] == 9
 
 
 def test_summary_omits_untouched_counters_and_keeps_faulting_core(capsys, trace):
@@ -296,7 +345,7 @@ def test_missing_file(capsys, tmp_path):
     (["--counter", "18"], "counters are 0-17"),
     (["--kind", "wrmsr,bogus"], "unknown kind bogus"),
     (["--from", "9", "--to", "3"], "is empty"),
-    (["--summary", "--json"], "cannot be combined"),
+    (["--summary", "--plot", "x.png"], "cannot go with --summary or --json"),
 ])
 def test_usage_errors(capsys, trace, args, message):
     status, out, err = run(capsys, trace, *args)
