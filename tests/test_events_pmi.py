@@ -125,6 +125,29 @@ def test_unmasking_before_clearing_ovf_interrupts_again(run_guest):
     assert out.pmi_counts[1][0] == 1, f"clear OVF, then unmask: {out.pmi_counts[1]}"
 
 
+@pytest.mark.parametrize("bits", (32, 64))
+def test_a_cccr_of_all_ones_interrupts_the_handler_until_it_stops_unmasking(run_guest, bits):
+    """WRMSR IQ_CCCR0 = FFFFFFFFh, its reserved bits ignored (strict off): ENABLE, FORCE_OVF,
+    COMPARE with COMPLEMENT and THRESHOLD 15 (every clock passes, ESCR_SELECT 7 reaches no
+    ESCR) and OVF_PMI_T0.  The counter overflows on every clock (SDM 18.15.5.3, FORCE_OVF), so
+    a handler that clears OVF and unmasks the LVT entry is interrupted again as soon as it
+    returns: the guest makes no progress while it unmasks, as on a Pentium 4, and goes on once
+    it stops (after 50 here).  The plugin's bookkeeping stays right (run_guest fails on a
+    bookkeeping error)."""
+    s = EvScript()
+    _arm(s, 2000, LVT_NMI | VEC_PMI, PMI_CLEAR_OVF | PMI_UNMASK, max_unmask=50)
+    s.loop("alu", 100, user=True)  # no overflow yet: 2000 instructions are far
+    s.wrmsr(cccr_msr(CTR), 0xFFFFFFFF)
+    s.loop("alu", 3000, user=True)
+    s.rdmsr(cccr_msr(CTR), "cccr_after")
+    s.wrmsr(cccr_msr(CTR), 0)
+    s.pmi_log()
+    out = _run(run_guest, s, bits=bits)
+    assert out.pmi_counts[0][0] == 50, out.pmi_counts
+    assert all(p.ovf >> CTR & 1 for p in out.pmis), "each interrupt found counter 12's OVF"
+    assert out["cccr_after"] == 0xFFFFFFFF, "OVF set again by the last overflow"
+
+
 def test_periodic_sampling(run_guest):
     """Reload -(P-1) in the handler, clear OVF, unmask: every interrupt lands where the
     documented rule puts it (the same rule after each reload as after the first preset)."""

@@ -24,6 +24,7 @@ from guests.evscript import (LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC
                              parse_events, preset)
 
 from p4pmu.emulator import decode
+from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import sessions
 from p4pmu.qemu_glue.gdb_launch import free_port
 from p4pmu.qemu_glue.gdb_session import GdbError, GdbSession, GdbTimeout
@@ -130,6 +131,33 @@ def test_set_changes_what_the_guest_then_reads_and_a_faulting_write_is_refused(g
             s.pmu_write("NO_SUCH_CCCR", 0)
         got = _finish(s, serial)
     assert parse_events(got.splitlines())["ctr_after"] == 0x123456
+
+
+def test_a_cccr_of_all_ones_set_from_gdb_storms_the_guest_and_undoing_it_lets_it_finish(
+        guest, tmp_path):
+    """docs/gdb.md's example: `p4pmu set IQ_CCCR0 0xffffffff` is accepted without strict=on
+    (the reserved bits ignored, as the PMU model's lenient policy does) and makes the counter
+    overflow on every clock (FORCE_OVF, a threshold every clock passes): the guest's handler
+    is interrupted again as soon as it returns.  Writing the CCCR back lets the guest finish;
+    the plugin's bookkeeping stays right throughout (no bookkeeping error at exit)."""
+    serial = tmp_path / "serial.txt"
+    with _session(guest, serial) as s:
+        s.pmu_break("overflow", counter="IQ_COUNTER0")
+        s.cont(timeout=30)
+        s.pmu_delete()
+        out = s.console("p4pmu set IQ_CCCR0 0xffffffff")
+        assert "0x84039000 -> 0xffffffff" in out and "FORCE_OVF" in out, out
+        pmis = s.pmu_break("pmi")
+        for _ in range(5):  # the storm: interrupt after interrupt, the handler never done
+            stop = s.cont(timeout=30)
+            assert stop.p4pmu and stop.p4pmu["kind"] == "pmi", stop
+        assert s.pmu_state()["counters"][CTR]["ovf"]
+        s.pmu_delete(pmis)
+        s.console(f"p4pmu set IQ_CCCR0 {cccr_value(CTR, ESCR, pmi_t0=True):#x}")
+        got = _finish(s, serial)
+        output = s.output()
+    assert bookkeeping_errors(output) == [], output
+    assert "ctr_after" in got
 
 
 @pytest.mark.parametrize("kind", ["overflow", "pmi"])
