@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from p4pmu.emulator import events as EV  # noqa: E402
-from p4pmu.emulator import tables as T  # noqa: E402
-from p4pmu.emulator.activity import Activity, ClockKind  # noqa: E402
-from p4pmu.emulator.models import get_model  # noqa: E402
-from p4pmu.emulator.pmu import PMU  # noqa: E402
+from p4pmu.emulator import events as EV
+from p4pmu.emulator import tables as T
+from p4pmu.emulator.activity import Activity, ClockKind
+from p4pmu.emulator.models import get_model
+from p4pmu.emulator.pmu import PMU
 
 F = T.CCCR_FIELD
 

@@ -31,7 +31,8 @@ def site_totals(lines) -> dict[int, list[int]]:
         f = ln.split()
         if len(f) != 9 or int(f[0]) != COND:
             continue
-        addr, target, taken, pred, n = int(f[1], 16), int(f[2], 16), f[5] == "1", f[6] == "1", int(f[8])
+        addr, target, n = int(f[1], 16), int(f[2], 16), int(f[8])
+        taken, pred = f[5] == "1", f[6] == "1"
         s = sites[addr]
         s[1 if taken else 0] += n
         if not pred:

@@ -25,8 +25,8 @@ a second time (engine.py, docs/emulator.md D21).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -140,7 +140,7 @@ class Activity:
     @classmethod
     def from_kinds(cls, kinds: Sequence[ClockKind], counts: Sequence[int], trans=None,
                    first: int | None = None, last: int | None = None,
-                   shared: int = 0) -> "Activity":
+                   shared: int = 0) -> Activity:
         """Batch from kinds and their clock counts.  Without `trans` the kinds are taken to
         occur as consecutive runs in the order given (so the edge detector sees one rising
         edge at most per run)."""
@@ -160,7 +160,7 @@ class Activity:
         return cls(kinds, counts, trans, first, last, shared)
 
     @classmethod
-    def from_clocks(cls, clocks: Iterable[ClockKind]) -> "Activity":
+    def from_clocks(cls, clocks: Iterable[ClockKind]) -> Activity:
         """Exact batch from an explicit clock-by-clock sequence (tests, small producers)."""
         index, kinds, seq = {}, [], []
         for k in clocks:
@@ -179,7 +179,7 @@ class Activity:
 
     @classmethod
     def from_arrays(cls, count, active, os, cols, vals, trans, first: int,
-                    last: int, shared: int = 0) -> "Activity":
+                    last: int, shared: int = 0) -> Activity:
         """Batch from the compiled arrays directly (the guest-activity feeder, which builds
         thousands of batches per second): count[K], active[K,2], os[K,2] (bool), cols[L]
         (events.line_id values, each column's priv matching its rows' CPL), vals[K,L] line
@@ -203,7 +203,7 @@ class Activity:
         return self
 
     @classmethod
-    def idle(cls, clocks: int, kind: ClockKind | None = None) -> "Activity":
+    def idle(cls, clocks: int, kind: ClockKind | None = None) -> Activity:
         """`clocks` clocks of one kind (default: LP 0 active at CPL 3, no events)."""
         return cls.from_kinds([kind or ClockKind()], [clocks])
 

@@ -2,7 +2,8 @@
 mapping from a clock to the PMU's event lines (docs/guest-events.md, I3, I5, I6).
 
 Pure Python, no QEMU import.  The C plugin implements the same predictor and schedule
-(plugin/kinds.c, classify.c) from a header generated out of `PARAMS` and `insn_classes.TABLE` at build
+(plugin/kinds.c, classify.c) from a header generated out of `PARAMS` and `insn_classes.TABLE` at
+build
 time (plugin/build.py): one table, one truth.  This module is the reference the tests replay.
 
 Model (documented in docs/guest-events.md):
@@ -147,7 +148,7 @@ def fetch_fields(misses: int, lookups: int) -> dict:
 RETURN_TAIL = {"instr_x": 1, "instr_cx": 1, "br_x": 1}
 
 
-def return_tail_clock() -> "Clock":
+def return_tail_clock() -> Clock:
     """The clock of a return to user code after an exception (RETURN_TAIL)."""
     d = Clock()
     for name, v in RETURN_TAIL.items():
@@ -403,7 +404,8 @@ FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "
             "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
             "rbt_uncond", "rbt_cond", "rbt_call", "rbt_ret", "rbt_ind",
             "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
-            "running", "ms", "ms_uops", "tc_uops", "instr_x", "instr_cx", "br_x") + FP_FIELDS + MEMORY_FIELDS + \
+            "running", "ms", "ms_uops", "tc_uops", "instr_x", "instr_cx", "br_x") + FP_FIELDS + \
+    MEMORY_FIELDS + \
     ("dtlb_walks", "l2_rd_miss", "ld_mob")
 NFEAT = len(FEATURES)
 FE = {n: i for i, n in enumerate(FEATURES)}

@@ -16,7 +16,8 @@ adjacent-pair counts.  Overflow, cascade starts and PMI arming follow (SDM 18.15
 docs/emulator.md, "Decisions").
 
 Exactness (docs/emulator.md "Exactness"): for every counter that runs for the whole batch,
-its total (edges included) and OVF are exact for any batch.  Where inside a batch a counter first overflows is not part of the activity, so a
+its total (edges included) and OVF are exact for any batch.  Where inside a batch a counter first
+overflows is not part of the activity, so a
 counter *started* by that overflow gets its share of the batch by proportion, except when it
 receives the same per-clock increments as the counter that started it and those increments
 take a single non-zero value (then the share is exact: SDM Example 18-1 on one event class).

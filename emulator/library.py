@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from . import checker as K
 from . import decode
-from . import tables as T
 from .activity import Activity, ClockKind
 from .models import get_model
 from .pmu import PMU, PMUFault

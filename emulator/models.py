@@ -19,7 +19,8 @@ class MemoryGeometry:
     the model keeps NetBurst's 128-byte sectors on every part).  The code-line record of
     self-modifying-code detection stands for the trace cache (12 K uops on every part, SDM
     Vol. 1 2.2.2; taken as about 32 KB of x86 code: 512 lines, 8-way), an assumption of the
-    model, not a CPUID fact.  docs/memory-model.md says how emulator/memmodel.py uses them.  None of the parts in MODELS has an L3 (the Xeon MP
+    model, not a CPUID fact.  docs/memory-model.md says how emulator/memmodel.py uses them.  None
+    of the parts in MODELS has an L3 (the Xeon MP
     and Extreme Edition parts that do are not modelled)."""
     l1d_kb: int
     l1d_ways: int
@@ -99,10 +100,10 @@ class CpuModel:
         """The cascade-PMI erratum is in effect: the model has it and errata are emulated."""
         return self.cascade_pmi_erratum and self.emulate_errata
 
-    def without_errata(self) -> "CpuModel":
+    def without_errata(self) -> CpuModel:
         return replace(self, emulate_errata=False)
 
-    def with_stepping(self, stepping: int) -> "CpuModel":
+    def with_stepping(self, stepping: int) -> CpuModel:
         if not 0 <= stepping <= 15:
             raise ValueError(f"stepping must be 0-15, got {stepping}")
         return replace(self, stepping=stepping)

@@ -123,7 +123,8 @@ def counter_rewritten(msr: int, first: int, second: int) -> Notice:
     mod = 1 << T.COUNTER_BITS
     return Notice(("counter-rewritten",),
                   f"counter {c.index} ({c.counter_name}) was written 0x{first:X} then at once "
-                  f"0x{second:X} (periods {(mod - first) % mod} and {(mod - second) % mod}): the signature "
+                  f"0x{second:X} (periods {(mod - first) % mod} and {(mod - second) % mod}): "
+                  f"the signature "
                   f"of Linux 6.1's p4_pmu_set_period, which installs the counter's previous "
                   f"period as its second write. perf's counts on this kernel are wrong (the "
                   f"first use of a counter reads 2^39-1 too high; a task switched out and back "

@@ -40,7 +40,7 @@ import functools
 import os
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -169,7 +169,7 @@ class Bridge:
 
     @classmethod
     def from_args(cls, args: list[str], smp_vcpus: int, max_vcpus: int,
-                  native=None) -> "Bridge":
+                  native=None) -> Bridge:
         return cls(parse_options(args), smp_vcpus, max_vcpus, native=native)
 
     # -- helpers ---------------------------------------------------------------------------

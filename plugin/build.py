@@ -261,8 +261,8 @@ def _memory_geometry_table() -> str:
     """The memory model's geometry per CPU model (p4pmu.emulator.models MemoryGeometry), in
     the order of the model option's values (struct mm_params fields), and each model's core
     (the uop counts classification uses)."""
-    from p4pmu.emulator.models import DEFAULT_MODEL, MODELS
     from p4pmu.emulator.insn_classes import CORES
+    from p4pmu.emulator.models import DEFAULT_MODEL, MODELS
     rows = ",\n".join(f"    {m.memory.c_row()} /* {k} */" for k, m in MODELS.items())
     cores = ", ".join(str(CORES.index(m.core)) for m in MODELS.values())
     return ("\n/* memory geometry per CPU model, in the model option's order (struct mm_params) "

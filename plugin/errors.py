@@ -18,8 +18,7 @@ from __future__ import annotations
 import re
 import sys
 import traceback
-from typing import Callable
-
+from collections.abc import Callable
 
 REPORT_START = "p4pmu: Python error in "
 _SUMMARY = re.compile(r"p4pmu: \d+ Python errors? during the run \(")

@@ -59,11 +59,11 @@ from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import bench_stress
-from p4pmu.qemu_glue.run_options import apply_timing, model_from_arg, parse_plugin_opts
 from p4pmu.qemu_glue.guests import build as guest_build
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ensure_qemu
+from p4pmu.qemu_glue.run_options import apply_timing, model_from_arg, parse_plugin_opts
 
 GUEST = "events32"
 MACHINE_ARGS = ("-machine", "pc", "-m", "64", "-nodefaults", "-display", "none",
@@ -120,9 +120,9 @@ def script(config: str, loop: str, n: int) -> str:
     """The guest script of one run (format: qemu_glue/guests/common/events.c)."""
     lines = []
     if config == "all18":
-        for ctr, escr, ev, bits in ALL18:
+        for _ctr, escr, ev, bits in ALL18:
             lines.append(f"w 0x{T.ESCR_BY_NAME[escr].msr:x} 0x{_escr(ev, bits):x}")
-        for ctr, escr, ev, bits in ALL18:
+        for ctr, escr, _ev, _bits in ALL18:
             lines.append(f"w 0x{T.COUNTER_BASE + ctr:x} 0")
             lines.append(f"w 0x{T.CCCR_BASE + ctr:x} 0x{_cccr(ctr, escr):x}")
     elif config == "floor":

@@ -4,7 +4,8 @@ Every configuration boots the default Linux guest (`p4pmu linux`, the host clock
 guest's own clock measures what the host spends) and runs the same workloads, each timed in
 the guest with /proc/uptime around it: inside the command perf runs, so that the time is the
 program's while perf counts or samples it, and, separately, around the whole perf command
-(perf's own start-up and exit, its build-id pass after `perf record` included).  The configurations of one round run one after the
+(perf's own start-up and exit, its build-id pass after `perf record` included).  The
+configurations of one round run one after the
 other, and a ratio is always a configuration's time over plain QEMU's in the same round;
 the report gives the median and the spread over the rounds (docs/performance.md).
 
@@ -236,7 +237,8 @@ def report(res: dict) -> str:
     plain = res["times"]["plain"]
     lines = [f"p4pmu bench --linux: model {res['model']}, {res['rounds']} round(s), input "
              f"{res['size']:,} bytes of /usr/bin/perf; the guest's clock (host time) around "
-             "each workload, inside perf's command; ratio to plain QEMU in the same round: median (range); "
+             "each workload, inside perf's command; ratio to plain QEMU in the same round: "
+             "median (range); "
              f"stopped: not finished within {MAX_RATIO} x plain QEMU's run; too short: under "
              f"{MIN_PLAIN_S} s in plain QEMU (/proc/uptime counts in 10 ms)", ""]
     head = "| configuration | all workloads | " + " | ".join(w.name for w in WORKLOADS) + " |"

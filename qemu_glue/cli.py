@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     try:
         from importlib.metadata import version as _v
         ver = _v("p4pmu")
-    except Exception:  # noqa: BLE001
+    except Exception:
         ver = "unknown"
     ap.add_argument("--version", action="version", version=f"%(prog)s {ver}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")

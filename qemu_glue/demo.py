@@ -30,8 +30,8 @@ from pathlib import Path
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator.models import DEFAULT_MODEL
 from p4pmu.qemu_glue import linux
-from p4pmu.qemu_glue.run_options import model_from_arg
 from p4pmu.qemu_glue.linux_io import HostOutput
+from p4pmu.qemu_glue.run_options import model_from_arg
 
 N_BRANCHY = 200_000
 N_HOT = 100_000
@@ -296,7 +296,7 @@ class _Sections:
                 self._line(line.decode(errors="replace"))
             except BrokenPipeError:  # `p4pmu demo | head`: HostOutput stops the run
                 raise
-            except Exception as e:  # noqa: BLE001 - raised again by finish()
+            except Exception as e:
                 self.error = e
 
     def _line(self, line: str) -> None:

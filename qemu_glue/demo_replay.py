@@ -20,10 +20,10 @@ from p4pmu.emulator import tables as T
 from p4pmu.emulator.decode import describe, register_name
 from p4pmu.emulator.models import DEFAULT_MODEL, CpuModel
 from p4pmu.plugin import bookkeeping_errors
-from p4pmu.qemu_glue.run_options import model_from_arg, parse_plugin_opts
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ensure_qemu
+from p4pmu.qemu_glue.run_options import model_from_arg, parse_plugin_opts
 
 MASK40 = T.COUNTER_MASK
 

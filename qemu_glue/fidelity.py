@@ -5,7 +5,8 @@ docs/fidelity.md).
 One job: for every (CPU model, program) of `silicon.MEASUREMENTS`, one `p4pmu linux` boot on
 that model runs the program under `perf stat` for the measured events (perf's raw NetBurst
 encodings, user level, as the published counts are), once per group of events that the
-counters can hold together (`groups`), so every value is a whole count.  The results go to a JSON file
+counters can hold together (`groups`), so every value is a whole count.  The results go to a JSON
+file
 and, with `--write-docs`, into docs/fidelity.md's generated table.
 """
 from __future__ import annotations

@@ -432,7 +432,7 @@ class P4pmuExtension:
             if stop and stop.get("seq") != self.last_stop_seq:
                 self.last_stop_seq = stop.get("seq")
                 gdb.write(f"p4pmu: {stop_line(stop)}\n")
-        except Exception as e:  # noqa: BLE001 -- an event handler must not raise
+        except Exception as e:
             gdb.write(f"{e}\n" if str(e).startswith("p4pmu") else f"p4pmu: {e}\n", gdb.STDERR)
 
     def close(self) -> None:
@@ -642,7 +642,8 @@ class SetRegisterCommand(P4pmuCommand):
     REGISTER: a name with or without MSR_ (IQ_CCCR0, MSR_CRU_ESCR0) or an address (0x36c).
     VALUE: any gdb expression, e.g. `-1000` or `$rax`; a negative value is written as its
     two's complement in the register's width: 40 bits for a counter (so `-1000` presets it
-    1000 events before overflow, as drivers write it), 64 bits (EDX:EAX) otherwise.  Writes on the selected thread's vCPU
+    1000 events before overflow, as drivers write it), 64 bits (EDX:EAX) otherwise.  Writes on the
+    selected thread's vCPU
     (`lp N`: vCPU N).  Prints the old and new value and the new one decoded; a value the
     hardware refuses (#GP) is not written and the reason is the error."""
 

@@ -124,7 +124,7 @@ class GdbSetup:
             self._session = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "GdbSetup":
+    def __enter__(self) -> GdbSetup:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -112,7 +112,7 @@ class GdbSession:
 
     @classmethod
     def bare_metal(cls, kernel: str, *, qemu_args: list[str] = (), model: str = "0F_04",
-                   plugin_opts: list[str] = (), **kw) -> "GdbSession":
+                   plugin_opts: list[str] = (), **kw) -> GdbSession:
         """A bare-metal guest (-kernel ELF, multiboot) on `p4pmu qemu --gdb`."""
         opts = [x for o in plugin_opts for x in ("--plugin-opt", o)]
         args = ["qemu", "--gdb={port}", "--model", model, *opts, "--",
@@ -122,13 +122,13 @@ class GdbSession:
         return cls(args, elf=str(kernel), **kw)
 
     @classmethod
-    def linux(cls, command: str, *, linux_args: list[str] = (), **kw) -> "GdbSession":
+    def linux(cls, command: str, *, linux_args: list[str] = (), **kw) -> GdbSession:
         """`p4pmu linux --gdb -- COMMAND` (the guest's command output goes to the log)."""
         return cls(["linux", "--gdb={port}", *linux_args, "--", command], **kw)
 
     # -- life --------------------------------------------------------------------------------
 
-    def __enter__(self) -> "GdbSession":
+    def __enter__(self) -> GdbSession:
         try:
             self.start()
         except BaseException:

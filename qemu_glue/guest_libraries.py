@@ -155,7 +155,7 @@ def plan_libraries(adds, initrd: Path, arch: str) -> LibraryPlan:
     triplet, loader, _cls, machine = arch_layout(arch)
     plan = LibraryPlan()
     dynamic = []
-    for hp, gp in _added_elves(adds):
+    for hp, _gp in _added_elves(adds):
         try:
             elf = Elf(hp.read_bytes())
         except (ValueError, IndexError, OSError):

@@ -60,25 +60,32 @@ from pathlib import Path
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel
 from p4pmu.plugin import bookkeeping_errors
+from p4pmu.qemu_glue import gdb_launch, guest_libraries, linux_terminal
+from p4pmu.qemu_glue.errors import UsageError
+from p4pmu.qemu_glue.gdb_launch import GdbSetup
+from p4pmu.qemu_glue.guest_libraries import LibraryPlan
 from p4pmu.qemu_glue.linux_image import guest_init, pins
 from p4pmu.qemu_glue.linux_image.cache import LinuxImage, ensure_image
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
-from p4pmu.qemu_glue.linux_image.user_kernel import (UserKernel, check_kernel_image,
-                                                     check_module, module_prelude)
-from p4pmu.qemu_glue.run_options import add_timing_argument, apply_timing, parse_plugin_opts, \
-    resolve_model
-from p4pmu.qemu_glue.errors import UsageError
-from p4pmu.qemu_glue import gdb_launch, guest_libraries, linux_terminal
-from p4pmu.qemu_glue.guest_libraries import LibraryPlan
-from p4pmu.qemu_glue.gdb_launch import GdbSetup
-from p4pmu.qemu_glue.linux_io import (Console, HostOutput, LineSink, read_qemu_stderr,
-                                      relay)
+from p4pmu.qemu_glue.linux_image.user_kernel import (
+    UserKernel,
+    check_kernel_image,
+    check_module,
+    module_prelude,
+)
+from p4pmu.qemu_glue.linux_io import Console, HostOutput, LineSink, read_qemu_stderr, relay
 from p4pmu.qemu_glue.linux_ports import FetchSpec, Ports, parse_fetch, stdin_wanted
 from p4pmu.qemu_glue.linux_terminal import Terminal
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
 from p4pmu.qemu_glue.qemu_argv import NoQemu, compose_qemu_argv
+from p4pmu.qemu_glue.run_options import (
+    add_timing_argument,
+    apply_timing,
+    parse_plugin_opts,
+    resolve_model,
+)
 
 EXIT_TIMEOUT = 124
 EXIT_FAILURE = 125

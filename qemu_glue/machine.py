@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -123,7 +124,7 @@ class P4Machine:
             self.process = subprocess.Popen(
                 cmd, env=None if self.env is None else {**os.environ, **self.env},
                 pass_fds=tuple(self._pass_fds), start_new_session=self.own_session,
-                preexec_fn=lambda pid=os.getpid(): _die_with_parent(pid), **self.streams)
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()), **self.streams)
         except OSError as e:
             raise ProvisionError(f"cannot start QEMU ({cmd[0]}): {e}") from e
         finally:
@@ -193,7 +194,7 @@ class P4Machine:
                 with contextlib.suppress(OSError):
                     stream.close()
 
-    def __enter__(self) -> "P4Machine":
+    def __enter__(self) -> P4Machine:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -128,7 +128,7 @@ class LoopCounts:
         one more per return from an exception, clockmodel.RETURN_TAIL)."""
         return self.instructions + self.bogus + self.returns
 
-    def with_returns(self, n: int) -> "LoopCounts":
+    def with_returns(self, n: int) -> LoopCounts:
         """These counts when the code took `n` exceptions (page faults: perf's
         `page-faults:u`) and was returned to: silicon counts one more instruction and one
         more branch_retired (taken, predicted) for each, in a user-level clock of its own
@@ -147,7 +147,7 @@ class LoopCounts:
     def branches_retired(self) -> int:
         return self.MMNP + self.MMNM + self.MMTP + self.MMTM
 
-    def __sub__(self, o: "LoopCounts") -> "LoopCounts":
+    def __sub__(self, o: LoopCounts) -> LoopCounts:
         return LoopCounts(**{f.name: getattr(self, f.name) - getattr(o, f.name)
                              for f in fields(self)})
 

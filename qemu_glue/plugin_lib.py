@@ -53,7 +53,7 @@ def plugin_status() -> tuple[Path | None, bool, str | None]:
     try:
         p = Path(_plugin_build().plugin_path())
         return p, p.is_file(), None
-    except Exception as e:  # noqa: BLE001 - reported, not fatal for `info`
+    except Exception as e:
         return None, False, str(e)
 
 

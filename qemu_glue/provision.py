@@ -47,9 +47,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 # The one pin.  trixie-backports keeps only its newest build: when Debian replaces this one,
 # `apt-get install` reports "Version ... was not found" and this constant must be moved on
@@ -181,7 +181,8 @@ def megabytes(n: int) -> str:
 # Probing a QEMU binary
 
 
-def _probe(argv_prefix: list[str], data_dirs: Iterable[Path] = ()) -> tuple[tuple[int, int, int], str | None, bool]:
+def _probe(argv_prefix: list[str], data_dirs: Iterable[Path] = ()
+           ) -> tuple[tuple[int, int, int], str | None, bool]:
     """Run ``--version`` and ``-plugin help``: ((major, minor, micro), debian_version, plugins)."""
     try:
         out = subprocess.run([*argv_prefix, "--version"], capture_output=True, text=True,
@@ -507,7 +508,8 @@ def _system_proxy_settings() -> list[str]:
     keep = []
     for line in out.splitlines():
         key = line.split(" ", 1)[0]
-        if re.fullmatch(r"Acquire::(https?|ftp)::Proxy(::[^ ]+)?|Acquire::(https?)::Proxy-Auto-Detect",
+        if re.fullmatch(r"Acquire::(https?|ftp)::Proxy(::[^ ]+)?|"
+                        r"Acquire::(https?)::Proxy-Auto-Detect",
                         key, flags=re.I):
             keep.append(line if line.endswith(";") else line + ";")
     return keep

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from p4pmu.emulator.models import MODELS, CpuModel
 from p4pmu.qemu_glue import cpu as cpumod
-from p4pmu.qemu_glue.run_options import PLUGIN_OPTS
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.plugin_lib import is_p4pmu_plugin, site_packages
+from p4pmu.qemu_glue.run_options import PLUGIN_OPTS
 
 # options whose value may follow a '=' ("-smp=2"), as QEMU accepts
 _EQUALS_OPTIONS = ("smp", "cpu", "accel", "machine", "M", "plugin")

@@ -23,10 +23,15 @@ from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.gdb_launch import GdbSetup
 from p4pmu.qemu_glue.machine import P4Machine
 from p4pmu.qemu_glue.plugin_lib import plugin_file
-from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
+from p4pmu.qemu_glue.provision import ensure_qemu
 from p4pmu.qemu_glue.qemu_argv import NoQemu, compose_qemu_argv, refuse_own_plugin
-from p4pmu.qemu_glue.run_options import (add_timing_argument, apply_timing, parse_plugin_opts,
-                                         plugin_options_help, resolve_model)
+from p4pmu.qemu_glue.run_options import (
+    add_timing_argument,
+    apply_timing,
+    parse_plugin_opts,
+    plugin_options_help,
+    resolve_model,
+)
 
 USAGE = "p4pmu qemu [OPTIONS] -- QEMU_ARGS..."
 DESCRIPTION = ("Run qemu-system-x86_64 (TCG) with the p4pmu plugin and the CPU of a Pentium 4 "

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from p4pmu.qemu_glue.guests import build as guest_build
 from p4pmu.qemu_glue.plugin_lib import plugin_file
 from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
-from p4pmu.qemu_glue.guests import build as guest_build
 
 
 def _say(msg: str) -> None:
@@ -18,7 +18,7 @@ def _say(msg: str) -> None:
 def _bare_metal_guests() -> None:
     try:
         guest_build.build_all(True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ProvisionError(f"building the bare-metal guests failed: {e}") from e
     _say("bare-metal guests: built")
 

@@ -16,9 +16,9 @@ import collections
 import difflib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from p4pmu.emulator import decode as D
 from p4pmu.emulator import tables as T
@@ -518,7 +518,8 @@ WRMSR and RDPMC of a PMU register, overflows, cascades, PMIs, notes): one line p
 register values decoded, only the records that pass the filters (filters combine: a record
 must pass all of them).  With --summary: per counter, each programming it counted with (its
 CCCR and the ESCR that CCCR selects, how often it started, its overflows) and its writes,
-reads, overflows and faults; the PMIs of each vCPU (--json: as one JSON object).  docs/trace.md describes
+reads, overflows and faults; the PMIs of each vCPU (--json: as one JSON object).  docs/trace.md
+describes
 the trace."""
 EPILOG = f"""\
 KIND: {', '.join(KINDS)},

@@ -78,7 +78,7 @@ class GuestRun:
                 f"{self.seconds:.1f} s\n  command: {' '.join(self.cmd)}\n"
                 f"  last serial lines:\n    {last}\n  stderr:\n    {err}")
 
-    def require_completed(self) -> "GuestRun":
+    def require_completed(self) -> GuestRun:
         if not self.completed:
             why = ""
             if self.out.panic:

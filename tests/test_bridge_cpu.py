@@ -5,11 +5,12 @@ from __future__ import annotations
 import struct
 
 import pytest
-from guests.bridge import CONFIGS, check, config_id
 
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import MODELS, get_model
 from p4pmu.qemu_glue.guests import layout as L
+
+from guests.bridge import CONFIGS, check, config_id
 
 pytestmark = pytest.mark.guest
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from guests.oracle import Expect, Oracle, compare, format_problems
 
 from p4pmu.emulator.models import MODELS
 from p4pmu.qemu_glue.guests import build as guest_build
 from p4pmu.qemu_glue.guests import layout as L
 from p4pmu.qemu_glue.guests.script import GP, UD, Answer, GuestOutput, Script, parse_serial
+
+from guests.oracle import Expect, Oracle, compare, format_problems
 
 APIC_BASE = 0x1B  # IA32_APIC_BASE: QEMU implements it; bit 8 = BSP, base FEE00000h
 BITS = (32, 64)

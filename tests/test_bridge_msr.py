@@ -10,13 +10,14 @@ shared by the emulator and the bridge still shows.
 from __future__ import annotations
 
 import pytest
-from guests.bridge import CONFIGS, STRICT_CONFIGS, check, config_id
-from guests.bridge import write_read_pairs as _pairs
-from guests.suite import other_msr_script, present_msrs, register_kind
 
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import MODELS, get_model
 from p4pmu.qemu_glue.guests.script import GP
+
+from guests.bridge import CONFIGS, STRICT_CONFIGS, check, config_id
+from guests.bridge import write_read_pairs as _pairs
+from guests.suite import other_msr_script, present_msrs, register_kind
 
 pytestmark = pytest.mark.guest
 
@@ -115,7 +116,7 @@ def test_counters_are_40_bits(br):
         assert ans[i].val == T.COUNTER_MASK, f"{ops[i].describe()}: 0x{ans[i].val:x}"
     for i in br.script.indices("c40.bit40"):
         assert (ans[i].res, ans[i].vector, ans[i].error) == ("fault", GP, 0), ops[i].describe()
-    for w, wa, r, ra in _pairs(br, "c40.write", ("c40.read",)):
+    for w, wa, _r, ra in _pairs(br, "c40.write", ("c40.read",)):
         assert wa.res == "ok" and ra.val == w.value, f"{w.describe()} -> {ra.show()}"
 
 

@@ -4,11 +4,12 @@ the expectations are made."""
 from __future__ import annotations
 
 import pytest
-from guests.bridge import CONFIGS, check, config_id
-from guests.suite import counter_value
 
 from p4pmu.emulator import tables as T
 from p4pmu.qemu_glue.guests.script import GP
+
+from guests.bridge import CONFIGS, check, config_id
+from guests.suite import counter_value
 
 pytestmark = pytest.mark.guest
 

@@ -17,10 +17,11 @@ values and faults are compared with the oracle as everywhere else.
 from __future__ import annotations
 
 import pytest
-from guests import suite
-from guests.bridge import CONFIGS, check, config_id
 
 from p4pmu.qemu_glue.guests import layout as L
+
+from guests import suite
+from guests.bridge import CONFIGS, check, config_id
 
 pytestmark = pytest.mark.guest
 

@@ -302,7 +302,8 @@ def test_not_shared_libpython_is_explained(monkeypatch):
 
 def test_missing_headers_are_explained(monkeypatch, tmp_path):
     real = sysconfig.get_paths
-    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(), "include": str(tmp_path)})
+    monkeypatch.setattr(sysconfig, "get_paths",
+                        lambda *a, **k: {**real(), "include": str(tmp_path)})
     with pytest.raises(build.BuildError, match=r"Python\.h.*libpython3\.\d+-dev"):
         build.python_build_info()
 
@@ -384,10 +385,11 @@ def test_embedding_api_matches_header():
     ({"ext_cascade": True, "enable": False}, False),
 ])
 def test_mirror_rule(fields, simple):
+    from p4pmu.emulator import tables as T
     from p4pmu.emulator.models import get_model
     from p4pmu.emulator.pmu import PMU
-    from p4pmu.emulator import tables as T
     from p4pmu.plugin.feeder import Feeder
+
     from guests.evscript import cccr_value
     pmu = PMU(get_model("0F_04"))
     counter = 12

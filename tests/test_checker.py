@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from guests.evscript import cccr_value, escr_value, preset
-from guests.mistakes import CASES, IDLE_WRONG, Case
 from p4pmu.emulator import checker as K
 from p4pmu.emulator.models import get_model
 from p4pmu.emulator.pmu import PMU
+
+from guests.evscript import cccr_value, escr_value, preset
+from guests.mistakes import CASES, IDLE_WRONG, Case
 
 
 def run(writes, model="0F_04", ht=False) -> list[K.Finding]:
@@ -100,6 +101,7 @@ def test_track_many_is_track_in_order():
     same ESCRs pending as the writes one by one (Checker.track), on random sequences of ESCR
     and CCCR writes."""
     import random
+
     from p4pmu.emulator import tables as T
     rng = random.Random(2026)
     pmu = PMU(get_model("0F_04"))
@@ -134,6 +136,7 @@ def test_p4pmu_lint_on_a_written_trace(tmp_path, capsys):
     """`p4pmu lint` replays a trace's writes (here Example 18-2's, as the plugin would write
     them): exit 1 with the findings; a file that is not a trace: exit 2 and why."""
     import json
+
     from p4pmu.qemu_glue import cli
     path = tmp_path / "t.jsonl"
     lines = [{"k": "header", "format": "p4pmu-trace", "version": 1, "model": "0F_04",

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, get_model
-from p4pmu.qemu_glue import cli, cpu, qemu_argv, run_options
+from p4pmu.qemu_glue import cpu, qemu_argv, run_options
 from p4pmu.qemu_glue.plugin_lib import plugin_file, site_packages
 from p4pmu.qemu_glue.provision import ensure_qemu
 

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXEMPT = {"CHANGELOG.md", "tests/test_docs.py"}
 
 FORBIDDEN = [
-    ("a path outside the repository", re.compile(r"\.\./shared|\bshared/(reference|seeds)\b|/work/")),
+    ("a path outside the repository",
+     re.compile(r"\.\./shared|\bshared/(reference|seeds)\b|/work/")),
     ("an external reference file", re.compile(
         r"\b(behaviour|msr-map|register-layout|linux-p4-driver)\.md\b")),
     ("a numbered SDM excerpt", re.compile(r"\bseeds? 0\d", re.IGNORECASE)),

@@ -12,9 +12,9 @@ from __future__ import annotations
 import sysconfig
 
 import pytest
-from p4pmu.qemu_glue.guests.script import Script
 
 from p4pmu.emulator import tables as T
+from p4pmu.qemu_glue.guests.script import Script
 
 pytestmark = pytest.mark.guest
 
@@ -110,8 +110,17 @@ PERIOD = 2000
 def _interrupting_run(run_guest, plugin_opts=()):
     """A ring-0 loop of 400,000 instructions under a counter that interrupts every PERIOD
     of them (the handler reloads it): (the run, the interrupts taken)."""
-    from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, EvScript, \
-        cccr_value, escr_value, parse_events, preset
+    from guests.evscript import (
+        LVT_NMI,
+        PMI_CLEAR_OVF,
+        PMI_RELOAD,
+        PMI_UNMASK,
+        EvScript,
+        cccr_value,
+        escr_value,
+        parse_events,
+        preset,
+    )
     s = EvScript()
     s.pmi_config(PMI_CLEAR_OVF | PMI_RELOAD | PMI_UNMASK, counter=12, reload=preset(PERIOD),
                  lvt=LVT_NMI)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from guests.evscript import EvScript, parse_events
 from p4pmu.qemu_glue import bench as B
+
+from guests.evscript import EvScript, parse_events
 
 pytestmark = pytest.mark.guest
 

@@ -18,8 +18,22 @@ from __future__ import annotations
 import re
 
 import pytest
-from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, \
-    EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
+
+from guests.evscript import (
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    PMI_RELOAD,
+    PMI_UNMASK,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 

@@ -7,12 +7,13 @@ ClockOracle), exact.  And HLT: halted time is not counted, whatever its length.
 from __future__ import annotations
 
 import pytest
+
+from p4pmu.qemu_glue.guests import build as guest_build
+
 from guests.evexpect import ClockOracle, LoopModel, oracle_mismatches
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import EvScript, cccr_msr, counter_msr, escr_msr, parse_events
 from guests.loops import TRACEABLE
-
-from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
 

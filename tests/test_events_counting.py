@@ -12,12 +12,13 @@ for the same instructions (tests/guests/evexpect.py: the trace of the loop from 
 from __future__ import annotations
 
 import pytest
+
+from p4pmu.qemu_glue.guests import build as guest_build
+
 from guests.evexpect import LoopModel, expect_delta
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import escr_value, parse_events
 from guests.loops import TRACEABLE, TRACEABLE_CPL0
-
-from p4pmu.qemu_glue.guests import build as guest_build
 
 pytestmark = pytest.mark.guest
 
@@ -242,7 +243,6 @@ def test_rep_string_instructions_come_from_the_microcode_rom(run_guest, bits):
     all its uops from the ROM -- its base uops and 16 iterations' (insn_classes: REP string
     instructions, uop_table.REP_UOPS) --, the other instructions' uops from the trace
     cache; instructions retired and completed count the REP once."""
-    from p4pmu.emulator import insn_classes as IC
     setups = [
         Setup("rep", [
             Ctr(4, "MSR_MS_ESCR0", "tc_ms_xfer", ("CISC",), os=True, usr=True),

@@ -14,10 +14,24 @@ import re
 
 import pytest
 
-from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, \
-    EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
 from p4pmu.emulator import tables as T
 from p4pmu.qemu_glue import bench
+
+from guests.evscript import (
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    PMI_RELOAD,
+    PMI_UNMASK,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 

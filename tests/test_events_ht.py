@@ -7,12 +7,23 @@ Example 18-2 (SDM 18.15.5.7) literally and in a working form.
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import ClockOracle, LoopModel, user_stream
-from guests.evplan import Ctr, Setup
-from guests.evscript import LVT_NMI, VEC_PMI, EvScript, cccr_msr, \
-    cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
 
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evexpect import ClockOracle, LoopModel, user_stream
+from guests.evplan import Ctr, Setup
+from guests.evscript import (
+    LVT_NMI,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 
@@ -73,7 +84,7 @@ def test_t0_t1_qualification(run_guest):
     instructions and one branch per iteration)."""
     s = EvScript()
     _start(s)
-    for n, escr, ev, bits, t in QUAL:
+    for _n, escr, ev, bits, t in QUAL:
         s.wrmsr(escr_msr(escr), escr_value(ev, *bits, **t))
     s.measure_table([(cccr_msr(n), cccr_value(n, escr)) for n, escr, *_ in QUAL],
                     [(cccr_msr(n), cccr_value(n, escr, enable=False)) for n, escr, *_ in QUAL])
@@ -91,7 +102,7 @@ def test_t0_t1_qualification(run_guest):
     bad = []
     for cpu in (0, 1):
         for user in (False, True):
-            for n, escr, ev, bits, t in QUAL:
+            for n, _escr, ev, _bits, t in QUAL:
                 key = f"lp{cpu}.u{int(user)}"
                 got = out[f"{key}.{N2}.c{n}"] - out[f"{key}.{N1}.c{n}"]
                 mine = t.get(f"t{cpu}_{'usr' if user else 'os'}", False)

@@ -18,13 +18,22 @@ import subprocess
 
 import pytest
 from conftest import P4PMU, QEMU_MACHINE_ARGS
-from guests.evscript import EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, \
-    escr_value, parse_events, preset
 from test_events_exact import _bench_script, _sampling
 from test_events_silent import TIMER_TICKS
 
 from p4pmu.qemu_glue import bench
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evscript import (
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 
@@ -57,9 +66,9 @@ def _same(on, off):
 
 
 def _program_lite_events(s: EvScript, usr_only: bool = False) -> list[int]:
-    for ctr, escr, ev, bits in LITE_EVENTS:
+    for _ctr, escr, ev, bits in LITE_EVENTS:
         s.wrmsr(escr_msr(escr), escr_value(ev, *bits, t0_os=not usr_only, t0_usr=True))
-    for ctr, escr, ev, bits in LITE_EVENTS:
+    for ctr, escr, _ev, _bits in LITE_EVENTS:
         s.wrmsr(counter_msr(ctr), 0)
         s.wrmsr(cccr_msr(ctr), cccr_value(ctr, escr))
     return [c[0] for c in LITE_EVENTS]

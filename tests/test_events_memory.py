@@ -16,15 +16,16 @@ from the reference model (emulator/memmodel.py) run over the loops' own accesses
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import ClockOracle, LoopModel, blocks_of, oracle_mismatches
-from guests.evplan import Ctr, Plan, Setup
-from guests.evscript import parse_events
-from guests.loops import TRACEABLE, TRACEABLE_MEMORY
 
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator.memmodel import MemorySystem
 from p4pmu.emulator.models import get_model
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evexpect import ClockOracle, LoopModel, blocks_of, oracle_mismatches
+from guests.evplan import Ctr, Plan, Setup
+from guests.evscript import parse_events
+from guests.loops import TRACEABLE, TRACEABLE_MEMORY
 
 pytestmark = pytest.mark.guest
 

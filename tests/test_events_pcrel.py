@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from guests.evexpect import LoopModel, blocks_of
-from guests.evscript import ALIAS, EvScript, counter_msr
 
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evexpect import LoopModel, blocks_of
+from guests.evscript import ALIAS, EvScript, counter_msr
 
 pytestmark = pytest.mark.guest
 

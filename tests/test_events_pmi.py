@@ -13,12 +13,27 @@ instruction of a known stream (evexpect.user_stream).
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import LoopModel, pmi_landing, pmi_landings, user_stream
-from guests.evscript import LVT_MASK, LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, \
-    VEC_NMI, VEC_PMI, EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, \
-    parse_events, preset
 
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evexpect import LoopModel, pmi_landing, pmi_landings, user_stream
+from guests.evscript import (
+    LVT_MASK,
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    PMI_RELOAD,
+    PMI_UNMASK,
+    VEC_NMI,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 

@@ -13,11 +13,22 @@ the expectations are exact.
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import LoopModel, overflow_split, user_stream
-from guests.evscript import LVT_NMI, VEC_PMI, EvScript, cccr_msr, cccr_value, counter_msr, \
-    escr_msr, escr_value, parse_events, preset
 
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evexpect import LoopModel, overflow_split, user_stream
+from guests.evscript import (
+    LVT_NMI,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 

@@ -18,16 +18,29 @@ order, and per block; and with USR counts under interrupts against the clock mod
 from __future__ import annotations
 
 import re
-
 from collections import Counter, defaultdict
 
 import pytest
-from guests.evexpect import ClockOracle, LoopModel, blocks_of, pmi_landings, user_stream
-from guests.evplan import Ctr, Plan, Setup
-from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, EvScript, \
-    cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, parse_events, preset
 
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evexpect import ClockOracle, LoopModel, blocks_of, pmi_landings, user_stream
+from guests.evplan import Ctr, Plan, Setup
+from guests.evscript import (
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    PMI_RELOAD,
+    PMI_UNMASK,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 
@@ -129,7 +142,8 @@ def test_changed_directions_replay_the_reference_predictor(run_guest, tmp_path, 
         assert _compare(_model(bits), calls, _trace(trace)) > 2000
         m = re.search(r"vCPU 0: \d+ folds, .*?, (\d+) resolutions", r.stderr)
         st = re.search(r"directions: \d+ looks, (\d+) changes, (\d+) branch bytes rewritten, "
-                       r"\d+ not made \(address unknown or firmware\), (\d+) stale blocks ran", r.stderr)
+                       r"\d+ not made \(address unknown or firmware\), (\d+) stale blocks ran",
+                       r.stderr)
         runs[d] = (int(m.group(1)),) + tuple(int(x) for x in st.groups())
         stale_lines = [ln for ln in r.stderr.splitlines() if "ran after" in ln]
     assert runs[0][1:] == (0, 0, 0), runs

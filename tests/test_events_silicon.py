@@ -9,12 +9,13 @@ the register form of CVTTPD2PI, which is counted once.
 from __future__ import annotations
 
 import pytest
-from guests.evexpect import LoopModel
-from guests.evplan import Ctr, Plan, Setup
-from guests.evscript import parse_events
 
 from p4pmu.emulator import insn_classes as IC
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evexpect import LoopModel
+from guests.evplan import Ctr, Plan, Setup
+from guests.evscript import parse_events
 
 # The published list (ISPASS 2013, section IV.B; "(mem)": the memory-operand form only)
 PUBLISHED_TWICE = {"fldcw", "fldenv", "frstor", "maskmovq", "emms", "sfence", "mfence",

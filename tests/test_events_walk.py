@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from guests.evscript import EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, \
-    parse_events
 from p4pmu.emulator import coverage as COV
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
+
+from guests.evscript import EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, parse_events
 
 pytestmark = pytest.mark.guest
 

@@ -19,9 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from guests.evscript import (LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, EvScript,
-                             cccr_msr, cccr_value, counter_msr, escr_msr, escr_value,
-                             parse_events, preset)
 
 from p4pmu.emulator import decode
 from p4pmu.plugin import bookkeeping_errors
@@ -29,6 +26,22 @@ from p4pmu.qemu_glue import sessions
 from p4pmu.qemu_glue.gdb_launch import free_port
 from p4pmu.qemu_glue.gdb_session import GdbError, GdbSession, GdbTimeout
 from p4pmu.qemu_glue.guests import build as guest_build
+
+from guests.evscript import (
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    PMI_RELOAD,
+    PMI_UNMASK,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 
@@ -176,7 +189,7 @@ def test_break_stops_within_a_block_and_continue_keeps_every_count(guest, tmp_pa
             assert st["counters"][CTR]["ovf"] and st["counters"][CTR]["counting"], st
             assert s.register("rip") == stop.pc
         why = s.console("p4pmu why")
-        assert f"P4PMU breakpoint 1" in why, why
+        assert "P4PMU breakpoint 1" in why, why
         s.console("p4pmu delete")
         got = _finish(s, serial)
     for stop_pc, event_pc in pcs:

@@ -12,6 +12,7 @@ operations of the first differing chunk, and the test names the first differing 
 from __future__ import annotations
 
 import pytest
+
 from guests import fuzz as F
 from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, EvScript
 

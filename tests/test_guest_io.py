@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_trace import _processes_with
 
 from p4pmu.emulator import tables as T
-from test_trace import _processes_with
 
 P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux",
                *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]

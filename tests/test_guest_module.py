@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from guests.evscript import cccr_msr, cccr_value, counter_msr, escr_msr, escr_value
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.qemu_glue import perf_p4 as P
 from p4pmu.qemu_glue import workloads as W
+
+from guests.evscript import cccr_msr, cccr_value, counter_msr, escr_msr, escr_value
 
 P4PMU = [sys.executable, "-m", "p4pmu.qemu_glue.cli"]
 P4PMU_LINUX = [*P4PMU, "linux", *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]

@@ -9,12 +9,24 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import P4PMU
-from guests.evscript import LVT_MASK, LVT_NMI, PMI_CLEAR_OVF, VEC_PMI, EvScript, cccr_msr, \
-    cccr_value, counter_msr, escr_msr, escr_value, preset
-from guests.mistakes import CASES, IDLE_WRONG, INSTR
+
 from p4pmu.emulator import checker as K
+
+from guests.evscript import (
+    LVT_MASK,
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    preset,
+)
+from guests.mistakes import CASES, IDLE_WRONG, INSTR
 
 pytestmark = pytest.mark.guest
 

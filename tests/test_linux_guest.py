@@ -30,9 +30,9 @@ import pytest
 
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import linux as lx
+from p4pmu.qemu_glue.linux_image import guest_init
 from p4pmu.qemu_glue.linux_image.cache import ensure_image, image_dir, recipe, recipe_hash
 from p4pmu.qemu_glue.linux_image.cpio import CpioWriter
-from p4pmu.qemu_glue.linux_image import guest_init
 from p4pmu.qemu_glue.linux_image.elf import Elf
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.kernel import XZ_MAGIC, extract_vmlinux

@@ -122,8 +122,8 @@ def run_session(tmp: Path, name: str, arch: str, sections, *, smp: int = 1, thre
     `guest_timeout`: p4pmu linux's --timeout (SESSION_TIMEOUT otherwise); `timeout`: the
     host's limit (the guest's and two minutes more otherwise); `append`: more kernel
     command-line arguments; `plugin_opts`: more K=V plugin options (model=, timing=)."""
-    from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.linux_image.cache import ensure_image
+    from p4pmu.qemu_glue.plugin_lib import plugin_file
     from p4pmu.qemu_glue.provision import ProvisionError, ensure_qemu
     try:
         ensure_qemu(progress=True)
@@ -287,7 +287,7 @@ def workload(arch: str, name: str) -> Path:
     return W.ensure_built(arch) / name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _replay(arch: str, name: str, ns: tuple) -> tuple:
     path, pr = workload(arch, name), CM.Predictor()
     return tuple(P.program_counts(path, n, pr) for n in ns)
@@ -312,7 +312,8 @@ FULL_BRANCHY_NS = [4000] + [n for _ in BRANCHY_SETS for n in (B1, B1, B2)]
 
 
 # the HT session (hotspots' DIV loop takes tens of clocks per iteration, so perf record's
-# interrupts come often per instruction): on a loaded host its kernel log reported "soft lockup - CPU#1 stuck for 4s! [hotspots]" and, with a longer
+# interrupts come often per instruction): on a loaded host its kernel log reported "soft lockup -
+# CPU#1 stuck for 4s! [hotspots]" and, with a longer
 # period, "hard LOCKUP on cpu 0"; the host clock makes this depend on the host's speed
 _HT_LOCKUPS = pytest.mark.xfail(reason="HT session: lockup reports in the kernel log on a "
                                        "loaded host; to be found",

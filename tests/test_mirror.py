@@ -17,15 +17,29 @@ import re
 from dataclasses import dataclass
 
 import pytest
-
-from guests.evplan import Ctr, Plan, Setup
-from guests.evscript import LVT_MASK, LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, \
-    VEC_PMI, EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, \
-    parse_events, preset
-from guests.suite import full_script
 from test_events_seeds import halting_script
+
 from p4pmu.emulator import tables as T
 from p4pmu.qemu_glue import bench
+
+from guests.evplan import Ctr, Plan, Setup
+from guests.evscript import (
+    LVT_MASK,
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    PMI_RELOAD,
+    PMI_UNMASK,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    parse_events,
+    preset,
+)
+from guests.suite import full_script
 
 pytestmark = pytest.mark.guest
 
@@ -104,9 +118,9 @@ def both(run_guest, tmp_path, script, guest="events32", **kw) -> tuple[Served, l
 
 def _all18(s: EvScript):
     """The benchmark's 18 counters (qemu_glue/bench.py ALL18), OS and USR, from 0."""
-    for ctr, escr, ev, bits in bench.ALL18:
+    for _ctr, escr, ev, bits in bench.ALL18:
         s.wrmsr(escr_msr(escr), bench._escr(ev, bits))
-    for ctr, escr, ev, bits in bench.ALL18:
+    for ctr, escr, _ev, _bits in bench.ALL18:
         s.wrmsr(counter_msr(ctr), 0)
         s.wrmsr(cccr_msr(ctr), bench._cccr(ctr, escr))
 
@@ -239,7 +253,7 @@ def test_replay_tagging_change_drops_the_registered_programmings(run_guest, tmp_
     # PEBS_ENABLE in each phase; the first phase runs every code path once (no new clock
     # kinds after it: C would switch to a registered programming's table without asking)
     pebs = (0x0101_8000, 0x0101_8000, 0, 0x0101_8000)
-    for phase, value in enumerate(pebs):
+    for phase, _value in enumerate(pebs):
         for _ in range(3):  # enable and disable again: the images C switches between
             s.wrmsr(cccr_msr(13), cccr_value(13, C2))
             s.loop("alt", 300, user=True)

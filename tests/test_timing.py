@@ -112,7 +112,7 @@ def test_chase_cycles_per_load_are_silicons(chase_session):
         per = (c[1] - c[0]) / (LOADS_PER_ITERATION * (n2 - n1))
         report.append((m.level, round(per, 2), (m.lo, m.hi)))
     print(f"{model}: cycles per load (level, p4pmu, silicon's range): {report}")
-    for level, per, (lo, hi) in report:
+    for _level, per, (lo, hi) in report:
         assert lo <= per <= hi, f"{model}: cycles per load {report}"
 
 

@@ -12,12 +12,24 @@ import time
 from pathlib import Path
 
 import pytest
-
-from guests.bridge import config_id
-from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, PMI_RELOAD, PMI_UNMASK, VEC_PMI, \
-    EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, preset
-from p4pmu.emulator import decode
 from conftest import P4PMU
+
+from p4pmu.emulator import decode
+
+from guests.evscript import (
+    LVT_NMI,
+    PMI_CLEAR_OVF,
+    PMI_RELOAD,
+    PMI_UNMASK,
+    VEC_PMI,
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 
@@ -128,6 +140,7 @@ def test_every_fault_is_traced_with_its_reason(run_guest, tmp_path, strict):
     CPL 3 with and without CR4.PCE): one trace record with `fault` per PMU access that took
     #GP, the CPL 3 ones by QEMU with the privilege reason."""
     from conftest import bridge_script
+
     from p4pmu.qemu_glue.guests.script import GP
     script = bridge_script(32)
     trace = tmp_path / "t.jsonl"
@@ -153,6 +166,7 @@ def test_every_fault_is_traced_with_its_reason(run_guest, tmp_path, strict):
 def test_a_killed_qemu_leaves_a_readable_trace(tmp_path, guests):
     """SIGKILL in the middle of a run with interrupts: every complete line parses."""
     from conftest import QEMU_MACHINE_ARGS
+
     from p4pmu.qemu_glue.guests import build as guest_build
     s = EvScript()
     s._add(pmi_script().text().replace("loop alu 3000", "loop alu 3000000"))
@@ -201,6 +215,7 @@ def test_a_guest_reset_or_triple_fault_ends_the_run_with_complete_files(tmp_path
     through isa-debug-exit gives an odd status), the trace ends with its end record and reads,
     the log has its summary, nothing is reported as an error, no QEMU is left."""
     from conftest import QEMU_MACHINE_ARGS
+
     from p4pmu.qemu_glue.guests import build as guest_build
     s = EvScript()
     s._add(pmi_script().text())
@@ -233,6 +248,7 @@ def test_a_stop_signal_ends_the_run_with_complete_files(tmp_path, guests, sig):
     down, the trace ends with its end record and `p4pmu trace --summary` reads it, the log
     has its summary, the status is 128 + the signal, and no QEMU is left."""
     from conftest import QEMU_MACHINE_ARGS
+
     from p4pmu.qemu_glue.guests import build as guest_build
     s = EvScript()
     s._add(pmi_script().text().replace("loop alu 3000", "loop alu 3000000"))

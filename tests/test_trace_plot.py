@@ -1,6 +1,7 @@
 """`p4pmu trace FILE --plot OUT.png|OUT.svg` (qemu_glue/trace_plot.py; docs/trace.md
 "Pictures"), rendered from real traces: a bare-metal guest whose counter overflows and starts
-a cascaded counter, the probe guest's faults, and Linux's perf record on the emulated PMU.  Each picture's markers,
+a cascaded counter, the probe guest's faults, and Linux's perf record on the emulated PMU.  Each
+picture's markers,
 counted from the figure itself, match the trace's records kind by kind; the files are real
 PNG and SVG."""
 from __future__ import annotations
@@ -8,14 +9,20 @@ from __future__ import annotations
 import collections
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import P4PMU
-from guests.evscript import EvScript, cccr_msr, cccr_value, counter_msr, escr_msr, \
-    escr_value, preset
+
+from guests.evscript import (
+    EvScript,
+    cccr_msr,
+    cccr_value,
+    counter_msr,
+    escr_msr,
+    escr_value,
+    preset,
+)
 
 pytestmark = pytest.mark.guest
 USR_INSTR = escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True)

@@ -176,7 +176,7 @@ def stubs_asm(bits: int) -> str:
              "stub_table:"]
     for ii, (iname, opcode) in enumerate(INSNS):
         for pi, (pname, pbytes, arches, _) in enumerate(PREFIXES):
-            for fi, (fname, finsns) in enumerate(FSETUPS):
+            for _fi, (fname, finsns) in enumerate(FSETUPS):
                 if bits not in arches or (ii == 0 and pi != 0):
                     table.append(f"\t{word} 0, 0")
                     continue

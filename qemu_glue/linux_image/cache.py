@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import os
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,11 +23,24 @@ from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.guest_init import INIT_SCRIPT, guest_helpers
 from p4pmu.qemu_glue.linux_image.kernel import install_kernel
 from p4pmu.qemu_glue.linux_image.packages import STUB_PACKAGES, DebPackage, fetch_packages
-from p4pmu.qemu_glue.linux_image.pins import (BUSYBOX_PACKAGE, DEFAULT_KERNEL, GUEST_MODULES,
-                                              GUEST_TOOLS, KernelPin, pin_for)
+from p4pmu.qemu_glue.linux_image.pins import (
+    BUSYBOX_PACKAGE,
+    DEFAULT_KERNEL,
+    GUEST_MODULES,
+    GUEST_TOOLS,
+    KernelPin,
+    pin_for,
+)
 from p4pmu.qemu_glue.linux_image.root_tree import STUB_SONAMES, DebianTree, write_initramfs
-from p4pmu.qemu_glue.provision import (Progress, cache_lock, cache_root, check_tools, finish_cache,
-                                       megabytes, safe_wipe)
+from p4pmu.qemu_glue.provision import (
+    Progress,
+    cache_lock,
+    cache_root,
+    check_tools,
+    finish_cache,
+    megabytes,
+    safe_wipe,
+)
 
 # Bump when the builder produces a different image from the same packages.
 IMAGE_FORMAT = 2

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import stat
-from typing import BinaryIO, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import BinaryIO, NamedTuple
 
 
 class CpioMember(NamedTuple):

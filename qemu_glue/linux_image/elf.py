@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+
 class Elf:
     """A read-only view of an ELF file's dynamic linking information."""
 

@@ -5,7 +5,8 @@ The host side (`p4pmu.qemu_glue.linux`) puts the per-run files in ``GUEST_RUN_DI
 on ttyS1, qemu_glue/linux_terminal.py; ``stdin``: present when standard input comes through
 the virtio-serial port ``STDIN_PORT``; ``fetch``: the guest paths to send back through the
 port ``FETCH_PORT``, one per line); /init loads the msr module, runs the command in
-``GUEST_WORKDIR`` (``START_MARKER <nonce>`` on ttyS0 first) with its stdout on ttyS1 and its stderr on ttyS2, sends the fetched paths,
+``GUEST_WORKDIR`` (``START_MARKER <nonce>`` on ttyS0 first) with its stdout on ttyS1 and its
+stderr on ttyS2, sends the fetched paths,
 then prints ``EXIT_MARKER <nonce> <status>`` on ttyS0 (the console) once everything is
 drained, and powers off (docs/linux-guest.md).
 
@@ -26,7 +27,8 @@ FETCH_PORT = "p4pmu.fetch"
 
 INIT_SCRIPT = r"""#!/bin/busybox sh
 # /init of p4pmu's Linux guest (p4pmu.qemu_glue.linux_image).  Runs /p4pmu/cmd with
-# /bin/sh -c in /root: on the terminal ttyS1 when /p4pmu/tty exists; else its stdin from the virtio-serial port p4pmu.stdin when /p4pmu/stdin
+# /bin/sh -c in /root: on the terminal ttyS1 when /p4pmu/tty exists; else its stdin from the
+# virtio-serial port p4pmu.stdin when /p4pmu/stdin
 # exists (else /dev/null), its stdout to ttyS1, its stderr to ttyS2 (both raw); then sends
 # the paths listed in /p4pmu/fetch to the port p4pmu.fetch ("P4PMU-FETCH <i> <bytes>" and a
 # tar archive each), and once all is drained "P4PMU-EXIT <nonce> <status>" goes to the console

@@ -21,11 +21,21 @@ import time
 from pathlib import Path
 
 from p4pmu.qemu_glue.linux_image.errors import ImageError
-from p4pmu.qemu_glue.linux_image.packages import (DebPackage, apt_error, download_packages,
-                                                 parse_records)
+from p4pmu.qemu_glue.linux_image.packages import (
+    DebPackage,
+    apt_error,
+    download_packages,
+    parse_records,
+)
 from p4pmu.qemu_glue.linux_image.pins import KernelPin, pin_for
-from p4pmu.qemu_glue.provision import (AptEnv, Progress, cache_lock, cache_root, check_tools,
-                                       safe_wipe)
+from p4pmu.qemu_glue.provision import (
+    AptEnv,
+    Progress,
+    cache_lock,
+    cache_root,
+    check_tools,
+    safe_wipe,
+)
 
 _FORMAT = 1
 

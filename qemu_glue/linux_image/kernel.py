@@ -19,6 +19,7 @@ from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.pins import GUEST_MODULES, KernelPin
 from p4pmu.qemu_glue.provision import Progress
 
+
 @contextlib.contextmanager
 def _package_files(deb: Path):
     """The files of a package's data archive, as a stream: (name with "./", the member, the

@@ -18,8 +18,17 @@ from pathlib import Path
 
 from p4pmu.qemu_glue.linux_image.errors import ImageError
 from p4pmu.qemu_glue.linux_image.pins import BUSYBOX_PACKAGE, GUEST_TOOLS, KernelPin
-from p4pmu.qemu_glue.provision import (APT_GET_LINE, AptEnv, Progress, apt_failure, cache_root,
-                                       check_tools, deb_name_version, megabytes, sha256_file)
+from p4pmu.qemu_glue.provision import (
+    APT_GET_LINE,
+    AptEnv,
+    Progress,
+    apt_failure,
+    cache_root,
+    check_tools,
+    deb_name_version,
+    megabytes,
+    sha256_file,
+)
 
 # perf's optional libraries: their packages are not downloaded, their sonames are stubbed.
 STUB_PACKAGES = re.compile(r"(libpython3\.\d+|libperl5\.\d+|libopencsd\d*|"

@@ -141,7 +141,7 @@ def _stub_symbols(tree: DebianTree, objs: dict[str, Elf],
         for other, ex in exports.items():
             if other != gp:
                 defined |= ex
-        for (name, _v, size, bind, typ, _sh, vfile, vname, _h) in elf.imports():
+        for (name, _v, size, _bind, typ, _sh, vfile, vname, _h) in elf.imports():
             if vfile and vfile in stubs:
                 target, version = vfile, vname
             elif name in defined:

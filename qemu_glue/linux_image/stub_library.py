@@ -55,7 +55,7 @@ class _Sizes:
     dynent: int
 
     @staticmethod
-    def of(is64: bool) -> "_Sizes":
+    def of(is64: bool) -> _Sizes:
         return _Sizes(64, 56, 64, 24, 16) if is64 else _Sizes(52, 32, 40, 16, 8)
 
 

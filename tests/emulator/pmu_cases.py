@@ -16,7 +16,6 @@ from p4pmu.emulator.activity import Activity, ClockKind
 from p4pmu.emulator.models import MODELS, get_model
 from p4pmu.emulator.pmu import PMU
 
-
 F = T.CCCR_FIELD
 MODEL_KEYS = sorted(MODELS)
 WRAP = 1 << T.COUNTER_BITS

@@ -7,15 +7,14 @@ Example 18-2), 18.15.5.8 (interrupt on overflow), 18.16 (Hyper-Threading); Linux
 arch/x86/events/intel/p4.c; the decisions D1-D21 of docs/emulator.md.
 """
 import pytest
+from lvt_reference import LVT_MASK, lvt_decode, pmi_delivery
+from pmu_cases import WRAP, cccr, kind, neg, program, run_clocks, select_of
 
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.activity import Activity, ClockKind
-from lvt_reference import LVT_MASK, lvt_decode, pmi_delivery
 from p4pmu.emulator.models import MODELS, get_model
 from p4pmu.emulator.pmu import PMU
-
-from pmu_cases import WRAP, cccr, kind, neg, program, run_clocks, select_of
 
 F = T.CCCR_FIELD
 
@@ -251,7 +250,8 @@ def test_linux_count_every_clock_alias(key):
     pmu = PMU(get_model(key))
     pmu.wrmsr(0, 0x3CC, 0x1801_FE0C)
     pmu.wrmsr(0, 0x36C, 0x04FF_1000)
-    kinds = [kind(os=(True, False)), kind(INSTR + (0, 3)), kind(("execution_event", "NBOGUS0", 0, 1))]
+    kinds = [kind(os=(True, False)), kind(INSTR + (0, 3)),
+             kind(("execution_event", "NBOGUS0", 0, 1))]
     pmu.advance(Activity.from_kinds(kinds, [100, 200, 300]))
     assert ctr(pmu, 12) == 600
 
@@ -300,7 +300,7 @@ def test_pmi_on_the_next_event_after_the_overflow(n_events):
     clocks = [kind(INSTR + (0, 1)), kind()] * n_events
     raised_at = None
     events = 0
-    for i, k in enumerate(clocks):
+    for _i, k in enumerate(clocks):
         r = pmu.advance(Activity.from_clocks([k]))
         events += bool(k.lines)
         if r.pmi_raised[0]:

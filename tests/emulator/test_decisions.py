@@ -1,14 +1,13 @@
 """One test per entry of docs/emulator.md "Decisions": behaviour the sources leave open and
 the choice p4pmu makes.  The test name carries the decision number."""
 import pytest
+from pmu_cases import cccr, kind, neg, program, run_clocks
 
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.activity import Activity
 from p4pmu.emulator.models import get_model
 from p4pmu.emulator.pmu import PMU, PMUFault
-
-from pmu_cases import cccr, kind, neg, program, run_clocks
 
 F = T.CCCR_FIELD
 UOPS = ("uops_retired", "NBOGUS")

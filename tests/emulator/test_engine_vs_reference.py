@@ -9,14 +9,13 @@ derandomized (the same seeds on every run).
 """
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pmu_cases import apply_write, build, diff, feed_exact, ref_state, state
+from pmu_reference import Reference
 
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.activity import Activity, ClockKind
 from p4pmu.emulator.models import get_model
 from p4pmu.emulator.pmu import PMU
-
-from pmu_cases import apply_write, build, diff, feed_exact, ref_state, state
-from pmu_reference import Reference
 
 SEEDS = st.integers(min_value=0, max_value=2**63 - 1)
 FAST = dict(derandomize=True, deadline=None, database=None,

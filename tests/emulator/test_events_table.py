@@ -88,7 +88,7 @@ def test_linux_and_sdm_encodings_decode_to_the_documented_events(escr, value, ev
     assert {n for b, n in ev.mask.items() if mask >> b & 1} == bits
     assert ev.escr_value(*bits, t0_os=bool(value & 8), t0_usr=bool(value & 4),
                          t1_os=bool(value & 2), t1_usr=bool(value & 1)) == value & ~(
-        ((mask & ~ev.mask_value(*bits)) << 9))
+        (mask & ~ev.mask_value(*bits)) << 9)
 
 
 def test_escr_inventory_per_block():

@@ -68,7 +68,7 @@ def test_the_dtlb_holds_its_entries_and_no_more():
     # one page more than the entries, cyclically: once the new page has replaced the least
     # recently used one, LRU misses every time
     assert sum(m.access(4096 * i, 1, False).dtlb_miss for i in range(n + 1)) == 1
-    for rounds in range(2):
+    for _round in range(2):
         assert sum(m.access(4096 * i, 1, False).dtlb_miss for i in range(n + 1)) == n + 1
 
 

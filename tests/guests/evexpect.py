@@ -261,7 +261,7 @@ def fp_lines(ic_insn) -> dict[str, int]:
     return out
 
 
-def tagged_lines(model: "LoopModel", trace, tg: Tagging) -> Counter:
+def tagged_lines(model: LoopModel, trace, tg: Tagging) -> Counter:
     c: Counter = Counter()
     for s in trace:
         i = model.ic(s.insn)
@@ -277,7 +277,7 @@ def tagged_lines(model: "LoopModel", trace, tg: Tagging) -> Counter:
     return c
 
 
-def _sum_over(model: "LoopModel", trace, fn) -> Counter:
+def _sum_over(model: LoopModel, trace, fn) -> Counter:
     c: Counter = Counter()
     for s in trace:
         c.update(fn(model.ic(s.insn)))
@@ -403,6 +403,7 @@ def program_pmu(setup, model_key: str = "0F_04", ht: bool = False):
     enabled)."""
     from p4pmu.emulator.models import get_model
     from p4pmu.emulator.pmu import PMU
+
     from . import evscript as S
     pmu = PMU(get_model(model_key), ht=ht)
     for name, v in setup.escr_images().items():
@@ -473,6 +474,7 @@ class ClockOracle:
     def counts(self, setup, trace, ring: int, predictor, lp: int = 0,
                model_key: str = "0F_04") -> dict[int, int]:
         from p4pmu.emulator.activity import Activity
+
         from . import evscript as S
         tagging = _cm_tagging(Tagging(setup.escr_images(), ring, lp))
         w = dict(setup.msr_writes)  # replay tagging (MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT)
@@ -543,7 +545,7 @@ def user_stream(model: LoopModel, loop: str, n: int) -> list[L.Step]:
     return pre + model.trace(loop, n) + [L.Step(int80, "far", True, None)]
 
 
-def pmi_landings(model: "LoopModel", stream: list[L.Step], first: int,
+def pmi_landings(model: LoopModel, stream: list[L.Step], first: int,
                  period: int | None = None) -> list[tuple[int, int]]:
     """Where the PMIs of a counter that counts every instruction of `stream` land (I7):
     [(IP of the interrupted instruction, counter value in the handler)].
@@ -576,7 +578,7 @@ def pmi_landings(model: "LoopModel", stream: list[L.Step], first: int,
     return out
 
 
-def pmi_landing(model: "LoopModel", stream: list[L.Step], nth: int) -> tuple[int, int]:
+def pmi_landing(model: LoopModel, stream: list[L.Step], nth: int) -> tuple[int, int]:
     """The first interrupt of a counter preset to -(nth - 1): see pmi_landings."""
     return pmi_landings(model, stream, nth)[0]
 

@@ -92,11 +92,11 @@ class EvScript:
     def __init__(self):
         self.lines: list[str] = []
 
-    def _add(self, line: str, cpu: int = 0) -> "EvScript":
+    def _add(self, line: str, cpu: int = 0) -> EvScript:
         self.lines.append(("@1 " if cpu else "") + line)
         return self
 
-    def comment(self, text: str) -> "EvScript":
+    def comment(self, text: str) -> EvScript:
         self.lines.append(f"# {text}")
         return self
 

@@ -11,8 +11,8 @@ IA32_MISC_ENABLE the PMU's bits 7, 11 and 12.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 M64 = (1 << 64) - 1
 WRMSR, RDMSR, RDPMC, SETPCE = range(4)

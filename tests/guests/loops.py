@@ -6,7 +6,8 @@ RET: a list of the instructions executed, in order, with the outcome of every br
 replay is a tiny emulator of the few instructions that decide the control flow of these loops
 (dec/inc, test with an immediate or a register, xor with an immediate, mov of an immediate,
 a register or the iteration count, conditional jumps on ZF, direct and indirect jmp/call,
-ret); every other instruction only advances the instruction pointer.  A loop whose control flow depends on anything else is refused.
+ret); every other instruction only advances the instruction pointer.  A loop whose control flow
+depends on anything else is refused.
 
 Expected counts in the tests come from these traces and the documented models, never from
 numbers copied from a run.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 import subprocess
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 # Loops whose control flow the replay understands (bench's data-dependent branch is not).
@@ -228,7 +229,7 @@ def _trace(img: LoopImage, name: str, n: int) -> list[Step]:
         pc = nxt
 
 
-@lru_cache(maxsize=None)
+@cache
 def image(elf: str) -> LoopImage:
     return LoopImage(Path(elf))
 

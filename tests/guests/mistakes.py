@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guests.evscript import cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, preset
 from p4pmu.emulator import tables as T
+
+from guests.evscript import cccr_msr, cccr_value, counter_msr, escr_msr, escr_value, preset
 
 C0, C1 = "MSR_CRU_ESCR0", "MSR_CRU_ESCR1"
 INSTR = escr_value("instr_retired", "NBOGUSNTAG", t0_usr=True)

@@ -14,7 +14,6 @@ from p4pmu.qemu_glue.guests import layout as L
 from p4pmu.qemu_glue.guests.script import GP, UD, GuestOutput, Op, Script, vector_name
 
 
-
 @dataclass(frozen=True)
 class Expect:
     res: str  # "ok" or "fault"
