@@ -22,11 +22,6 @@ from pathlib import Path
 from p4pmu.emulator import events as E
 from p4pmu.emulator import tables as T
 
-# QEMU's virtual clock for a guest that uses the APIC timer (`timer`, `halt`): time advances
-# 1 ns per instruction (-icount shift=0), so where and how often the timer interrupts does not
-# depend on the host's speed or load; sleep=off: a halted guest skips to its next timer
-VIRTUAL_CLOCK = ("-icount", "shift=0,sleep=off")
-
 # evrt.h
 VEC_NMI = 2
 VEC_PMI = 0x40
