@@ -161,14 +161,20 @@ class Activity:
 
     @classmethod
     def from_clocks(cls, clocks: Iterable[ClockKind]) -> Activity:
-        """Exact batch from an explicit clock-by-clock sequence (tests, small producers)."""
+        """Exact batch from an explicit clock-by-clock sequence (tests, small producers).  A
+        sequence that repeats the same ClockKind objects (a replayed loop) computes each one's
+        key once."""
         index, kinds, seq = {}, [], []
+        seen: dict[int, tuple[ClockKind, int]] = {}  # id -> (the object, kept alive; its row)
         for k in clocks:
-            key = k.key()
-            if key not in index:
-                index[key] = len(kinds)
-                kinds.append(k)
-            seq.append(index[key])
+            hit = seen.get(id(k))
+            if hit is None or hit[0] is not k:
+                key = k.key()
+                if key not in index:
+                    index[key] = len(kinds)
+                    kinds.append(k)
+                hit = seen[id(k)] = (k, index[key])
+            seq.append(hit[1])
         K = len(kinds)
         counts = np.bincount(np.array(seq, dtype=np.int64), minlength=K) if seq else []
         trans = np.zeros((K, K))

@@ -463,12 +463,17 @@ class ClockOracle:
     def kinds(self, clocks, ring: int, lp: int, tagging):
         CM, _ = _models()
         out = []
+        seen = {}  # id -> (the clock, kept alive; its kind): a loop repeats its clock objects
         for c in clocks:
-            key = (c.key(), ring, lp, tagging)
-            k = self._kinds.get(key)
-            if k is None:
-                k = self._kinds[key] = CM.clock_kind(c, lp=lp, os=ring == 0, tagging=tagging)
-            out.append(k)
+            hit = seen.get(id(c))
+            if hit is None or hit[0] is not c:
+                key = (c.key(), ring, lp, tagging)
+                k = self._kinds.get(key)
+                if k is None:
+                    k = self._kinds[key] = CM.clock_kind(c, lp=lp, os=ring == 0,
+                                                         tagging=tagging)
+                hit = seen[id(c)] = (c, k)
+            out.append(hit[1])
         return out
 
     def counts(self, setup, trace, ring: int, predictor, lp: int = 0,
