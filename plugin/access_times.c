@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "messages.h"
 #include "access_times.h"
 #include "install.h"
 
@@ -54,7 +55,7 @@ void access_times_report(void)
         if (access_hist[b]) top = b;
     }
     if (!n) return;
-    fprintf(stderr, "p4pmu-debug: access times: %llu PMU accesses, median < %u us, 90%% < %u "
+    p4_message("p4pmu-debug: access times: %llu PMU accesses, median < %u us, 90%% < %u "
             "us, largest < %u us%s\n", (unsigned long long)n, access_quantile(n, 0.5) + 1,
             access_quantile(n, 0.9) + 1, top + 1, top == ACCESS_BUCKETS - 1 ? " (or more)" : "");
 }

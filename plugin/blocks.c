@@ -9,6 +9,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "blocks.h"
 #include "counting.h"
 #include "kinds.h"
@@ -189,7 +190,7 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, in
     if (id >= MAX_BLOCKS) {
         pthread_mutex_unlock(&run.lock);
         if (!blocks.full_warned++) {
-            fprintf(stderr, "p4pmu: more than %u translated blocks: later blocks are not "
+            p4_message("p4pmu: more than %u translated blocks: later blocks are not "
                             "counted (see docs/guest-events.md, limits)\n", MAX_BLOCKS);
         }
         free(b->hk); free(b->pa); free(b->seq); free(b->iclk); free(ins); free(b);

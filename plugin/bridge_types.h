@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "messages.h"
 #include "qemu_plugin_api.h"
 #include "p4pmu_plugin.h"
 #include "p4c_api.h"
@@ -75,8 +76,9 @@ struct vcpu {
     int nrec;
 };
 
-/* P4PMU_DEBUG=1 in the environment: trace the plugin's decisions on stderr (install.c) */
+/* P4PMU_DEBUG=1 in the environment: trace the plugin's decisions (install.c), printed like
+ * every message (messages.c) */
 extern int debug;
-#define DBG(...) do { if (debug) fprintf(stderr, "p4pmu-debug: " __VA_ARGS__); } while (0)
+#define DBG(...) do { if (debug) p4_message("p4pmu-debug: " __VA_ARGS__); } while (0)
 
 #endif

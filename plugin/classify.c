@@ -9,6 +9,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "classify.h"
 #include "blocks.h"
 
@@ -58,13 +59,13 @@ int cs_setup(unsigned core)
     int major = 0, minor = 0;
     cs_version(&major, &minor);
     if (major != CS_API_MAJOR) {
-        fprintf(stderr, "p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major,
+        p4_message("p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major,
                 minor, CS_API_MAJOR);
         return -1;
     }
     csh h;
     if (cs_open(CS_ARCH_X86, CS_MODE_32, &h) != CS_ERR_OK) {
-        fprintf(stderr, "p4pmu: cs_open failed\n");
+        p4_message("p4pmu: cs_open failed\n");
         return -1;
     }
     unsigned n = 1;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "control.h"
 #include "counting.h"
 #include "fold.h"
@@ -61,7 +62,7 @@ int control_setup(int max_vcpus)
 {
     cv = calloc((size_t)max_vcpus, sizeof(*cv));
     if (!cv) {
-        fprintf(stderr, "p4pmu: out of memory for the control channel\n");
+        p4_message("p4pmu: out of memory for the control channel\n");
         return -1;
     }
     return 0;
@@ -112,7 +113,7 @@ static void control_stop(unsigned vi, const struct p4c_break *b, const struct p4
     pthread_mutex_unlock(&ctl_lock);
     char one = 's';
     if (ctl.wake_fd >= 0 && write(ctl.wake_fd, &one, 1) != 1 && errno != EAGAIN) {
-        fprintf(stderr, "p4pmu: control channel: cannot ask for a stop: %s\n", strerror(errno));
+        p4_message("p4pmu: control channel: cannot ask for a stop: %s\n", strerror(errno));
     }
 }
 
@@ -193,7 +194,7 @@ void control_hold(unsigned vi)
     struct control_vcpu *h = &cv[vi];
     if (!h->hold) return;
     if (now_ns() - h->hold_since > HOLD_TIMEOUT_NS) {
-        fprintf(stderr, "p4pmu: control channel: QEMU did not stop vCPU %u within %llu s of "
+        p4_message("p4pmu: control channel: QEMU did not stop vCPU %u within %llu s of "
                 "its breakpoint; it goes on\n", vi,
                 (unsigned long long)(HOLD_TIMEOUT_NS / 1000000000ull));
         control_release(vi);

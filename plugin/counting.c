@@ -9,6 +9,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "counting.h"
 #include "batch.h"
 #include "blocks.h"
@@ -57,7 +58,7 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     run.penalty_sums = calloc((size_t)max_vcpus, sizeof(*run.penalty_sums));
     run.dirty_sums = calloc((size_t)max_vcpus, sizeof(*run.dirty_sums));
     if (!run.per_vcpu || !run.fold_out || !run.penalty_sums || !run.dirty_sums) {
-        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' counting state\n", max_vcpus);
+        p4_message("p4pmu: out of memory for %d vCPUs' counting state\n", max_vcpus);
         return -1;
     }
     run.scoreboard = qemu_plugin_scoreboard_new(sizeof(uint64_t) * SB_WORDS);
@@ -101,7 +102,7 @@ void counting_vcpu_init(unsigned vi)
     for (unsigned o = 0; o < vi && run.count_mode; o++) {
         const struct vcpu_counting *other = &run.per_vcpu[o];
         if (other->init && pthread_equal(other->thread, run.per_vcpu[vi].thread)) {
-            fprintf(stderr, "p4pmu: several vCPUs on one TCG thread (-accel tcg,thread=single): "
+            p4_message("p4pmu: several vCPUs on one TCG thread (-accel tcg,thread=single): "
                             "event counting is off (QEMU 11.1 plugins need multi-threaded TCG "
                             "for per-vCPU counters); MSR/RDPMC access still works\n");
             run.count_mode = 0;
@@ -117,7 +118,7 @@ void counting_report(void)
     for (int i = 0; i < n_vcpus_max; i++) {
         const struct vcpu_counting *c = &run.per_vcpu[i];
         if (!c->init || (!c->bad_folds && !c->silent_bad)) continue;
-        fprintf(stderr, "p4pmu: warning: counting bookkeeping errors on vCPU %d: %llu of %llu "
+        p4_message("p4pmu: warning: counting bookkeeping errors on vCPU %d: %llu of %llu "
                 "batches repaired, %llu silent-outcome underflows (a plugin bug: counts may be "
                 "off)\n", i, (unsigned long long)c->bad_folds, (unsigned long long)c->folds,
                 (unsigned long long)c->silent_bad);

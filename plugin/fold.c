@@ -9,6 +9,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "fold.h"
 #include "batch.h"
 #include "blocks.h"
@@ -177,19 +178,19 @@ static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last,
                             const int64_t cols[2])
 {
     if (!c->bad_folds++) {
-        fprintf(stderr, "p4pmu: warning: counting bookkeeping error on vCPU %u at fold %llu "
+        p4_message("p4pmu: warning: counting bookkeeping error on vCPU %u at fold %llu "
                 "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
                 "so EDGE counts may be off)\n", vi, (unsigned long long)c->folds);
     }
     if (!debug) return;
-    fprintf(stderr, "p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
+    p4_message("p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
             "first=%u(b%d) last=%u end=%d\n", vi, c->o_bad, (long long)clocks,
             (long long)npairs, (long long)cols[0], (long long)cols[1], c->next_first,
             c->next_first_bubble, last, last_is_end);
     for (uint32_t i = 0; i < c->ntouched; i++) {
         uint32_t e = c->touched[i];
         if (c->acc[e] || c->acc_last[e])
-            fprintf(stderr, "p4pmu-debug:   ext %u acc %lld last-left %lld\n", e,
+            p4_message("p4pmu-debug:   ext %u acc %lld last-left %lld\n", e,
                     (long long)c->acc[e], (long long)c->acc_last[e]);
     }
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <strings.h>
 
+#include "messages.h"
 #include "install.h"
 #include "access_times.h"
 #include "blocks.h"
@@ -56,7 +57,7 @@ static void vcpu_init(unsigned int vi, void *ud)
         if (!regs.rax || !regs.rcx || !regs.rdx || !regs.rsp || !regs.rip || !regs.eflags ||
             !regs.cs || !regs.ss || !regs.ds || !regs.es || !regs.fs || !regs.gs || !regs.cr0 ||
             !regs.cr4 || !regs.efer) {
-            fprintf(stderr, "p4pmu: this QEMU does not expose the x86 registers the bridge "
+            p4_message("p4pmu: this QEMU does not expose the x86 registers the bridge "
                             "needs (rax..efer)\n");
             exit(1);
         }
@@ -96,20 +97,20 @@ static void debug_report(int i)
     const struct vcpu_counting *c = &run.per_vcpu[i];
     typedef unsigned long long ull;
     if (c->init) {
-        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
+        p4_message("p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
                 "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
                 "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
                 "%llu exact-deadline callbacks\n", i, (ull)c->folds, (ull)c->deadlines,
                 (ull)c->fast_deadlines, (ull)c->resolutions, (ull)c->silent, (ull)c->gates,
                 (ull)c->silent_bad, blocks.n - 1, kinds.n, (ull)c->exact_checks);
-        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
+        p4_message("p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
                 "clock pairs (no EDGE detector)\n", i, (ull)c->pairless_folds, (ull)c->folds);
-        fprintf(stderr, "p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
+        p4_message("p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
                 "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
                 lite.active ? "on" : "off", lite.installs, lite.removals, (ull)c->memi_cuts);
-        fprintf(stderr, "p4pmu-debug: vCPU %d: %llu C deadline checks looked at %llu dirty "
+        p4_message("p4pmu-debug: vCPU %d: %llu C deadline checks looked at %llu dirty "
                 "blocks\n", i, (ull)c->fast_checks, (ull)c->fast_scanned);
-        fprintf(stderr, "p4pmu-debug: vCPU %d: memory level %s, installed %u time(s), "
+        p4_message("p4pmu-debug: vCPU %d: memory level %s, installed %u time(s), "
                 "removed %u\n", i, memlvl.active ? "on" : "off", memlvl.installs,
                 memlvl.removals);
         mem_report((unsigned)i, c);
@@ -122,7 +123,7 @@ static void debug_report(int i)
             if (nm > largest) largest = nm;
             full += nm >= GMAX;
         }
-        fprintf(stderr, "p4pmu-debug: %u predictor entry groups, %llu silent-capable members "
+        p4_message("p4pmu-debug: %u predictor entry groups, %llu silent-capable members "
                 "(largest %llu, %llu full); directions: %llu looks, %llu changes, %llu branch "
                 "bytes rewritten, %llu not made (address unknown or firmware), %llu stale blocks ran\n",
                 blocks.n_groups - 1, members, largest, full, (ull)directions.looks,
@@ -130,12 +131,12 @@ static void debug_report(int i)
                 (ull)directions.unflippable, (ull)directions.stale_runs);
     }
     if (i == 0)
-        fprintf(stderr, "p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
+        p4_message("p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
                 "counter %d\n", run.exact_on ? "on" : "off", exact.flushes,
                 exact.flushes ? exact.sig.ctr : -1);
     if (mirrors) {
         const struct p4c_mirror *m = &mirrors[i];
-        fprintf(stderr, "p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
+        p4_message("p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
                 "RDPMC, %llu deadlines served in C (%llu overflow walks, %llu "
                 "programming switches), %llu declined\n", i, (ull)m->n_rdmsr,
                 (ull)m->n_wrmsr, (ull)m->n_rdpmc, (ull)m->n_deadline, (ull)m->n_walks,
@@ -170,7 +171,7 @@ static int claim_process(void)
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
     const char *mark = getenv(LOADED_MARK);
     if (mark && !strcmp(mark, pid)) {
-        fprintf(stderr, "p4pmu: the plugin is loaded twice in this QEMU (-plugin given twice "
+        p4_message("p4pmu: the plugin is loaded twice in this QEMU (-plugin given twice "
                         "with libp4pmu_plugin.so or a copy of it): load it once; not loading "
                         "the second copy\n");
         return -1;
@@ -183,11 +184,11 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
                                      char **argv)
 {
     if (strcmp(info->target_name, "x86_64") && strcmp(info->target_name, "i386")) {
-        fprintf(stderr, "p4pmu: the plugin is for x86 guests, not %s\n", info->target_name);
+        p4_message("p4pmu: the plugin is for x86 guests, not %s\n", info->target_name);
         return -1;
     }
     if (!info->system_emulation) {
-        fprintf(stderr, "p4pmu: the plugin needs system emulation (qemu-system-*)\n");
+        p4_message("p4pmu: the plugin needs system emulation (qemu-system-*)\n");
         return -1;
     }
     if (claim_process() < 0) {
@@ -196,13 +197,13 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
     debug = getenv("P4PMU_DEBUG") && strcmp(getenv("P4PMU_DEBUG"), "0");
     char option_error[1024];
     if (p4_options_parse(argc, argv, &options, option_error, sizeof(option_error)) < 0) {
-        fprintf(stderr, "p4pmu: %s\n", option_error);
+        p4_message("p4pmu: %s\n", option_error);
         return -1;
     }
     /* QEMU opened us with RTLD_LOCAL: make libpython's symbols global before Python starts,
      * or extension modules (numpy, _cffi_backend) cannot resolve them. */
     if (!dlopen(P4PMU_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) {
-        fprintf(stderr, "p4pmu: cannot re-open %s globally: %s\n", P4PMU_LIBPYTHON, dlerror());
+        p4_message("p4pmu: cannot re-open %s globally: %s\n", P4PMU_LIBPYTHON, dlerror());
         return -1;
     }
     n_vcpus_max = info->system.max_vcpus > 0 ? info->system.max_vcpus : 1;
@@ -216,7 +217,7 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
         return -1;
     }
     if (p4pmu_py_init(argc, argv, info->system.smp_vcpus, n_vcpus_max) != 1) {
-        fprintf(stderr, "p4pmu: plugin initialisation failed (reason above); not loading\n");
+        p4_message("p4pmu: plugin initialisation failed (reason above); not loading\n");
         return -1;
     }
     if (counting_setup(id, &options, n_vcpus_max) < 0) {

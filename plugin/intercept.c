@@ -37,6 +37,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "intercept.h"
 #include "access_times.h"
 #include "control.h"
@@ -556,7 +557,7 @@ static void undo_redirect(struct vcpu *v, uint64_t from)
     int k = v->redirect;
     v->redirect = RD_NONE;
     if (from != v->redirect_linear && options.verbose) {
-        fprintf(stderr, "p4pmu: note: #GP reported at %#llx, expected %#llx\n",
+        p4_message("p4pmu: note: #GP reported at %#llx, expected %#llx\n",
                 (unsigned long long)from, (unsigned long long)v->redirect_linear);
     }
     if (k == RD_RCX || k == RD_PATCH) {

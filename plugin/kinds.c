@@ -9,6 +9,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "kinds.h"
 #include "counting.h"
 
@@ -41,7 +42,7 @@ static uint32_t kind_intern_locked(const uint8_t *f)
     if (kinds.n >= MAX_KINDS) {
         static int warned;
         if (!warned++) {
-            fprintf(stderr, "p4pmu: more than %u distinct clock kinds; further ones are "
+            p4_message("p4pmu: more than %u distinct clock kinds; further ones are "
                             "counted as empty clocks\n", MAX_KINDS);
         }
         return kinds.empty;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "memory.h"
 #include "batch.h"
 #include "blocks.h"
@@ -275,7 +276,7 @@ static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
         const unsigned *g = p4_mm_geometry[run.mm_model];
         struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]};
         if (!c->mm || mm_init(c->mm, &p)) {
-            fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
+            p4_message("p4pmu: error: no memory for vCPU %u's memory model\n", vi);
             exit(1);
         }
         int level = memory_level_active();
@@ -503,7 +504,7 @@ void mem_models_reset(int added, int on)
 void mem_report(unsigned vi, const struct vcpu_counting *c)
 {
     if (!c->mem_accesses) return;
-    fprintf(stderr, "p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
+    p4_message("p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
             "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
             "%llu TLB flushes, %llu stall clocks\n", vi,
             (unsigned long long)c->mem_accesses, (unsigned long long)c->mem_fixes,

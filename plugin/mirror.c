@@ -39,6 +39,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "mirror.h"
 #include "counting.h"
 #include "kinds.h"
@@ -52,7 +53,7 @@ int mirror_setup(int max_vcpus)
 {
     mirrors = calloc((size_t)max_vcpus, sizeof(*mirrors));
     if (!mirrors) {
-        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' register files\n", max_vcpus);
+        p4_message("p4pmu: out of memory for %d vCPUs' register files\n", max_vcpus);
         return -1;
     }
     return 0;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "registers.h"
 
 struct vcpu *vcpus;
@@ -22,7 +23,7 @@ __thread int tl_vcpu = -1;
 struct vcpu *bridge_vcpu(unsigned int vi)
 {
     if ((int)vi >= n_vcpus_max) {
-        fprintf(stderr, "p4pmu: vCPU %u beyond max_vcpus %d\n", vi, n_vcpus_max);
+        p4_message("p4pmu: vCPU %u beyond max_vcpus %d\n", vi, n_vcpus_max);
         abort();
     }
     tl_vcpu = (int)vi;
@@ -34,7 +35,7 @@ uint64_t reg_read(struct vcpu *v, struct qemu_plugin_register *r)
     uint64_t x = 0;
     g_byte_array_set_size(v->buf, 0);
     if (!qemu_plugin_read_register(r, v->buf)) {
-        fprintf(stderr, "p4pmu: register read failed\n");
+        p4_message("p4pmu: register read failed\n");
         abort();
     }
     memcpy(&x, v->buf->data, v->buf->len < 8 ? v->buf->len : 8);
@@ -46,7 +47,7 @@ void reg_write(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x)
     g_byte_array_set_size(v->buf, 0);
     g_byte_array_append(v->buf, (const uint8_t *)&x, 8);
     if (!qemu_plugin_write_register(r, v->buf)) {
-        fprintf(stderr, "p4pmu: register write failed\n");
+        p4_message("p4pmu: register write failed\n");
         abort();
     }
 }

@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "messages.h"
 #include "siblings.h"
 #include "blocks.h"
 #include "counting.h"
@@ -228,7 +229,7 @@ void sibling_sync(unsigned vi, uint64_t addr)
             static int warned;
             DBG("sync vCPU %u: vCPU %u did not fold within 20 ms\n", vi, sib);
             if (!warned++) {
-                fprintf(stderr, "p4pmu: note: vCPU %u did not fold its activity within 20 ms "
+                p4_message("p4pmu: note: vCPU %u did not fold its activity within 20 ms "
                                 "for a PMU access of its sibling (it may be blocked); reads "
                                 "may miss its latest events\n", sib);
             }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "messages.h"
 #include "trace.h"
 #include "blocks.h"
 #include "counting.h"
@@ -22,7 +23,7 @@ int trace_setup(int max_vcpus)
 {
     trace_run.per_vcpu = calloc((size_t)max_vcpus, sizeof(*trace_run.per_vcpu));
     if (!trace_run.per_vcpu) {
-        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' trace records\n", max_vcpus);
+        p4_message("p4pmu: out of memory for %d vCPUs' trace records\n", max_vcpus);
         return -1;
     }
     return 0;
