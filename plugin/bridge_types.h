@@ -78,7 +78,6 @@ struct vcpu {
 
 /* P4PMU_DEBUG=1 in the environment: trace the plugin's decisions (install.c), printed like
  * every message (messages.c) */
-extern int debug;
-#define DBG(...) do { if (debug) p4_message("p4pmu-debug: " __VA_ARGS__); } while (0)
+#define DBG(...) do { if (p4.debug) p4_message("p4pmu-debug: " __VA_ARGS__); } while (0)
 
 #endif

@@ -39,14 +39,14 @@ MODULE_NAME = "_p4pmu_bridge"
 # Each .c is its own translation unit; docs/plugin.md says what each one does.
 C_SOURCES = (
     # headers
-    "messages.h", "qemu_plugin_api.h", "p4pmu_plugin.h", "p4c_api.h", "bridge_types.h",
+    "messages.h", "state.h", "qemu_plugin_api.h", "p4pmu_plugin.h", "p4c_api.h", "bridge_types.h",
     "counting_types.h", "registers.h", "python_calls.h", "intercept.h", "install.h", "mirror.h",
     "programs.h", "access_times.h", "pmi.h", "trace.h", "control.h",
     "counting.h", "kinds.h", "batch.h", "classify.h", "predictor.h", "blocks.h", "resolve.h",
     "cuts.h", "fold.h", "deadline.h", "siblings.h", "translate.h", "flush.h", "options.h",
     "memmodel.h", "memory.h", "directions.h",
     # units
-    "messages.c", "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c",
+    "messages.c", "state.c", "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c",
     "programs.c", "access_times.c", "pmi.c", "trace.c", "control.c",
     "counting.c", "kinds.c", "batch.c", "classify.c", "predictor.c", "blocks.c", "resolve.c",
     "cuts.c", "fold.c", "deadline.c", "siblings.c", "translate.c", "flush.c", "options.c",

@@ -9,6 +9,7 @@
 
 #include "counting_types.h"
 #include "install.h"
+#include "state.h"
 
 /* The counting state of the run, shared by the counting units: the options in effect, the
  * scoreboard and the per-vCPU state.  One per QEMU process (install.c refuses a second copy
@@ -44,15 +45,15 @@ struct counting_run {
     volatile int flush_pending;
 };
 
-extern struct counting_run run;
 
+struct counting_run *counting_run_new(void);
 int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vcpus);
 void counting_vcpu_init(unsigned vi);
 void counting_report(void);
 
 static inline uint64_t *scoreboard_of(unsigned vi)
 {
-    return (uint64_t *)qemu_plugin_scoreboard_find(run.scoreboard, vi);
+    return (uint64_t *)qemu_plugin_scoreboard_find(p4.run->scoreboard, vi);
 }
 
 #endif

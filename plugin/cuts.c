@@ -17,6 +17,7 @@
 #include "memory.h"
 #include "resolve.h"
 #include "registers.h"
+#include "state.h"
 
 /* start index of the open execution of block id in the current batch, and whether it is
  * represented by the block's counter (else by a credited portion) */
@@ -36,7 +37,7 @@ unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
 static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t last)
 {
     if (!last) return;
-    uint32_t t = ext(kind_with_return_tail(kinds.empty), 0);
+    uint32_t t = ext(kind_with_return_tail(p4.kinds->empty), 0);
     acc_add(c, t, 1);
     pair_hash_add(&c->pairs, last - 1, t, 1);
     acc_last_add(c, last - 1, -1);
@@ -44,7 +45,7 @@ static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t la
     c->cut_last = t + 1;
     uint64_t *sb = scoreboard_of(vi);
     sb[SB_DEADLINE_CLOCKS] += 1;
-    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&exact.sig, t, 1);
+    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, t, 1);
 }
 
 /* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
@@ -54,9 +55,9 @@ static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t la
  * abandoned blocks). */
 static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     if (e >= b->n) return;
     mem_cut(c, id); /* (before the portions: the fixes are of whole-execution clocks) */
     unsigned a = open_start(c, id, sb);
@@ -98,7 +99,7 @@ static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
  * not: it runs again as the new block).  Returns 1 if so. */
 int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
 {
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
     if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
     const struct insn_info *last = &b->ins[b->n - 1];
@@ -131,7 +132,7 @@ int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
 static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
 {
     if (!id) return c->cut_last;
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     if (!dyn_end(b)) return ext(mem_last_kind(c, id, b), b->os) + 1;
     if (c->res_b != id) return 0;
     res_fill(c);
@@ -145,11 +146,11 @@ static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
  * ran): its execution stops there. */
 void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
 {
-    if (!run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    if (!p4.run->instrument || !p4.run->per_vcpu || !p4.run->per_vcpu[vi].init) return;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
-    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     if (!interrupt) {
         c->exc_from = from;
         c->exc_seen = 1;
@@ -188,7 +189,7 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
     }
     /* an exception raised in user code before any instruction of its block ran (an
      * instruction fetch's page fault): its return follows the execution that ran last */
-    if (!interrupt && !retires && current_cpl(&vcpus[vi]) != 0) {
+    if (!interrupt && !retires && current_cpl(&p4.vcpus[vi]) != 0) {
         append_return_tail(vi, c, last_end(c, id));
         sb[SB_CURRENT_BLOCK] = 0;
         sb[SB_SILENT_NEXT] = X_ACCOUNTED;
@@ -201,11 +202,11 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
  * that instruction retired (`retired`) or not, the rest of the block does not run. */
 void counting_abandon(int vi, uint64_t addr, int retired)
 {
-    if (vi < 0 || !run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
+    if (vi < 0 || !p4.run->instrument || !p4.run->per_vcpu || !p4.run->per_vcpu[vi].init) return;
     uint64_t *sb = scoreboard_of((unsigned)vi);
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (!id) return;
-    int j = find_insn(blocks.by_id[id], addr);
+    int j = find_insn(p4.blocks->by_id[id], addr);
     if (j < 0) return;
     counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0), 0);
 }
@@ -222,11 +223,11 @@ void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
     (void)info;
     (void)vaddr;
     uint32_t self = (uint32_t)(uintptr_t)ud;
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (!cur || cur == self) return;
-    int j = find_insn(blocks.by_id[cur], blocks.by_id[self]->vaddr);
+    int j = find_insn(p4.blocks->by_id[cur], p4.blocks->by_id[self]->vaddr);
     if (j < 0) return;
     c->memi_cuts++;
     cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED, 0);

@@ -23,6 +23,7 @@
 #include "resolve.h"
 #include "siblings.h"
 #include "trace.h"
+#include "state.h"
 
 /* the clocks before watched counter w may have received `events` more: at its largest
  * per-clock increment (the clock budget of W) */
@@ -38,7 +39,7 @@ static inline int64_t watch_clocks(const struct p4c_out *o, int w, int64_t event
  * counters: Linux's P4 driver gives thread 1 counter 14 where thread 0 has 12). */
 static int exact_matches(const struct p4c_out *o, int ctr)
 {
-    const struct exact_signature *g = &exact.sig;
+    const struct exact_signature *g = &p4.exact->sig;
     if (!o->winc) return 0;
     uint32_t nk = o->nkext < g->nk ? o->nkext : g->nk;
     for (uint32_t e = 0; e < nk; e++) {
@@ -85,7 +86,7 @@ static void exact_first(struct vcpu_counting *c, const struct p4c_out *o, int ca
 /* P4PMU_DEBUG: a vCPU replaces the signature with counter `top`: where its column differs */
 static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out *o, int top)
 {
-    const struct exact_signature *g = &exact.sig;
+    const struct exact_signature *g = &p4.exact->sig;
     uint32_t e = 0, nk = o->nkext < g->nk ? o->nkext : g->nk;
     while (e < nk && o->winc[(size_t)e * P4_NCOUNTERS + top] == g->col[e]) e++;
     DBG("exact: a vCPU replaces the signature (counter %d) with counter %d (counters with the "
@@ -115,7 +116,7 @@ static void exact_vote(struct vcpu_counting *c, const struct p4c_out *o)
                c->w2_votes[top] * 3 >= 2 * c->w2_steps;
     memset(c->w2_votes, 0, sizeof(c->w2_votes));
     c->w2_steps = 0;
-    if (move && debug) exact_move_note(c, o, top);
+    if (move && p4.debug) exact_move_note(c, o, top);
     if (move) exact_request(o, slot);
 }
 
@@ -142,7 +143,7 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
     if (slot < 0) return -1;
     c->exact_on = 1;
     for (int os = 0; os < 2; os++) {
-        c->exact_pen[os] = (uint32_t)(exact.sig.pen[os] > 0 ? exact.sig.pen[os] : 0);
+        c->exact_pen[os] = (uint32_t)(p4.exact->sig.pen[os] > 0 ? p4.exact->sig.pen[os] : 0);
     }
     c->exact_slot = slot;
     c->exact_left = o->whead[slot];
@@ -156,7 +157,7 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
  * counter (cb_sched, fast_check). */
 void exact_drop(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     if (c->exact_on && c->py_left > 0) {
         c->py_left = 1;
@@ -170,12 +171,12 @@ void exact_drop(unsigned vi)
 
 void exact_update(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    const struct p4c_out *o = &run.fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    const struct p4c_out *o = &p4.run->fold_out[vi];
     c->exact_on = 0;
     c->exact_pen[0] = c->exact_pen[1] = 0;
     c->w_driver = -1;
-    if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
+    if (!p4.run->exact_on || !p4.run->instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
     /* the counter that drives the clock deadline (one whose increments memory outcomes
      * change is no W2 candidate: W2's weights are fixed at translation) */
     int cand = -1;
@@ -185,7 +186,7 @@ void exact_update(unsigned vi)
         int64_t clk = watch_clocks(o, w, o->whead[w]);
         if (clk < best) { best = clk; cand = w; }
     }
-    int slot = exact.active ? exact_take_up(c, o) : -1;
+    int slot = p4.exact->active ? exact_take_up(c, o) : -1;
     /* the counter that sets W's clock budget (W2's is left out: exact_budget) */
     int drv = -1;
     best = INT64_MAX;
@@ -194,8 +195,8 @@ void exact_update(unsigned vi)
         if (w != slot && clk < best) { best = clk; drv = w; }
     }
     c->w_driver = drv >= 0 ? o->widx[drv] : -1;
-    if (cand < 0 || run.flush_pending || exact.flushes >= W2_MAX_FLUSHES) return;
-    if (exact.active) {
+    if (cand < 0 || p4.run->flush_pending || p4.exact->flushes >= W2_MAX_FLUSHES) return;
+    if (p4.exact->active) {
         exact_vote(c, o);
     } else {
         exact_first(c, o, cand);
@@ -220,15 +221,15 @@ static void exact_budget(struct vcpu_counting *c, const struct p4c_out *o)
  * `rest` clocks already added to W belong after this point. */
 void arm(unsigned vi, int64_t rest)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     int64_t h = c->py_left > 0 ? c->py_left : (int64_t)(SB_FIRES_AT >> 2);
-    if (c->pmi_level && run.pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
+    if (c->pmi_level && p4.run->pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
     if (h > (int64_t)(SB_FIRES_AT >> 2)) h = (int64_t)(SB_FIRES_AT >> 2);
     c->w_base = SB_FIRES_AT - (uint64_t)h;
     /* + the penalties reserved for silent branch outcomes not yet replayed; + SB_FORCE_FIRE while
      * cb_first's fold request is pending (cb_sched takes it off again) */
-    sb[SB_DEADLINE_CLOCKS] = c->w_base + (uint64_t)rest + c->w_resv * kinds.n_penalty +
+    sb[SB_DEADLINE_CLOCKS] = c->w_base + (uint64_t)rest + c->w_resv * p4.kinds->n_penalty +
                (c->force_fold ? SB_FORCE_FIRE : 0);
     if (!c->exact_on) {
         sb[SB_EXACT_EVENTS] = 0; /* idle: 2^62 events away */
@@ -240,7 +241,7 @@ void arm(unsigned vi, int64_t rest)
         int64_t h = c->exact_left > 0 ? c->exact_left : 0;
         if (h > (int64_t)(SB_FIRES_AT >> 2)) h = (int64_t)(SB_FIRES_AT >> 2);
         sb[SB_EXACT_EVENTS] = SB_FIRES_AT - (uint64_t)h +
-                              (rest > 0 && cur ? blocks.by_id[cur]->exact_add : 0);
+                              (rest > 0 && cur ? p4.blocks->by_id[cur]->exact_add : 0);
         c->exact_fresh = 0;
     }
     /* else: W2 keeps counting from its last arming */
@@ -249,14 +250,14 @@ void arm(unsigned vi, int64_t rest)
 /* Returns 1 if an interrupt was delivered to this vCPU. */
 int after_python(unsigned vi, int64_t rest_clocks)
 {
-    struct p4c_out *o = &run.fold_out[vi];
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (o->start) {
         o->start = 0;
-        if (run.count_mode && !run.instrument && !run.start_requested) counting_start();
+        if (p4.run->count_mode && !p4.run->instrument && !p4.run->start_requested) counting_start();
     }
     c->py_left = o->budget > 0 ? o->budget : -1;
-    int lp = run.threads == 2 ? (int)(vi & 1) : 0;
+    int lp = p4.run->threads == 2 ? (int)(vi & 1) : 0;
     c->pmi_level = o->pmi[lp] != 0;
     exact_update(vi);
     exact_budget(c, o);
@@ -264,14 +265,14 @@ int after_python(unsigned vi, int64_t rest_clocks)
     mem_update();
     arm(vi, rest_clocks);
     int delivered = 0;
-    if (run.pmi_on) {
-        for (int t = 0; t < run.threads; t++) {
+    if (p4.run->pmi_on) {
+        for (int t = 0; t < p4.run->threads; t++) {
             if (!o->pmi[t]) continue;
             if (t == lp) {
                 delivered |= pmi_deliver_here(vi) == 1;
             } else {
                 unsigned sib = vi ^ 1;
-                if ((int)sib < n_vcpus_max && run.per_vcpu[sib].init) {
+                if ((int)sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init) {
                     sibling_pmi(vi, sib);
                 }
             }
@@ -284,15 +285,15 @@ int after_python(unsigned vi, int64_t rest_clocks)
 
 static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
 {
-    struct pensum *p = &run.penalty_sums[vi];
+    struct pensum *p = &p4.run->penalty_sums[vi];
     if (p->winc != o->winc || p->nkext != o->nkext) {
         p->winc = o->winc;
         p->nkext = o->nkext;
         p->ok = 1;
         memset(p->v, 0, sizeof(p->v));
         for (int os = 0; os < 2; os++) {
-            for (unsigned q = 0; q < kinds.n_penalty; q++) {
-                uint32_t pe = ext(kinds.penalty[q], os);
+            for (unsigned q = 0; q < p4.kinds->n_penalty; q++) {
+                uint32_t pe = ext(p4.kinds->penalty[q], os);
                 if (pe >= o->nkext) { p->ok = 0; break; }
                 const int32_t *row = o->winc + (size_t)pe * P4_NCOUNTERS;
                 for (int k = 0; k < P4_NCOUNTERS; k++) p->v[os][k] += row[k];
@@ -307,7 +308,7 @@ static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
 static struct dirty_sums *dirty_sums_for(unsigned vi, const struct vcpu_counting *c,
                                          const struct p4c_out *o)
 {
-    struct dirty_sums *d = &run.dirty_sums[vi];
+    struct dirty_sums *d = &p4.run->dirty_sums[vi];
     int same = d->winc == o->winc && d->nkext == o->nkext && d->nw == o->nwatch &&
                d->folds == c->folds &&
                !memcmp(d->widx, o->widx, sizeof(int32_t) * (size_t)o->nwatch);
@@ -381,7 +382,7 @@ static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const str
     struct dirty_sums *d = dirty_sums_for(vi, c, o);
     for (uint32_t i = 0; i < c->ndirty; i++) {
         uint32_t id = c->dirty[i];
-        const struct blk *b = blocks.by_id[id];
+        const struct blk *b = p4.blocks->by_id[id];
         if (i >= d->n) {
             if (!dirty_sums_fill(d, i, b, o, pen)) return 0;
             d->n = i + 1;
@@ -452,8 +453,8 @@ static int next_block_events(const struct blk *next, const struct p4c_out *o,
  * unknown kinds, or the next block may overflow). */
 static int64_t fast_check(unsigned vi, const struct blk *next)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    struct p4c_out *o = &run.fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     int nw = o->nwatch;
     if (nw <= 0 || !o->winc) return 0;
     c->fast_checks++;
@@ -492,10 +493,10 @@ static void deadline_step(unsigned vi, uint32_t id);
 
 void cb_sched(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     uint32_t id = (uint32_t)(uintptr_t)ud;
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     if (__builtin_expect(c->force_fold, 0)) control_hold(vi); /* a stop on its way */
     c->cpl_os = b->os;
     if (trace_of(vi)) trace_block_entry(vi, b->vaddr);
@@ -525,11 +526,11 @@ void cb_sched(unsigned int vi, void *ud)
     }
     if (!need) {
         /* only a look at the LVT: the request is still asserted */
-        int got = c->pmi_level && run.pmi_on ? pmi_deliver_here(vi) : 0;
+        int got = c->pmi_level && p4.run->pmi_on ? pmi_deliver_here(vi) : 0;
         arm(vi, 0);
         if (got == 1) {
             c->batch_entry_b = 0;
-            qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+            qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
         }
         return;
     }
@@ -540,16 +541,16 @@ void cb_sched(unsigned int vi, void *ud)
  * limit in this block (W2's increments are upper bounds): decide exactly */
 void cb_exact_deadline(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)(uintptr_t)ud;
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     if (!c->exact_on) {
         c->sbase[SB_EXACT_EVENTS] = 0;
         return;
     }
     c->cpl_os = b->os;
     c->exact_checks++;
-    exact_note(c, run.fold_out[vi].widx[c->exact_slot]);
+    exact_note(c, p4.run->fold_out[vi].widx[c->exact_slot]);
     entry_settle(vi, c);
     int64_t ok = fast_check(vi, b);
     if (ok > 0) {
@@ -566,7 +567,7 @@ void cb_exact_deadline(unsigned int vi, void *ud)
  * the PMU, and an interrupt it raises is taken before the block */
 static void deadline_step(unsigned vi, uint32_t id)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     c->deadlines++;
     fold_at_entry(vi, id);
     uint8_t ovf[P4_NCOUNTERS];
@@ -575,14 +576,14 @@ static void deadline_step(unsigned vi, uint32_t id)
     if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
         /* (reported by the bridge) tried again later: a passing failure loses no interrupt
          * for longer, a lasting one costs a call per retry */
-        run.fold_out[vi].budget = P4_DEADLINE_RETRY;
+        p4.run->fold_out[vi].budget = P4_DEADLINE_RETRY;
     }
-    if (watch) control_overflows(vi, ovf, -1, blocks.by_id[id]->vaddr);
+    if (watch) control_overflows(vi, ovf, -1, p4.blocks->by_id[id]->vaddr);
     if (after_python(vi, 0)) {
         /* take the interrupt before this block runs (its counting ops have not run yet);
          * the next batch starts with the handler's first block, not this one */
         c->next_first = 0;
         c->batch_entry_b = 0;
-        qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+        qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
     }
 }

@@ -9,7 +9,6 @@
 
 #include "counting_types.h"
 
-extern struct direction_state directions;
 
 void directions_update(unsigned vi, const struct blk *cur, uint32_t prev);
 void directions_stale_ran(uint32_t id);

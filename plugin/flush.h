@@ -9,8 +9,6 @@
 
 #include "counting_types.h"
 
-extern struct exact_deadline_state exact;
-extern struct lite_level_state lite;
 
 
 void lite_update(void);

@@ -21,6 +21,7 @@
 #include "registers.h"
 #include "resolve.h"
 #include "siblings.h"
+#include "state.h"
 
 static void out_push(struct vcpu_counting *c, uint32_t e, int64_t n)
 {
@@ -57,7 +58,7 @@ static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
         uint64_t n = en_total(c, id);
         if (!n) continue;
         sb[SB_HDR + id] = 0;
-        const struct blk *b = blocks.by_id[id];
+        const struct blk *b = p4.blocks->by_id[id];
         if (b->gate) *bank_w(c, b) = 0;
         for (uint32_t k = 0; k < b->nk; k++)
             acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
@@ -69,7 +70,7 @@ static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
         if (!dyn_end(b)) acc_last_add(c, ext(b->last_k, b->os), (int64_t)n);
     }
     for (uint32_t i = 0; i < c->ndirty; i++) {
-        const struct blk *b = blocks.by_id[c->dirty[i]];
+        const struct blk *b = p4.blocks->by_id[c->dirty[i]];
         if (!b->res) continue;
         struct block_outcomes *r = &b->res[vi];
         for (unsigned v = 0; v < 4; v++) {
@@ -121,8 +122,8 @@ static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_
     if (!c->next_first) {
         /* first batch (or after an access outside any known block): it starts with the
          * first block execution in it */
-        if (c->firsts[1] > 0) c->next_first = ext(kinds.bubble, 1) + 1;
-        else if (c->firsts[0] > 0) c->next_first = ext(kinds.bubble, 0) + 1;
+        if (c->firsts[1] > 0) c->next_first = ext(p4.kinds->bubble, 1) + 1;
+        else if (c->firsts[0] > 0) c->next_first = ext(p4.kinds->bubble, 0) + 1;
         c->next_first_bubble = 1;
     }
     if (c->next_first && c->next_first_bubble) {
@@ -133,7 +134,7 @@ static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_
     if (last && last_is_end && clocks) acc_last_add(c, last - 1, -1);
     cols[0] = c->firsts[0];
     cols[1] = c->firsts[1];
-    uint32_t bub[2] = {ext(kinds.bubble, 0), ext(kinds.bubble, 1)};
+    uint32_t bub[2] = {ext(p4.kinds->bubble, 0), ext(p4.kinds->bubble, 1)};
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < c->ntouched; i++) {
             uint32_t e = c->touched[i];
@@ -182,7 +183,7 @@ static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last,
                 "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
                 "so EDGE counts may be off)\n", vi, (unsigned long long)c->folds);
     }
-    if (!debug) return;
+    if (!p4.debug) return;
     p4_message("p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
             "first=%u(b%d) last=%u end=%d\n", vi, c->o_bad, (long long)clocks,
             (long long)npairs, (long long)cols[0], (long long)cols[1], c->next_first,
@@ -212,7 +213,7 @@ static void fold_reset(struct vcpu_counting *c)
  * sibling's state for the next batch's label. */
 static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, int64_t clocks)
 {
-    struct p4c_out *o = &run.fold_out[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     o->ext = c->o_ext;
     o->cnt = c->o_cnt;
     o->n = c->o_n;
@@ -225,13 +226,13 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
     o->clocks = clocks;
     c->clk_total += (uint64_t)clocks;
     o->bad = c->o_bad;
-    int sib = run.threads == 2 ? (int)(vi ^ 1) : -1;
+    int sib = p4.run->threads == 2 ? (int)(vi ^ 1) : -1;
     o->other_active = c->oth_active;
     o->other_os = c->oth_os;
     o->shared = lp_timeline(vi, clocks);
-    c->oth_active = sib >= 0 && sib < n_vcpus_max && run.per_vcpu[sib].init &&
-                    !lp_halted(&run.per_vcpu[sib]);
-    c->oth_os = sib >= 0 && sib < n_vcpus_max ? run.per_vcpu[sib].cpl_os : 0;
+    c->oth_active = sib >= 0 && sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init &&
+                    !lp_halted(&p4.run->per_vcpu[sib]);
+    c->oth_os = sib >= 0 && sib < p4.n_vcpus_max ? p4.run->per_vcpu[sib].cpl_os : 0;
     /* budget, pmi[] and start keep what Python wrote last (it rewrites them whenever they
      * may change) */
     o->seq = NULL;
@@ -245,13 +246,13 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
  */
 static void fold_close(unsigned vi, uint32_t last, int last_is_end)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    struct p4c_out *o = &run.fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     c->folds++;
     /* the batch's adjacent clock pairs only when a counter needs them (an EDGE detector:
      * Python says so for the programming of this batch, threads=1); else only the few
      * collected during execution, dropped below, and no pair check */
-    const int pairs = !(o->nopairs && run.threads == 1);
+    const int pairs = !(o->nopairs && p4.run->threads == 1);
     c->pairless_folds += !pairs;
     int mem_keep = mem_fold_begin(c);
     silent_before_fold(vi);
@@ -278,7 +279,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
  * execution. */
 void fold_at_entry(unsigned vi, uint32_t id)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
     uint32_t last = 0;
@@ -288,8 +289,8 @@ void fold_at_entry(unsigned vi, uint32_t id)
     uint32_t nseq = 0;
     if (prev && c->batch_entry_b == prev && c->ndirty == 1 && c->dirty[0] == prev &&
         en_total(c, prev) == 1 &&
-        (!dyn_end(blocks.by_id[prev]) || (c->res_b == prev && c->res_n > 0))) {
-        const struct blk *b = blocks.by_id[prev];
+        (!dyn_end(p4.blocks->by_id[prev]) || (c->res_b == prev && c->res_n > 0))) {
+        const struct blk *b = p4.blocks->by_id[prev];
         const uint32_t *s;
         unsigned n = portion_seq(b, 0, b->n, &s);
         unsigned need = n + (dyn_end(b) ? (unsigned)c->res_n : 0);
@@ -305,15 +306,15 @@ void fold_at_entry(unsigned vi, uint32_t id)
     }
     if (!prev) {
         last = c->cut_last;
-    } else if (dyn_end(blocks.by_id[prev])) {
+    } else if (dyn_end(p4.blocks->by_id[prev])) {
         last = c->res_b == prev ? c->res_last : 0;
     } else {
-        last = ext(mem_last_kind(c, prev, blocks.by_id[prev]), blocks.by_id[prev]->os) + 1;
+        last = ext(mem_last_kind(c, prev, p4.blocks->by_id[prev]), p4.blocks->by_id[prev]->os) + 1;
     }
     fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
-    run.fold_out[vi].seq = nseq ? c->seq : NULL;
-    run.fold_out[vi].nseq = nseq;
-    c->next_first = ext(kinds.bubble, blocks.by_id[id]->os) + 1;
+    p4.run->fold_out[vi].seq = nseq ? c->seq : NULL;
+    p4.run->fold_out[vi].nseq = nseq;
+    c->next_first = ext(p4.kinds->bubble, p4.blocks->by_id[id]->os) + 1;
     c->next_first_bubble = 1;
     c->cut_last = 0;
     c->batch_entry_b = id;
@@ -323,10 +324,10 @@ void fold_at_entry(unsigned vi, uint32_t id)
  * returns the clocks of the rest of the block (already in W). */
 int64_t fold_at_access(unsigned vi, uint64_t addr)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
-    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     int i = b ? find_insn(b, addr) : -1;
     if (i < 0) {
         /* (nothing ran since a cut: its last clock ends the batch and an execution) */
@@ -368,14 +369,14 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
  * its sibling's turn).  Its pending block end, if any, stays pending. */
 void fold_between_blocks(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
     uint32_t last = 0;
     if (!prev) {
         last = c->cut_last;
-    } else if (!dyn_end(blocks.by_id[prev])) {
-        last = ext(mem_last_kind(c, prev, blocks.by_id[prev]), blocks.by_id[prev]->os) + 1;
+    } else if (!dyn_end(p4.blocks->by_id[prev])) {
+        last = ext(mem_last_kind(c, prev, p4.blocks->by_id[prev]), p4.blocks->by_id[prev]->os) + 1;
     }
     fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
     c->next_first = 0;

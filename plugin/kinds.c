@@ -12,8 +12,8 @@
 #include "messages.h"
 #include "kinds.h"
 #include "counting.h"
+#include "state.h"
 
-struct kind_table kinds;
 
 static uint32_t khash_of(const uint8_t *f)
 {
@@ -30,35 +30,35 @@ static uint32_t kind_intern_locked(const uint8_t *f)
 {
     uint32_t i = khash_of(f) & (2 * MAX_KINDS - 1);
     for (;;) {
-        uint32_t e = kinds.hash[i];
+        uint32_t e = p4.kinds->hash[i];
         if (!e) {
             break;
         }
-        if (!memcmp(kinds.fields[e - 1], f, KF_N)) {
+        if (!memcmp(p4.kinds->fields[e - 1], f, KF_N)) {
             return e - 1;
         }
         i = (i + 1) & (2 * MAX_KINDS - 1);
     }
-    if (kinds.n >= MAX_KINDS) {
+    if (p4.kinds->n >= MAX_KINDS) {
         static int warned;
         if (!warned++) {
             p4_message("p4pmu: more than %u distinct clock kinds; further ones are "
                             "counted as empty clocks\n", MAX_KINDS);
         }
-        return kinds.empty;
+        return p4.kinds->empty;
     }
-    uint32_t id = kinds.n;
-    memcpy(kinds.fields[id], f, KF_N);
-    __atomic_store_n(&kinds.n, id + 1, __ATOMIC_RELEASE);
-    kinds.hash[i] = id + 1;
+    uint32_t id = p4.kinds->n;
+    memcpy(p4.kinds->fields[id], f, KF_N);
+    __atomic_store_n(&p4.kinds->n, id + 1, __ATOMIC_RELEASE);
+    p4.kinds->hash[i] = id + 1;
     return id;
 }
 
 uint32_t kind_intern(const uint8_t *f)
 {
-    pthread_mutex_lock(&run.lock);
+    pthread_mutex_lock(&p4.run->lock);
     uint32_t k = kind_intern_locked(f);
-    pthread_mutex_unlock(&run.lock);
+    pthread_mutex_unlock(&p4.run->lock);
     return k;
 }
 
@@ -67,7 +67,7 @@ uint32_t kind_intern(const uint8_t *f)
 uint32_t kind_with_return_tail(uint32_t k)
 {
     uint8_t f[KF_N];
-    memcpy(f, kinds.fields[k], KF_N);
+    memcpy(f, p4.kinds->fields[k], KF_N);
     static const int tail[] = {KF_INSTR_X, KF_INSTR_CX, KF_BR_X};
     for (unsigned i = 0; i < sizeof(tail) / sizeof(tail[0]); i++) {
         if (f[tail[i]] < 255) f[tail[i]]++;
@@ -231,7 +231,7 @@ unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t 
     unsigned n = 0;
     if (a == 0) {
         for (int i = 0; i < P4P_BUBBLE; i++) {
-            s[n++] = kinds.bubble;
+            s[n++] = p4.kinds->bubble;
         }
     }
     unsigned a0 = pos_insn(a);
@@ -247,11 +247,11 @@ unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t 
     if (e == b->n && dyn_end(b) && b->end != END_REP && m) {
         m--; /* the final clock is dynamic */
     }
-    pthread_mutex_lock(&run.lock);
+    pthread_mutex_lock(&p4.run->lock);
     for (unsigned i = 0; i < m; i++) {
         s[n++] = kind_intern_locked(c[i].f);
     }
-    pthread_mutex_unlock(&run.lock);
+    pthread_mutex_unlock(&p4.run->lock);
     free(c);
     *seq = s;
     return n;

@@ -21,7 +21,6 @@ struct kind_table {
     uint32_t rep_full;            /* REP: a clock retiring 3 uops and nothing else */
 };
 
-extern struct kind_table kinds;
 
 uint32_t kind_intern(const uint8_t *f);
 uint32_t kind_with_return_tail(uint32_t k);

@@ -21,6 +21,7 @@
 #include "flush.h"
 #include "kinds.h"
 #include "memmodel.h"
+#include "state.h"
 
 #define UD_INSN_BITS 10u /* an instruction index in a block (TCG: at most 512) */
 
@@ -47,7 +48,7 @@ static int tlb_effect(const uint8_t *p, size_t n)
 static void cb_tlb_flush(unsigned int vi, void *ud)
 {
     (void)ud;
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (c->mm) mm_flush_tlbs(c->mm);
     c->mem_tlb_flushes++;
 }
@@ -133,7 +134,7 @@ static uint32_t kind_plus(uint32_t k, const uint8_t *d)
     if (e && e->k == k + 1 && !memcmp(e->d + KF_MEM_FIRST, d + KF_MEM_FIRST, KF_MEM_N))
         return e->nw;
     uint8_t f[KF_N];
-    memcpy(f, kinds.fields[k], KF_N);
+    memcpy(f, p4.kinds->fields[k], KF_N);
     fields_add(f, d);
     uint32_t nw = kind_intern(f);
     if (e) {
@@ -212,7 +213,7 @@ static int open_rest_first(const struct vcpu_counting *c, uint32_t id, const str
  * at a Python step, after the fold that closes the batch. */
 static inline int pairs_wanted(unsigned vi)
 {
-    return !(run.fold_out[vi].nopairs && run.threads == 1);
+    return !(p4.run->fold_out[vi].nopairs && p4.run->threads == 1);
 }
 
 /* Static clock j of the execution of block id under way gets the memory fields d. */
@@ -273,7 +274,7 @@ static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
 {
     if (!c->mm) {
         c->mm = calloc(1, sizeof(struct mm_state));
-        const unsigned *g = p4_mm_geometry[run.mm_model];
+        const unsigned *g = p4_mm_geometry[p4.run->mm_model];
         struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]};
         if (!c->mm || mm_init(c->mm, &p)) {
             p4_message("p4pmu: error: no memory for vCPU %u's memory model\n", vi);
@@ -291,7 +292,7 @@ static void fields_at(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigne
                       const uint8_t *d)
 {
     if (!mx_is(c, id)) mx_start(c, id);
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     uint16_t j = b->iclk[i];
     if (j == ICLK_FINAL) {
         fields_add(c->mx.fin, d);
@@ -305,26 +306,26 @@ static void fields_at(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigne
  * hits L2 or misses it, and a DTLB walk; stores retire into the store buffer and add none */
 static unsigned stall_of(const struct mm_outcome *o)
 {
-    return (unsigned)(o->l2_hite + o->l2_hitm) * run.stall_l2 +
-           (unsigned)o->l2_miss * run.stall_mem + (unsigned)o->dtlb_miss * run.stall_walk;
+    return (unsigned)(o->l2_hite + o->l2_hitm) * p4.run->stall_l2 +
+           (unsigned)o->l2_miss * p4.run->stall_mem + (unsigned)o->dtlb_miss * p4.run->stall_walk;
 }
 
 /* n empty clocks in the execution of block b under way, right after its bubble (an empty
  * clock too: the only adjacent pairs they add are empty-empty ones) */
 static void add_stall(unsigned vi, struct vcpu_counting *c, const struct blk *b, unsigned n)
 {
-    uint32_t e = ext(kinds.empty, b->os);
+    uint32_t e = ext(p4.kinds->empty, b->os);
     acc_add(c, e, n);
     if (pairs_wanted(vi)) pair_hash_add(&c->pairs, e, e, n);
     uint64_t *sb = scoreboard_of(vi);
     sb[SB_DEADLINE_CLOCKS] += n;
-    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&exact.sig, e, n);
+    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, e, n);
     c->mem_stall_clocks += n;
 }
 
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)((uintptr_t)ud >> UD_INSN_BITS);
     unsigned i = (unsigned)((uintptr_t)ud & ((1u << UD_INSN_BITS) - 1));
     if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id) {
@@ -340,9 +341,9 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
     if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss | o.smc |
           o.partial | o.unaligned | o.alias64k | o.writeback))
         return;
-    if (run.memory_timing && !store) {
+    if (p4.run->memory_timing && !store) {
         unsigned n = stall_of(&o);
-        if (n) add_stall(vi, c, blocks.by_id[id], n);
+        if (n) add_stall(vi, c, p4.blocks->by_id[id], n);
     }
     uint8_t d[KF_N];
     if (!access_fields(&o, store, d)) return;
@@ -356,10 +357,10 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
  * code is looked up at the first one's addresses). */
 void cb_fetch(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)(uintptr_t)ud;
     if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id) return;
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     struct mm_state *m = model_of(vi, c);
     const struct insn_info *last = &b->ins[b->n - 1];
     int level = memory_level_active();
@@ -392,8 +393,8 @@ void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     if (fin_now != fin) {
         acc_add(c, ext(fin, os), -1);
         acc_add(c, ext(fin_now, os), 1);
-        if ((v & 1) && kinds.n_penalty) {
-            uint32_t p0 = ext(kinds.penalty[0], os);
+        if ((v & 1) && p4.kinds->n_penalty) {
+            uint32_t p0 = ext(p4.kinds->penalty[0], os);
             if (pairs_wanted(vi)) {
                 pair_hash_add(&c->pairs, ext(fin, os), p0, -1);
                 pair_hash_add(&c->pairs, ext(fin_now, os), p0, 1);
@@ -426,7 +427,7 @@ void mem_cut(struct vcpu_counting *c, uint32_t id)
 {
     if (!mx_is(c, id)) return;
     struct mem_exec *x = &c->mx;
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     const int os = b->os;
     for (unsigned i = x->n; i-- > 0;) {
         const struct mem_fix *f = &x->fix[i];
@@ -487,8 +488,8 @@ void mem_fold_end(struct vcpu_counting *c, int keep)
 
 void mem_models_reset(int added, int on)
 {
-    for (int i = 0; run.per_vcpu && i < n_vcpus_max; i++) {
-        struct mm_state *m = run.per_vcpu[i].mm;
+    for (int i = 0; p4.run->per_vcpu && i < p4.n_vcpus_max; i++) {
+        struct mm_state *m = p4.run->per_vcpu[i].mm;
         if (m && (added & P4_MEM_DATA)) mm_reset_data(m);
         if (m && (added & P4_MEM_FETCH)) mm_reset_itlb(m);
         if (m && (added & P4_MEM_CODE)) mm_reset_code(m);
@@ -497,7 +498,7 @@ void mem_models_reset(int added, int on)
             m->code_on = (on & P4_MEM_CODE) != 0;
             m->sb_on = (on & P4_MEM_SB) != 0;
         }
-        if (added) run.per_vcpu[i].mx.b = 0;
+        if (added) p4.run->per_vcpu[i].mx.b = 0;
     }
 }
 

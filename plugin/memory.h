@@ -10,6 +10,7 @@
 
 #include "counting_types.h"
 #include "qemu_plugin_api.h"
+#include "state.h"
 
 /* the memory level of the run (switched by a flush: flush.c mem_update) */
 struct memory_level_state {
@@ -21,11 +22,10 @@ struct memory_level_state {
     unsigned installs, removals, streak;
 };
 
-extern struct memory_level_state memlvl;
 
 static inline int memory_level_active(void)
 {
-    return __atomic_load_n(&memlvl.active, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&p4.memlvl->active, __ATOMIC_ACQUIRE);
 }
 
 /* a memory access of instruction (ud & 1023) of block (ud >> 10) */

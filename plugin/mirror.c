@@ -46,13 +46,13 @@
 #include "programs.h"
 #include "python_calls.h"
 #include "trace.h"
+#include "state.h"
 
-struct p4c_mirror *mirrors;
 
 int mirror_setup(int max_vcpus)
 {
-    mirrors = calloc((size_t)max_vcpus, sizeof(*mirrors));
-    if (!mirrors) {
+    p4.mirrors = calloc((size_t)max_vcpus, sizeof(*p4.mirrors));
+    if (!p4.mirrors) {
         p4_message("p4pmu: out of memory for %d vCPUs' register files\n", max_vcpus);
         return -1;
     }
@@ -62,17 +62,17 @@ int mirror_setup(int max_vcpus)
 /* the mirror of vCPU vi if it is the authority now */
 static inline struct p4c_mirror *mirror_of(unsigned vi)
 {
-    if (!mirrors || !mirrors[vi].active) return NULL;
-    return &mirrors[vi];
+    if (!p4.mirrors || !p4.mirrors[vi].active) return NULL;
+    return &p4.mirrors[vi];
 }
 
 /* The per-kind table is what Python would use at this call: it rebuilds it whenever kinds
  * were interned since (Feeder._table_key), so an older one means "ask Python". */
 static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
 {
-    const struct p4c_out *o = &run.fold_out[vi];
+    const struct p4c_out *o = &p4.run->fold_out[vi];
     return o->winc && o->nkext == m->nkext &&
-           o->nkext == 2 * __atomic_load_n(&kinds.n, __ATOMIC_ACQUIRE);
+           o->nkext == 2 * __atomic_load_n(&p4.kinds->n, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -82,7 +82,7 @@ static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
  */
 static int mirror_consume(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &run.fold_out[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     if (!o->n) return 1;
     if (!o->clocks || !m->any_run) {
         o->n = 0; /* no clock, or nothing counts (no EDGE detector to keep in simple mode) */
@@ -164,7 +164,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
  * ENABLE, the table is exact, and nothing has FORCE_OVF. */
 static void mirror_after(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &run.fold_out[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     int level = 0;
     for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (m->ovf[n] && m->armed[n] && m->pmi[n]) level = 1;
@@ -235,7 +235,7 @@ static int mirror_escr_index(const struct p4c_mirror *m, uint32_t msr)
 
 static inline void mirror_declined(unsigned vi)
 {
-    if (mirrors && mirrors[vi].active) mirrors[vi].n_declined++;
+    if (p4.mirrors && p4.mirrors[vi].active) p4.mirrors[vi].n_declined++;
 }
 
 /* RDMSR of a counter, CCCR or ESCR (PMU.rdmsr).  Returns P4_PY_OK with *out, or 0: ask
@@ -387,5 +387,5 @@ int pmu_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
 
 struct p4c_mirror *p4c_mirror(unsigned vi)
 {
-    return &mirrors[vi];
+    return &p4.mirrors[vi];
 }

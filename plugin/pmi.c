@@ -16,6 +16,7 @@
 #include "control.h"
 #include "registers.h"
 #include "trace.h"
+#include "state.h"
 
 int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
 {
@@ -59,8 +60,8 @@ int pmi_deliver_here(unsigned vi)
     /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
     DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u at %#llx\n", vi, lvt, vec, mode,
-        (unsigned long long)reg_read(v, regs.rip));
+        (unsigned long long)reg_read(v, p4.regs.rip));
     trace_record(vi, P4_TR_PMI, vec | mode << 8, 0, 0, 0); /* at the access or block entry */
-    if (control_breaks()) control_pmi(vi, vec | mode << 8, reg_read(v, regs.rip));
+    if (control_breaks()) control_pmi(vi, vec | mode << 8, reg_read(v, p4.regs.rip));
     return 1;
 }

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "predictor.h"
+#include "state.h"
 
 uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create)
 {
@@ -68,41 +69,53 @@ uint32_t pred_entry_of(struct vcpu_counting *c, struct u64_map *m, uint64_t key)
     return (uint32_t)*v;
 }
 
-/* the conditional-entry tables (filled by cond_tables_fill) */
-struct cond_table_set cond_tab = {
-    .next = {{2, 1, 1, 2, 3}, {3, 2, 3, 4, 4}},
-    .pt = {{0, 0, 0, 1, 1}, {1, 0, 0, 1, 1}},
-};
+/* the 2-bit counter's next state and prediction (clockmodel.Predictor) */
+static const uint8_t cond_next[2][5] = {{2, 1, 1, 2, 3}, {3, 2, 3, 4, 4}};
+static const uint8_t cond_pt[2][5] = {{0, 0, 0, 1, 1}, {1, 0, 0, 1, 1}};
 
-void cond_tables_fill(void)
+static void cond_tables_fill(void)
 {
     for (int t = 0; t < 2; t++)
         for (int back = 0; back < 2; back++)
             for (unsigned x = 0; x < 5; x++) {
                 uint64_t e = x;
                 unsigned m = 0;
-                cond_tab.replay[t][back][x][0] = (uint8_t)(x | 1u << 5);
+                p4.cond_tab->replay[t][back][x][0] = (uint8_t)(x | 1u << 5);
                 for (int k = 1; k <= 3; k++) {
                     unsigned p = (unsigned)cond_step(&e, back, t);
                     m += !p;
-                    cond_tab.replay[t][back][x][k] = (uint8_t)(e | m << 3 | p << 5);
+                    p4.cond_tab->replay[t][back][x][k] = (uint8_t)(e | m << 3 | p << 5);
                 }
-                cond_tab.mmax[t][back][x] = (uint8_t)m;
+                p4.cond_tab->mmax[t][back][x] = (uint8_t)m;
             }
     for (int t = 0; t < 2; t++)
         for (int back = 0; back < 2; back++)
             for (unsigned x = 0; x < 5; x++)
                 for (unsigned kk = 0; kk < 4; kk++)
                     for (int tk = 0; tk < 2; tk++) {
-                        unsigned rp = cond_tab.replay[t][back][x][kk];
+                        unsigned rp = p4.cond_tab->replay[t][back][x][kk];
                         uint64_t e = REPLAY_ENTRY(rp);
                         unsigned p = (unsigned)cond_step(&e, back, tk);
-                        unsigned want = cond_tab.mmax[t][back][e];
+                        unsigned want = p4.cond_tab->mmax[t][back][e];
                         unsigned sat = e == (t ? 4u : 1u);
-                        cond_tab.fast[t][back][x][kk][tk] =
+                        p4.cond_tab->fast[t][back][x][kk][tk] =
                             (uint16_t)(e | REPLAY_MISPREDICTED(rp) << 3 | p << 5 | want << 6 |
                                        sat << 8);
                     }
+}
+
+/* The conditional-entry tables, filled (the root object's cond_tab must point to them while
+ * they are filled: cond_step reads them) */
+struct cond_table_set *cond_tables_new(void)
+{
+    struct cond_table_set *t = aligned_alloc(64, sizeof(*t));
+    if (!t) return NULL;
+    memset(t, 0, sizeof(*t));
+    memcpy(t->next, cond_next, sizeof(cond_next));
+    memcpy(t->pt, cond_pt, sizeof(cond_pt));
+    p4.cond_tab = t;
+    cond_tables_fill();
+    return t;
 }
 
 void pred_call(struct vcpu_counting *c, uint64_t ret)

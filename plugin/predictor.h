@@ -7,6 +7,7 @@
 #define P4PMU_PREDICTOR_H
 
 #include "counting_types.h"
+#include "state.h"
 
 /* Conditional entries (clockmodel.Predictor.cond, docs/guest-events.md I5), as tables over
  * e = 0 (invalid) or counter + 1: the next entry after an outcome, and whether the entry
@@ -32,12 +33,11 @@ struct cond_table_set {
     uint16_t fast[2][2][5][4][2];
 } __attribute__((aligned(64)));
 
-extern struct cond_table_set cond_tab;
 
 uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create);
 uint64_t *pred_entry(struct vcpu_counting *c, uint32_t idx1);
 uint32_t pred_entry_of(struct vcpu_counting *c, struct u64_map *m, uint64_t key);
-void cond_tables_fill(void);
+struct cond_table_set *cond_tables_new(void);
 void pred_call(struct vcpu_counting *c, uint64_t ret);
 int pred_ret(struct vcpu_counting *c, uint64_t target);
 int pred_ind_e(uint64_t *e, uint64_t target);
@@ -47,8 +47,8 @@ int pred_ind(struct vcpu_counting *c, uint64_t addr, uint64_t target);
 static inline int cond_step(uint64_t *e, int back, int taken)
 {
     unsigned x = (unsigned)*e; /* always < 5: only these tables write entries */
-    int pred = cond_tab.pt[back][x] == taken;
-    *e = cond_tab.next[taken][x];
+    int pred = p4.cond_tab->pt[back][x] == taken;
+    *e = p4.cond_tab->next[taken][x];
     return pred;
 }
 

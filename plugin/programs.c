@@ -23,6 +23,7 @@
 #include "counting.h"
 #include "flush.h"
 #include "kinds.h"
+#include "state.h"
 
 /* FNV-1a over the 64-bit words of a programming (CCCRs without OVF, then the ESCRs); never
  * 0, which marks an empty slot */
@@ -36,7 +37,7 @@ static uint64_t prog_hash(const uint64_t *cccr, const uint64_t *escr, uint32_t n
 
 void p4c_prog_commit(unsigned vi, int slot)
 {
-    struct p4c_mirror *m = &mirrors[vi];
+    struct p4c_mirror *m = &p4.mirrors[vi];
     struct p4c_prog *p = &m->progs[slot];
     p->hash = prog_hash(p->cccr, p->escr, m->nescr);
 }
@@ -52,7 +53,7 @@ int prog_find(const struct p4c_mirror *m, int k, int s, uint64_t value)
     if (k >= 0) cccr[k] = value & ~m->ovf_mask;
     if (s >= 0) escr[s] = value;
     uint64_t h = prog_hash(cccr, escr, m->nescr);
-    uint32_t nk = 2 * __atomic_load_n(&kinds.n, __ATOMIC_ACQUIRE);
+    uint32_t nk = 2 * __atomic_load_n(&p4.kinds->n, __ATOMIC_ACQUIRE);
     for (int i = 0; i < P4_PROGS; i++) {
         const struct p4c_prog *p = &m->progs[i];
         if (p->hash != h || memcmp(p->cccr, cccr, sizeof(cccr)) ||
@@ -87,7 +88,7 @@ int prog_write_noticed(const struct p4c_mirror *m, int k, int s, uint64_t value)
 void prog_switch(unsigned vi, struct p4c_mirror *m, int i)
 {
     const struct p4c_prog *p = &m->progs[i];
-    struct p4c_out *o = &run.fold_out[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     memcpy(m->run, p->run, sizeof(m->run));
     memcpy(m->pmi, p->pmi, sizeof(m->pmi));
     memcpy(m->rate_b, p->rate_b, sizeof(m->rate_b));

@@ -10,24 +10,20 @@
 
 #include "messages.h"
 #include "registers.h"
+#include "state.h"
 
-struct vcpu *vcpus;
-
-int n_vcpus_max;
-
-struct x86_registers regs;
-
-/* the vCPU whose thread this is (set in every callback; used at translation time) */
+/* The vCPU whose thread this is (set in every callback that names its vCPU).  Global and
+ * per host thread: QEMU's translation callback (translate) names no vCPU. */
 __thread int tl_vcpu = -1;
 
 struct vcpu *bridge_vcpu(unsigned int vi)
 {
-    if ((int)vi >= n_vcpus_max) {
-        p4_message("p4pmu: vCPU %u beyond max_vcpus %d\n", vi, n_vcpus_max);
+    if ((int)vi >= p4.n_vcpus_max) {
+        p4_message("p4pmu: vCPU %u beyond max_vcpus %d\n", vi, p4.n_vcpus_max);
         abort();
     }
     tl_vcpu = (int)vi;
-    return &vcpus[vi];
+    return &p4.vcpus[vi];
 }
 
 uint64_t reg_read(struct vcpu *v, struct qemu_plugin_register *r)
@@ -72,23 +68,23 @@ int mem_write(struct vcpu *v, uint64_t addr, const void *src, size_t n)
 /* EDX:EAX <- value; 8-byte writes also clear the upper halves of RAX/RDX (long mode). */
 void write_edx_eax(struct vcpu *v, uint64_t value)
 {
-    reg_write(v, regs.rax, value & 0xFFFFFFFFull);
-    reg_write(v, regs.rdx, value >> 32);
+    reg_write(v, p4.regs.rax, value & 0xFFFFFFFFull);
+    reg_write(v, p4.regs.rdx, value >> 32);
 }
 
 /* CPL as the hardware defines it: real mode 0, virtual-8086 mode 3, else CS.RPL. */
 int current_cpl(struct vcpu *v)
 {
-    if (!(reg_read(v, regs.cr0) & CR0_PE)) {
+    if (!(reg_read(v, p4.regs.cr0) & CR0_PE)) {
         return 0;
     }
-    if (reg_read(v, regs.eflags) & EFL_VM) {
+    if (reg_read(v, p4.regs.eflags) & EFL_VM) {
         return 3;
     }
-    return (int)(reg_read(v, regs.cs) & 3);
+    return (int)(reg_read(v, p4.regs.cs) & 3);
 }
 
 uint64_t reg_read_rcx(struct vcpu *v)
 {
-    return reg_read(v, regs.rcx);
+    return reg_read(v, p4.regs.rcx);
 }

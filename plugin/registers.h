@@ -14,10 +14,7 @@ struct x86_registers {
         *gs, *cr0, *cr4, *efer;
 };
 
-extern struct x86_registers regs;
 
-extern struct vcpu *vcpus;
-extern int n_vcpus_max;
 extern __thread int tl_vcpu;
 
 struct vcpu *bridge_vcpu(unsigned int vi);

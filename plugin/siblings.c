@@ -25,12 +25,13 @@
 #include "registers.h"
 #include "resolve.h"
 #include "trace.h"
+#include "state.h"
 
 /* single-threaded TCG (round robin): both siblings run on this thread, so the sibling is
  * between two of its blocks now and its state may be touched from here */
 static inline int same_thread(unsigned sib)
 {
-    return pthread_equal(run.per_vcpu[sib].thread, pthread_self());
+    return pthread_equal(p4.run->per_vcpu[sib].thread, pthread_self());
 }
 
 /* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local
@@ -42,19 +43,19 @@ static inline int same_thread(unsigned sib)
  * clocks (its first ones, in time). */
 static void lp_resync(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (run.threads != 2 || !run.core_clock) return;
-    uint64_t core = __atomic_load_n(&run.core_clock[vi >> 1], __ATOMIC_SEQ_CST);
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (p4.run->threads != 2 || !p4.run->core_clock) return;
+    uint64_t core = __atomic_load_n(&p4.run->core_clock[vi >> 1], __ATOMIC_SEQ_CST);
     if (!c->lclk_on || c->lclk < core) c->lclk = core;
     c->lclk_on = 1;
 }
 
 int64_t lp_timeline(unsigned vi, int64_t clocks)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (run.threads != 2 || !run.core_clock || clocks <= 0) return 0;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (p4.run->threads != 2 || !p4.run->core_clock || clocks <= 0) return 0;
     if (!c->lclk_on) lp_resync(vi); /* the LP's first clocks start at the core's clock */
-    uint64_t *cc = &run.core_clock[vi >> 1];
+    uint64_t *cc = &p4.run->core_clock[vi >> 1];
     c->lclk += (uint64_t)clocks;
     uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
     while (cur < c->lclk &&
@@ -72,7 +73,7 @@ int64_t lp_timeline(unsigned vi, int64_t clocks)
  * mask bit at its first block entry (the handler's), before the handler runs. */
 void sibling_pmi(unsigned vi, unsigned sib)
 {
-    struct vcpu_counting *s = &run.per_vcpu[sib];
+    struct vcpu_counting *s = &p4.run->per_vcpu[sib];
     if (lp_halted(s) && s->hlt_valid && !same_thread(sib)) {
         uint32_t lvt = s->hlt_lvt;
         if (!(lvt & LVT_MASKED)) {
@@ -94,18 +95,18 @@ void sibling_pmi(unsigned vi, unsigned sib)
  * PMIs are delivered by itself at its next block entry */
 static void after_python_other(unsigned vi)
 {
-    struct p4c_out *o = &run.fold_out[vi];
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     c->py_left = o->budget > 0 ? o->budget : -1;
     int lp = (int)(vi & 1);
     c->pmi_level = o->pmi[lp] != 0;
     exact_update(vi);
     arm(vi, 0);
     for (int t = 0; t < 2; t++) {
-        if (o->pmi[t] && run.pmi_on) {
+        if (o->pmi[t] && p4.run->pmi_on) {
             unsigned target = (vi & ~1u) | (unsigned)t;
-            if ((int)target < n_vcpus_max && run.per_vcpu[target].init) {
-                __atomic_store_n(&run.per_vcpu[target].pmi_pending, 1, __ATOMIC_SEQ_CST);
+            if ((int)target < p4.n_vcpus_max && p4.run->per_vcpu[target].init) {
+                __atomic_store_n(&p4.run->per_vcpu[target].pmi_pending, 1, __ATOMIC_SEQ_CST);
                 __atomic_store_n(&scoreboard_of(target)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
             }
         }
@@ -115,16 +116,16 @@ static void after_python_other(unsigned vi)
 /* vCPU vi's halted state changed: the sibling's clocks change label (ACTIVE_THREAD) */
 static void sibling_relabel(unsigned vi)
 {
-    if (run.threads != 2 || !run.instrument) return;
+    if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= n_vcpus_max || !run.per_vcpu[sib].init || lp_halted(&run.per_vcpu[sib])) return;
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init || lp_halted(&p4.run->per_vcpu[sib])) return;
     if (same_thread(sib)) {
         fold_between_blocks(sib);
-        if (py_deadline(sib) != P4_PY_OK) run.fold_out[sib].budget = 0;
+        if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
         after_python_other(sib);
         return;
     }
-    __atomic_store_n(&run.per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.run->per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }
 
@@ -132,11 +133,11 @@ static void sibling_relabel(unsigned vi)
 void cb_xpend(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)(uintptr_t)ud;
     uint64_t *sb = scoreboard_of(vi);
     __atomic_store_n(&sb[SB_SIBLING_REQUEST], 0, __ATOMIC_SEQ_CST);
-    if (trace_of(vi)) trace_block_entry(vi, blocks.by_id[id]->vaddr);
+    if (trace_of(vi)) trace_block_entry(vi, p4.blocks->by_id[id]->vaddr);
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     int delivered = 0, folded = 0;
     if (c->hlt_halted) {
@@ -158,8 +159,8 @@ void cb_xpend(unsigned int vi, void *ud)
         fold_at_entry(vi, id);
         folded = 1;
         DBG("xpend vCPU %u: fold %lld clocks (other active %d)\n", vi,
-            (long long)run.fold_out[vi].clocks, run.fold_out[vi].other_active);
-        if (py_deadline(vi) != P4_PY_OK) run.fold_out[vi].budget = 0;
+            (long long)p4.run->fold_out[vi].clocks, p4.run->fold_out[vi].other_active);
+        if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
         delivered = after_python(vi, 0);
         __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
     }
@@ -168,7 +169,7 @@ void cb_xpend(unsigned int vi, void *ud)
      * the latest (this LP's own handler may have cleared OVF since -- an NMI then would find no
      * overflow: Linux's "NMI received for unknown reason") */
     if (__atomic_exchange_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST) &&
-        __atomic_load_n(&run.fold_out[vi].pmi[vi & 1], __ATOMIC_SEQ_CST)) {
+        __atomic_load_n(&p4.run->fold_out[vi].pmi[vi & 1], __ATOMIC_SEQ_CST)) {
         c->pmi_level = 1;
         if (!delivered) delivered = pmi_deliver_here(vi) == 1;
         arm(vi, 0);
@@ -178,7 +179,7 @@ void cb_xpend(unsigned int vi, void *ud)
          * starts with the handler's first block instead */
         c->batch_entry_b = 0;
         if (folded) c->next_first = 0;
-        qemu_plugin_set_pc(reg_read(v, regs.rip));
+        qemu_plugin_set_pc(reg_read(v, p4.regs.rip));
     }
 }
 
@@ -190,20 +191,20 @@ void cb_xpend(unsigned int vi, void *ud)
 
 static void serve_fold_request(unsigned vi, uint64_t addr)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (!__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) return;
     int64_t rest = fold_at_access(vi, addr);
-    if (py_deadline(vi) != P4_PY_OK) run.fold_out[vi].budget = 0;
+    if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
     __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
 }
 
 void sibling_sync(unsigned vi, uint64_t addr)
 {
-    if (run.threads != 2 || !run.instrument) return;
+    if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= n_vcpus_max || !run.per_vcpu[sib].init) return;
-    struct vcpu_counting *s = &run.per_vcpu[sib];
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init) return;
+    struct vcpu_counting *s = &p4.run->per_vcpu[sib];
     serve_fold_request(vi, addr);
     if (lp_halted(s)) {
         DBG("sync vCPU %u: sibling halted\n", vi);
@@ -212,7 +213,7 @@ void sibling_sync(unsigned vi, uint64_t addr)
     if (same_thread(sib)) {
         /* round robin: the sibling is between blocks; fold it from here */
         fold_between_blocks(sib);
-        if (py_deadline(sib) != P4_PY_OK) run.fold_out[sib].budget = 0;
+        if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
         after_python_other(sib);
         return;
     }
@@ -245,8 +246,8 @@ void sibling_sync(unsigned vi, uint64_t addr)
 void cb_hlt(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    const struct blk *b = blocks.by_id[(uint32_t)(uintptr_t)ud];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    const struct blk *b = p4.blocks->by_id[(uint32_t)(uintptr_t)ud];
     (void)b;
     uint64_t addr = (uint64_t)0;
     /* the HLT is the last instruction of its block (it ends the block in QEMU) */
@@ -255,8 +256,8 @@ void cb_hlt(unsigned int vi, void *ud)
         if (b->ins[j].flags & CI_HLT) { addr = b->ins[j].addr; break; }
     }
     int64_t rest = fold_at_access(vi, addr);
-    DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)run.fold_out[vi].clocks);
-    if (py_deadline(vi) != P4_PY_OK) run.fold_out[vi].budget = 0;
+    DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)p4.run->fold_out[vi].clocks);
+    if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
     __atomic_store_n(&c->fold_req, 0, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
@@ -276,17 +277,17 @@ void cb_hlt(unsigned int vi, void *ud)
  * (ACTIVE_THREAD), so it folds at its next block entry.  C only (QEMU holds the BQL). */
 void counting_halt_change(unsigned vi, int halted)
 {
-    if (!run.per_vcpu || vi >= (unsigned)n_vcpus_max) return;
-    run.per_vcpu[vi].halted = halted;
+    if (!p4.run->per_vcpu || vi >= (unsigned)p4.n_vcpus_max) return;
+    p4.run->per_vcpu[vi].halted = halted;
     DBG("vCPU %u %s\n", vi, halted ? "idle" : "resumes");
     if (!halted) {
-        run.per_vcpu[vi].hlt_valid = 0;
+        p4.run->per_vcpu[vi].hlt_valid = 0;
         lp_resync(vi); /* (on this vCPU's thread, before it runs again) */
     }
-    if (run.threads != 2 || !run.instrument) return;
+    if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= n_vcpus_max || !run.per_vcpu[sib].init || lp_halted(&run.per_vcpu[sib])) return;
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init || lp_halted(&p4.run->per_vcpu[sib])) return;
     /* only a request: QEMU holds the BQL here, Python must not be called */
-    __atomic_store_n(&run.per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.run->per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }

@@ -23,6 +23,7 @@
 #include "registers.h"
 #include "resolve.h"
 #include "siblings.h"
+#include "state.h"
 
 /* per host thread: the Capstone mode that decoded the previous block (tried first) */
 static __thread int tl_mode_pref = -1;
@@ -44,7 +45,7 @@ static uint32_t clamp_u32(int64_t n)
  * resolves (rep_resolve). */
 static void exact_weight(struct blk *b)
 {
-    const struct exact_signature *g = &exact.sig;
+    const struct exact_signature *g = &p4.exact->sig;
     int64_t n = 0;
     for (uint32_t k = 0; k < b->nk; k++) n += exact_increment(g, ext(b->hk[k], b->os), b->hc[k]);
     int64_t fin = 0, pen = 0;
@@ -85,8 +86,8 @@ static size_t classify_all(int mi, size_t n, const uint8_t (*bytes)[16], const u
  * most likely first (the mode that decoded the previous block first).  Returns how many. */
 static int mode_candidates(struct vcpu *v, int *os, int cands[3])
 {
-    uint64_t cr0 = reg_read(v, regs.cr0), efl = reg_read(v, regs.eflags);
-    uint64_t efer = reg_read(v, regs.efer);
+    uint64_t cr0 = reg_read(v, p4.regs.cr0), efl = reg_read(v, p4.regs.eflags);
+    uint64_t efer = reg_read(v, p4.regs.efer);
     int nc = 0;
     if (!(cr0 & CR0_PE)) {
         *os = 1;
@@ -95,7 +96,7 @@ static int mode_candidates(struct vcpu *v, int *os, int cands[3])
         *os = 0;
         cands[nc++] = 0;
     } else {
-        *os = (reg_read(v, regs.cs) & 3) == 0;
+        *os = (reg_read(v, p4.regs.cs) & 3) == 0;
         if (efer & EFER_LMA) { cands[nc++] = 2; cands[nc++] = 1; cands[nc++] = 0; }
         else { cands[nc++] = 1; cands[nc++] = 0; }
     }
@@ -139,9 +140,9 @@ static int classify_block(struct qemu_plugin_tb *tb, size_t n, const int *cands,
  * registration order. */
 static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id, int lt)
 {
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     void *ud = (void *)(uintptr_t)id;
-    struct qemu_plugin_scoreboard *sb = run.scoreboard;
+    struct qemu_plugin_scoreboard *sb = p4.run->scoreboard;
     p4_plugin_u64 clocks = {sb, SB_DEADLINE_CLOCKS * 8}, current = {sb, SB_CURRENT_BLOCK * 8},
                   sibling = {sb, SB_SIBLING_REQUEST * 8}, silent_next = {sb, SB_SILENT_NEXT * 8},
                   execs = {sb, (SB_HDR + id) * 8}, exact_events = {sb, SB_EXACT_EVENTS * 8};
@@ -152,11 +153,11 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
     /* fires when this block might cross the deadline */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_sched, P4_CB_RW_REGS_PC, P4_COND_GE, clocks,
                                               SB_FIRES_AT - maxclk(b), ud);
-    if (run.threads == 2) {
+    if (p4.run->threads == 2) {
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
                                                   sibling, 0, ud);
     }
-    if (__atomic_load_n(&exact.active, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&p4.exact->active, __ATOMIC_ACQUIRE)) {
         /* fires when this block might take the exact-deadline counter to its limit; on a
          * block of weight 0 (OS code for a USR-only counter, say) when an earlier block may
          * have taken it there: the block after an overflow is checked whatever its weight
@@ -188,7 +189,7 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
         qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, 0), cb_memi, P4_CB_NO_REGS,
                                          P4_MEM_RW, ud);
     }
-    for (size_t i = 0; i < n && run.threads == 2; i++) {
+    for (size_t i = 0; i < n && p4.run->threads == 2; i++) {
         if (b->ins[i].flags & CI_HLT) {
             DBG("HLT hook at %#llx (block %#llx, %zu insns)\n",
                 (unsigned long long)b->ins[i].addr, (unsigned long long)b->vaddr, n);
@@ -207,13 +208,13 @@ uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v)
     struct insn_info *ins = calloc(n, sizeof(*ins));
     int mode = classify_block(tb, n, cands, nc, ins);
     tl_mode_pref = mode;
-    int lt = __atomic_load_n(&lite.active, __ATOMIC_ACQUIRE);
+    int lt = __atomic_load_n(&p4.lite->active, __ATOMIC_ACQUIRE);
     uint32_t id = block_new(qemu_plugin_tb_vaddr(tb), (unsigned)n, ins, os, mode, lt);
     if (!id) return 0;
-    if (__atomic_load_n(&exact.active, __ATOMIC_ACQUIRE)) {
-        exact_weight(blocks.by_id[id]);
+    if (__atomic_load_n(&p4.exact->active, __ATOMIC_ACQUIRE)) {
+        exact_weight(p4.blocks->by_id[id]);
     }
-    directions_note_block(blocks.by_id[id]);
+    directions_note_block(p4.blocks->by_id[id]);
     register_block_ops(tb, n, id, lt);
     return id;
 }
@@ -234,7 +235,7 @@ void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
     classify_insn(h, x, addr, &in);
     struct clock_fields c[64];
     unsigned m = schedule(&in, 0, 1, c, 64, NULL);
-    struct vcpu_counting *cc = &run.per_vcpu[vi];
+    struct vcpu_counting *cc = &p4.run->per_vcpu[vi];
     uint32_t prev = 0;
     for (unsigned i = 0; i < m; i++) {
         uint32_t k = kind_intern(c[i].f);
