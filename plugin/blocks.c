@@ -239,3 +239,37 @@ int find_insn_in(const struct blk *b, uint64_t addr)
     }
     return hit;
 }
+
+/* The next instruction is at `a`, an instruction of block b (which ran last) other than
+ * its first, and not where that block's last instruction goes: QEMU left the block there
+ * without a discontinuity callback and went on at that instruction in a new block.  That
+ * happens when an instruction in the middle of a block accesses MMIO (e.g. the local APIC):
+ * QEMU stops, runs the instructions up to the access in a block built for that alone
+ * (CF_MEMI_ONLY, which plugins see no block callbacks of) and continues after it.  The
+ * block's execution is then cut there (the instructions before `a` retired, the rest did
+ * not: it runs again as the new block).  Returns the index of `a` in b if so (>= 1), else 0. */
+int abandoned_insn(const struct blk *b, uint64_t a)
+{
+    if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
+    if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
+    const struct insn_info *last = &b->ins[b->n - 1];
+    switch (b->end) {
+    case BRK_COND:
+        if (a == b->btarget || a == b->bnext) return 0;
+        break;
+    case BRK_JMP:
+    case BRK_CALL:
+        if (a == last->target) return 0;
+        break;
+    case BRK_JMP_IND:
+    case BRK_CALL_IND:
+        return 0; /* may go anywhere, also into its own block: taken as its outcome */
+    case END_REP:
+        if (a == last->addr) return 0; /* the REP itself again (left for an interrupt) */
+        break;
+    default:
+        break;
+    }
+    int j = find_insn(b, a);
+    return j < 1 ? 0 : j;
+}

@@ -26,6 +26,7 @@ struct block_table *block_table_new(void);
 uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, int mode,
                    int lite_lvl);
 int find_insn(const struct blk *b, uint64_t addr);
+int abandoned_insn(const struct blk *b, uint64_t a);
 int find_insn_in(const struct blk *b, uint64_t addr);
 
 /* the executions of block id in the current batch */

@@ -427,13 +427,28 @@ def is_stale(path: Path | None = None) -> bool:
     return not _stamp_ok(path, stamp, _stamp(python_build_info()))
 
 
+def write_generated_headers(gen: Path) -> None:
+    """p4_tables.h and p4_options_gen.h into the folder `gen` (made if missing)."""
+    gen.mkdir(exist_ok=True)
+    (gen / GENERATED_HEADER).write_text(generated_header())
+    (gen / OPTIONS_HEADER).write_text(options_header())
+
+
+def unit_compile_options(info: dict, gen: Path) -> dict:
+    """How each C unit is compiled: include_dirs, define_macros, extra_compile_args (the
+    generated headers in `gen`: write_generated_headers)."""
+    return {
+        "include_dirs": [str(PLUGIN_DIR), str(gen), capstone_info()["include"]],
+        "define_macros": [("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
+        "extra_compile_args": ["-O2", "-flto=auto", "-fvisibility=hidden"] + WARNINGS,
+    }
+
+
 def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
     import cffi
     cs = capstone_info()
     gen = workdir / "gen"
-    gen.mkdir(exist_ok=True)
-    (gen / GENERATED_HEADER).write_text(generated_header())
-    (gen / OPTIONS_HEADER).write_text(options_header())
+    write_generated_headers(gen)
     ffi = cffi.FFI()
     ffi.embedding_api(_embedding_api())
     ffi.cdef(_python_api())
@@ -444,9 +459,7 @@ def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
         MODULE_NAME,
         f'#include "{PYTHON_API_HEADER}"\n',
         sources=[str(PLUGIN_DIR / name) for name in C_UNITS],
-        include_dirs=[str(PLUGIN_DIR), str(gen), cs["include"]],
-        define_macros=[("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
-        extra_compile_args=["-O2", "-flto=auto", "-fvisibility=hidden"] + WARNINGS,
+        **unit_compile_options(info, gen),
         # -flto at both steps: the hot callbacks inline helpers of other units, as in one unit
         extra_link_args=["-O2", "-flto=auto", f"-Wl,-rpath,{info['libdir']}",
                          f"-Wl,-rpath,{outdir}", "-Wl,--enable-new-dtags", f"-L{cs['lib']}",

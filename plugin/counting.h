@@ -43,6 +43,8 @@ struct counting_run {
     /* one translation-cache flush at a time (qemu_plugin_reset drops a second request while
      * one is under way): it installs what is wanted when it runs (flush.c) */
     volatile int flush_pending;
+    int sibling_wait_warned;  /* a sibling did not fold in time for an access: said once
+                               * (siblings.c sibling_sync) */
 };
 
 
@@ -50,6 +52,13 @@ struct counting_run *counting_run_new(void);
 int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vcpus);
 void counting_vcpu_init(unsigned vi);
 void counting_report(void);
+
+/* single-threaded TCG (round robin): both siblings run on this thread, so the sibling is
+ * between two of its blocks now and its state may be touched from here */
+static inline int lp_same_thread(unsigned sib)
+{
+    return pthread_equal(p4.run->per_vcpu[sib].thread, pthread_self());
+}
 
 static inline uint64_t *scoreboard_of(unsigned vi)
 {

@@ -89,42 +89,19 @@ static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
     cut_exec(vi, id, e, scoreboard_of(vi)[SB_SILENT_NEXT] != X_ACCOUNTED, tail);
 }
 
-/* The next instruction is at `a`, an instruction of the block `id` that ran last other than
- * its first, and not where that block's last instruction goes: QEMU left the block there
- * without a discontinuity callback and went on at that instruction in a new block.  That
- * happens when an instruction in the middle of a block accesses MMIO (e.g. the local APIC):
- * QEMU stops, runs the instructions up to the access in a block built for that alone
- * (CF_MEMI_ONLY, which plugins see no block callbacks of) and continues after it.  The
- * block's execution is then cut there (the instructions before `a` retired, the rest did
- * not: it runs again as the new block).  Returns 1 if so. */
-int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+/* Block `id`, whose outcome was pending, was abandoned before its instruction j
+ * (blocks.c abandoned_insn): its execution is cut there. */
+void cut_abandoned(unsigned vi, uint32_t id, unsigned j)
 {
-    const struct blk *b = p4.blocks->by_id[id];
-    if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
-    if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
-    const struct insn_info *last = &b->ins[b->n - 1];
-    switch (b->end) {
-    case BRK_COND:
-        if (a == b->btarget || a == b->bnext) return 0;
-        break;
-    case BRK_JMP:
-    case BRK_CALL:
-        if (a == last->target) return 0;
-        break;
-    case BRK_JMP_IND:
-    case BRK_CALL_IND:
-        return 0; /* may go anywhere, also into its own block: taken as its outcome */
-    case END_REP:
-        if (a == last->addr) return 0; /* the REP itself again (left for an interrupt) */
-        break;
-    default:
-        break;
-    }
-    int j = find_insn(b, a);
-    if (j < 1) return 0;
-    /* (callers: its outcome was pending, SB_SILENT_NEXT != X_ACCOUNTED) */
-    cut_exec(vi, id, (unsigned)j, 1, 0);
-    return 1;
+    cut_exec(vi, id, j, 1, 0);
+}
+
+/* Was block `id`, whose outcome was pending, abandoned before `a`?  Cut it there if so. */
+static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+{
+    int j = abandoned_insn(p4.blocks->by_id[id], a);
+    if (j) cut_abandoned(vi, id, (unsigned)j);
+    return j != 0;
 }
 
 /* The end (ext + 1) of the execution of block id (0: none) that ran last and completed, as a

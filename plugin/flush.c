@@ -97,7 +97,7 @@ static void reset_done(void *ud)
     lite_set(lite_choice());
     mem_set(mem_choice());
     __atomic_store_n(&p4.run->instrument, 1, __ATOMIC_SEQ_CST);
-    register_callbacks();
+    p4.up.register_callbacks();
     DBG("counting: instrumentation on (translation cache flushed)\n");
 }
 
@@ -107,23 +107,23 @@ static void reset_done(void *ud)
 static void flush_installed(void *ud)
 {
     (void)ud;
-    if (p4.run->instrument) groups_after_flush();
+    if (p4.run->instrument) p4.up.groups_after_flush();
     lite_set(lite_choice());
     mem_set(mem_choice());
     if (!p4.exact->req) {
         __atomic_store_n(&p4.run->flush_pending, 0, __ATOMIC_RELEASE);
-        register_callbacks();
+        p4.up.register_callbacks();
         return;
     }
     p4.exact->req = 0;
     p4.exact->sig = p4.exact->next;
     p4.exact->flushes++;
     for (int i = 0; i < p4.n_vcpus_max; i++) {
-        if (p4.run->per_vcpu[i].init) exact_drop((unsigned)i);
+        if (p4.run->per_vcpu[i].init) p4.up.exact_drop((unsigned)i);
     }
     __atomic_store_n(&p4.exact->active, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&p4.run->flush_pending, 0, __ATOMIC_RELEASE);
-    register_callbacks();
+    p4.up.register_callbacks();
     DBG("counting: exact deadlines for counter %d (signature %u; translation cache flushed)\n",
         p4.exact->sig.ctr, p4.exact->flushes);
 }

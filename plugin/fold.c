@@ -23,6 +23,38 @@
 #include "siblings.h"
 #include "state.h"
 
+/* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local
+ * clock that its own clocks advance; the core's clock is the larger of the two.  A clock of
+ * an LP at or before the core's clock coincides with a clock the sibling already put on the
+ * timeline (both LPs ran in it: one core clock, SDM 18.16 -- the LPs share the core's clock);
+ * only the clocks beyond it are new core clocks.  A halted LP's local clock stands still;
+ * when it runs again it joins the core's clock (lp_resync).  Returns the batch's shared
+ * clocks (its first ones, in time). */
+void lp_resync(unsigned vi)
+{
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (p4.run->threads != 2 || !p4.run->core_clock) return;
+    uint64_t core = __atomic_load_n(&p4.run->core_clock[vi >> 1], __ATOMIC_SEQ_CST);
+    if (!c->lclk_on || c->lclk < core) c->lclk = core;
+    c->lclk_on = 1;
+}
+
+int64_t lp_timeline(unsigned vi, int64_t clocks)
+{
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (p4.run->threads != 2 || !p4.run->core_clock || clocks <= 0) return 0;
+    if (!c->lclk_on) lp_resync(vi); /* the LP's first clocks start at the core's clock */
+    uint64_t *cc = &p4.run->core_clock[vi >> 1];
+    c->lclk += (uint64_t)clocks;
+    uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
+    while (cur < c->lclk &&
+           !__atomic_compare_exchange_n(cc, &cur, c->lclk, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+    }
+    int64_t fresh = cur < c->lclk ? (int64_t)(c->lclk - cur) : 0;
+    return fresh >= clocks ? 0 : clocks - fresh;
+}
+
 static void out_push(struct vcpu_counting *c, uint32_t e, int64_t n)
 {
     if (c->o_n == c->o_cap) {

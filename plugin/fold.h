@@ -8,6 +8,8 @@
 
 #include "counting_types.h"
 
+void lp_resync(unsigned vi);
+int64_t lp_timeline(unsigned vi, int64_t clocks);
 void fold_at_entry(unsigned vi, uint32_t id);
 int64_t fold_at_access(unsigned vi, uint64_t addr);
 void fold_between_blocks(unsigned vi);

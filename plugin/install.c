@@ -21,6 +21,7 @@
 #include "blocks.h"
 #include "counting.h"
 #include "cuts.h"
+#include "deadline.h"
 #include "directions.h"
 #include "flush.h"
 #include "intercept.h"
@@ -188,6 +189,7 @@ static int state_setup(int max_vcpus)
     p4.trace = calloc(1, sizeof(*p4.trace));
     p4.control = control_state_new();
     p4.access_hist = access_times_new();
+    p4.intercept = intercept_state_new();
     p4.run = counting_run_new();
     p4.kinds = calloc(1, sizeof(*p4.kinds));
     p4.blocks = block_table_new();
@@ -196,12 +198,24 @@ static int state_setup(int max_vcpus)
     p4.lite = calloc(1, sizeof(*p4.lite));
     p4.directions = calloc(1, sizeof(*p4.directions));
     p4.cond_tab = cond_tables_new();
-    if (!p4.vcpus || !p4.trace || !p4.control || !p4.access_hist || !p4.run || !p4.kinds ||
+    if (!p4.vcpus || !p4.trace || !p4.control || !p4.access_hist || !p4.intercept ||
+        !p4.run || !p4.kinds ||
         !p4.blocks || !p4.memlvl || !p4.exact || !p4.lite || !p4.directions || !p4.cond_tab) {
         p4_message("p4pmu: out of memory for the plugin's state\n");
         return -1;
     }
     return 0;
+}
+
+/* The calls of lower units to upper ones (state.h struct p4pmu_upcalls) */
+static void connect_upcalls(void)
+{
+    p4.up.register_callbacks = register_callbacks;
+    p4.up.groups_after_flush = groups_after_flush;
+    p4.up.exact_drop = exact_drop;
+    p4.up.cut_abandoned = cut_abandoned;
+    p4.up.directions_update = directions_update;
+    p4.up.directions_stale_ran = directions_stale_ran;
 }
 
 P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *info, int argc,
@@ -233,6 +247,7 @@ P4PMU_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const p4_qemu_info_t *
     if (state_setup(info->system.max_vcpus > 0 ? info->system.max_vcpus : 1) < 0) {
         return -1;
     }
+    connect_upcalls();
     /* before Python starts: the PMU model's counter state lives in the mirrors */
     if (mirror_setup(p4.n_vcpus_max) < 0 || trace_setup(p4.n_vcpus_max) < 0 ||
         control_setup(p4.n_vcpus_max) < 0) {

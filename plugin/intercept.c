@@ -54,11 +54,6 @@
 #include "translate.h"
 #include "state.h"
 
-/* per vCPU: how many records (struct rec) are pending; the entry hook's condition */
-static struct {
-    struct qemu_plugin_scoreboard *scoreboard; /* one uint64_t per vCPU */
-    p4_plugin_u64 entry;
-} pending;
 
 /* RDPMC #UD round trips under way on this thread's vCPU: while there are any, every block
  * translated gets the entry hook (the #UD handler, and whatever an interrupt runs first) */
@@ -89,14 +84,14 @@ static void watch_counter_write(unsigned vi, struct vcpu *v, uint32_t msr, uint6
 /* the scoreboard of pending records (at installation) */
 void intercept_setup(void)
 {
-    pending.scoreboard = qemu_plugin_scoreboard_new(sizeof(uint64_t));
-    pending.entry.score = pending.scoreboard;
-    pending.entry.offset = 0;
+    p4.intercept->pending.scoreboard = qemu_plugin_scoreboard_new(sizeof(uint64_t));
+    p4.intercept->pending.entry.score = p4.intercept->pending.scoreboard;
+    p4.intercept->pending.entry.offset = 0;
 }
 
 void set_npending(unsigned int vi, struct vcpu *v)
 {
-    uint64_t *p = qemu_plugin_scoreboard_find(pending.scoreboard, vi);
+    uint64_t *p = qemu_plugin_scoreboard_find(p4.intercept->pending.scoreboard, vi);
     *p = (uint64_t)v->nrec;
 }
 
@@ -129,24 +124,24 @@ static struct site unpack_site(void *ud)
     return s;
 }
 
-#define HOOK_SLOTS 8192
 
-/* block addresses that get the entry hook */
-static struct {
-    uint64_t key[HOOK_SLOTS]; /* stored as address + 1; 0 = empty */
-    int count;
-    pthread_mutex_t lock;
-} hooks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+/* The interception's state, no hook and no record pending */
+struct intercept_state *intercept_state_new(void)
+{
+    struct intercept_state *s = calloc(1, sizeof(*s));
+    if (s) pthread_mutex_init(&s->hooks.lock, NULL);
+    return s;
+}
 
 static int hook_has_locked(uint64_t a)
 {
     uint64_t k = a + 1;
     for (unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51), n = 0; n < HOOK_SLOTS;
          i = (i + 1) & (HOOK_SLOTS - 1), n++) {
-        if (hooks.key[i] == k) {
+        if (p4.intercept->hooks.key[i] == k) {
             return 1;
         }
-        if (!hooks.key[i]) {
+        if (!p4.intercept->hooks.key[i]) {
             return 0;
         }
     }
@@ -155,9 +150,9 @@ static int hook_has_locked(uint64_t a)
 
 static int hook_has(uint64_t a)
 {
-    pthread_mutex_lock(&hooks.lock);
-    int r = hooks.count ? hook_has_locked(a) : 0;
-    pthread_mutex_unlock(&hooks.lock);
+    pthread_mutex_lock(&p4.intercept->hooks.lock);
+    int r = p4.intercept->hooks.count ? hook_has_locked(a) : 0;
+    pthread_mutex_unlock(&p4.intercept->hooks.lock);
     return r;
 }
 
@@ -166,17 +161,17 @@ static int hook_add(uint64_t a)
 {
     int added = 0;
     uint64_t k = a + 1;
-    pthread_mutex_lock(&hooks.lock);
-    if (!hook_has_locked(a) && hooks.count < HOOK_SLOTS * 3 / 4) {
+    pthread_mutex_lock(&p4.intercept->hooks.lock);
+    if (!hook_has_locked(a) && p4.intercept->hooks.count < HOOK_SLOTS * 3 / 4) {
         unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51);
-        while (hooks.key[i]) {
+        while (p4.intercept->hooks.key[i]) {
             i = (i + 1) & (HOOK_SLOTS - 1);
         }
-        hooks.key[i] = k;
-        hooks.count++;
+        p4.intercept->hooks.key[i] = k;
+        p4.intercept->hooks.count++;
         added = 1;
     }
-    pthread_mutex_unlock(&hooks.lock);
+    pthread_mutex_unlock(&p4.intercept->hooks.lock);
     return added;
 }
 
@@ -232,7 +227,6 @@ static void fault_by_redirect(struct vcpu *v, const struct site *s, uint64_t rcx
  * #GP with the state restored; on_exception puts back ECX and the original bytes before the
  * guest sees anything.  The bytes are in guest memory for the time of one instruction.
  */
-static uint64_t patch_linear; /* address being patched, or 0; ignored by translate() */
 
 static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, uint64_t rcx)
 {
@@ -245,7 +239,7 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
     v->redirect_linear = s->linear;
     v->orig_rcx = rcx;
     v->patch_op = op;
-    __atomic_store_n(&patch_linear, s->linear, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.intercept->patch_linear, s->linear, __ATOMIC_SEQ_CST);
     mem_write(v, op, newb, 2);
     reg_write(v, p4.regs.rcx, MSR_GP_REDIRECT);
     counting_abandon(tl_vcpu, s->linear, 0);
@@ -569,7 +563,7 @@ static void undo_redirect(struct vcpu *v, uint64_t from)
     }
     if (k == RD_PATCH) {
         mem_write(v, v->patch_op, v->orig_bytes, 2); /* also drops the WRMSR's block */
-        __atomic_store_n(&patch_linear, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&p4.intercept->patch_linear, 0, __ATOMIC_SEQ_CST);
     }
 }
 
@@ -725,7 +719,7 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
         DBG("entry hook on block %#llx (%s)\n", (unsigned long long)tbv,
             tl_ud_pending ? "RDPMC #UD pending" : "address");
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_entry, P4_CB_RW_REGS_PC, P4_COND_NE,
-                                                  pending.entry, 0,
+                                                  p4.intercept->pending.entry, 0,
                                                   (void *)(uintptr_t)tbv);
     }
 
@@ -734,7 +728,7 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
         counting_translate(tb, &tl_tv);
     }
 
-    uint64_t patched = __atomic_load_n(&patch_linear, __ATOMIC_SEQ_CST);
+    uint64_t patched = __atomic_load_n(&p4.intercept->patch_linear, __ATOMIC_SEQ_CST);
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         uint8_t b[16];

@@ -40,8 +40,7 @@ static uint32_t kind_intern_locked(const uint8_t *f)
         i = (i + 1) & (2 * MAX_KINDS - 1);
     }
     if (p4.kinds->n >= MAX_KINDS) {
-        static int warned;
-        if (!warned++) {
+        if (!p4.kinds->full_warned++) {
             p4_message("p4pmu: more than %u distinct clock kinds; further ones are "
                             "counted as empty clocks\n", MAX_KINDS);
         }

@@ -88,3 +88,22 @@ uint64_t reg_read_rcx(struct vcpu *v)
 {
     return reg_read(v, p4.regs.rcx);
 }
+
+/* The guest's local APIC, through physical memory (qemu_plugin_read/write_memory_hwaddr,
+ * which take QEMU's BQL for the MMIO access): read register `off`, write `val` at `addr` */
+int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
+{
+    g_byte_array_set_size(v->buf, 0);
+    if ((int)qemu_plugin_read_memory_hwaddr(APIC_BASE + off, v->buf, 4) != 0 || v->buf->len < 4) {
+        return 0;
+    }
+    memcpy(out, v->buf->data, 4);
+    return 1;
+}
+
+int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val)
+{
+    g_byte_array_set_size(v->buf, 0);
+    g_byte_array_append(v->buf, (const uint8_t *)&val, 4);
+    return (int)qemu_plugin_write_memory_hwaddr(addr, v->buf) == 0;
+}

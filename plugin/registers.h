@@ -26,4 +26,13 @@ void write_edx_eax(struct vcpu *v, uint64_t value);
 int current_cpl(struct vcpu *v);
 uint64_t reg_read_rcx(struct vcpu *v);
 
+/* the local APIC (SDM Vol. 3A 10.4.1, 10.5.1) */
+#define APIC_BASE 0xFEE00000ull
+#define APIC_ID_REG 0x020
+#define APIC_LVT_PERF 0x340
+#define LVT_MASKED (1u << 16)
+
+int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out);
+int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val);
+
 #endif

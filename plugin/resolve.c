@@ -716,7 +716,7 @@ void cb_xcheck(unsigned int vi, void *ud)
     c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
     if (x == X_ACCOUNTED) return;
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
-    if (__builtin_expect(c->resolutions >= c->dir_look_at, 0)) directions_update(vi, b, prev);
+    if (__builtin_expect(c->resolutions >= c->dir_look_at, 0)) p4.up.directions_update(vi, b, prev);
     if (!prev) return;
     const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
     if (__builtin_expect(xc && xc->prev == prev, 1)) {
@@ -737,7 +737,11 @@ void cb_xcheck(unsigned int vi, void *ud)
         }
         return;
     }
-    if (abandoned_at(vi, prev, vaddr)) return;
+    int j = abandoned_insn(pb, vaddr);
+    if (__builtin_expect(j != 0, 0)) {
+        p4.up.cut_abandoned(vi, prev, (unsigned)j);
+        return;
+    }
     if (pb->end == BRK_COND) resolve_cond(vi, c, prev, pb, vaddr);
     else if (dyn_end(pb)) resolve(vi, c, prev, vaddr, 1);
 }
@@ -782,7 +786,7 @@ static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const
     struct pred_group *gr = p4.blocks->groups[b->gid];
     struct group_state *g = block_group_state(c, b, &b->res[vi]);
     gr->stale = 1;
-    directions_stale_ran(id);
+    p4.up.directions_stale_ran(id);
     if (g->open) {
         catch_up_open(vi, c, gr, 0);
         g->open = 0;

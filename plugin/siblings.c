@@ -27,70 +27,6 @@
 #include "trace.h"
 #include "state.h"
 
-/* single-threaded TCG (round robin): both siblings run on this thread, so the sibling is
- * between two of its blocks now and its state may be touched from here */
-static inline int same_thread(unsigned sib)
-{
-    return pthread_equal(p4.run->per_vcpu[sib].thread, pthread_self());
-}
-
-/* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local
- * clock that its own clocks advance; the core's clock is the larger of the two.  A clock of
- * an LP at or before the core's clock coincides with a clock the sibling already put on the
- * timeline (both LPs ran in it: one core clock, SDM 18.16 -- the LPs share the core's clock);
- * only the clocks beyond it are new core clocks.  A halted LP's local clock stands still;
- * when it runs again it joins the core's clock (lp_resync).  Returns the batch's shared
- * clocks (its first ones, in time). */
-static void lp_resync(unsigned vi)
-{
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    if (p4.run->threads != 2 || !p4.run->core_clock) return;
-    uint64_t core = __atomic_load_n(&p4.run->core_clock[vi >> 1], __ATOMIC_SEQ_CST);
-    if (!c->lclk_on || c->lclk < core) c->lclk = core;
-    c->lclk_on = 1;
-}
-
-int64_t lp_timeline(unsigned vi, int64_t clocks)
-{
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    if (p4.run->threads != 2 || !p4.run->core_clock || clocks <= 0) return 0;
-    if (!c->lclk_on) lp_resync(vi); /* the LP's first clocks start at the core's clock */
-    uint64_t *cc = &p4.run->core_clock[vi >> 1];
-    c->lclk += (uint64_t)clocks;
-    uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
-    while (cur < c->lclk &&
-           !__atomic_compare_exchange_n(cc, &cur, c->lclk, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST)) {
-    }
-    int64_t fresh = cur < c->lclk ? (int64_t)(c->lclk - cur) : 0;
-    return fresh >= clocks ? 0 : clocks - fresh;
-}
-
-/* threads=2: this vCPU's step raised the request of the sibling's LP.  A running sibling
- * delivers it itself at its next block entry (it reads its own LVT).  A halted sibling
- * cannot run anything: if its LVT entry (snapshot taken at its HLT, exact while it is
- * halted) is unmasked, the MSI is sent from here, which wakes it, and the sibling sets its
- * mask bit at its first block entry (the handler's), before the handler runs. */
-void sibling_pmi(unsigned vi, unsigned sib)
-{
-    struct vcpu_counting *s = &p4.run->per_vcpu[sib];
-    if (lp_halted(s) && s->hlt_valid && !same_thread(sib)) {
-        uint32_t lvt = s->hlt_lvt;
-        if (!(lvt & LVT_MASKED)) {
-            unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
-            s->hlt_lvt = lvt | LVT_MASKED;
-            __atomic_store_n(&s->mask_pending, 1, __ATOMIC_SEQ_CST);
-            __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
-            uint64_t msi = APIC_BASE | ((uint64_t)(s->hlt_apic >> 24) << 12);
-            apic_wr(bridge_vcpu(vi), msi, vec | (mode << 8));
-            DBG("PMI for halted vCPU %u sent from vCPU %u: LVT %#x\n", sib, vi, lvt);
-            return;
-        }
-    }
-    __atomic_store_n(&s->pmi_pending, 1, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
-}
-
 /* after_python for a vCPU that is not the current one (round robin): arm its deadline; its
  * PMIs are delivered by itself at its next block entry */
 static void after_python_other(unsigned vi)
@@ -119,7 +55,7 @@ static void sibling_relabel(unsigned vi)
     if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
     if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init || lp_halted(&p4.run->per_vcpu[sib])) return;
-    if (same_thread(sib)) {
+    if (lp_same_thread(sib)) {
         fold_between_blocks(sib);
         if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
         after_python_other(sib);
@@ -210,7 +146,7 @@ void sibling_sync(unsigned vi, uint64_t addr)
         DBG("sync vCPU %u: sibling halted\n", vi);
         return;
     }
-    if (same_thread(sib)) {
+    if (lp_same_thread(sib)) {
         /* round robin: the sibling is between blocks; fold it from here */
         fold_between_blocks(sib);
         if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
@@ -227,9 +163,8 @@ void sibling_sync(unsigned vi, uint64_t addr)
         serve_fold_request(vi, addr);
         clock_gettime(CLOCK_MONOTONIC, &t);
         if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) > SIBLING_WAIT_NS) {
-            static int warned;
             DBG("sync vCPU %u: vCPU %u did not fold within 20 ms\n", vi, sib);
-            if (!warned++) {
+            if (!p4.run->sibling_wait_warned++) {
                 p4_message("p4pmu: note: vCPU %u did not fold its activity within 20 ms "
                                 "for a PMU access of its sibling (it may be blocked); reads "
                                 "may miss its latest events\n", sib);

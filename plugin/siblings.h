@@ -8,8 +8,6 @@
 
 #include "counting_types.h"
 
-int64_t lp_timeline(unsigned vi, int64_t clocks);
-void sibling_pmi(unsigned vi, unsigned sib);
 void cb_xpend(unsigned int vi, void *ud);
 void sibling_sync(unsigned vi, uint64_t addr);
 void cb_hlt(unsigned int vi, void *ud);
