@@ -13,7 +13,6 @@
 
 #include "messages.h"
 #include "access_times.h"
-#include "install.h"
 #include "state.h"
 
 #define ACCESS_BUCKETS 4096 /* 1 us each; the last one holds everything from 4.095 ms on */

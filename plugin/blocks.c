@@ -15,7 +15,6 @@
 #include "kinds.h"
 #include "memory.h"
 #include "predictor.h"
-#include "registers.h"
 #include "state.h"
 
 /* An empty block table (id 0 and group 0 mean "none") */

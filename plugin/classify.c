@@ -11,7 +11,6 @@
 
 #include "messages.h"
 #include "classify.h"
-#include "blocks.h"
 #include "state.h"
 
 

@@ -38,9 +38,6 @@
 #include "control.h"
 #include "counting.h"
 #include "fold.h"
-#include "mirror.h"
-#include "pmi.h"
-#include "python_calls.h"
 #include "registers.h"
 #include "state.h"
 

@@ -12,11 +12,10 @@
 #include "batch.h"
 #include "blocks.h"
 #include "counting.h"
-#include "flush.h"
 #include "kinds.h"
 #include "memory.h"
-#include "resolve.h"
 #include "registers.h"
+#include "resolve.h"
 #include "state.h"
 
 /* start index of the open execution of block id in the current batch, and whether it is

@@ -21,7 +21,6 @@
 #include "python_calls.h"
 #include "registers.h"
 #include "resolve.h"
-#include "siblings.h"
 #include "trace.h"
 #include "state.h"
 

@@ -12,12 +12,8 @@
 
 #include "flush.h"
 #include "counting.h"
-#include "deadline.h"
-#include "directions.h"
-#include "install.h"
 #include "kinds.h"
 #include "memory.h"
-#include "registers.h"
 #include "state.h"
 
 

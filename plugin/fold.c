@@ -1,7 +1,8 @@
 /*
  * p4pmu: folds: the activity since the last fold closed into a vCPU's p4c_out (joint
  * histogram over (kind, CPL), adjacent pairs, totals) at a block entry, a PMU access or
- * between blocks (docs/guest-events.md).
+ * between blocks (docs/guest-events.md); with threads=2, the core's clock timeline the folded
+ * clocks join (SDM Vol. 3B 18.16).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,12 +16,9 @@
 #include "blocks.h"
 #include "counting.h"
 #include "cuts.h"
-#include "install.h"
 #include "kinds.h"
 #include "memory.h"
-#include "registers.h"
 #include "resolve.h"
-#include "siblings.h"
 #include "state.h"
 
 /* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local

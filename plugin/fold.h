@@ -1,7 +1,8 @@
 /*
  * fold.h: what fold.c offers to the other units. fold.c: folds: the activity since the last
  * fold closed into a vCPU's p4c_out (joint histogram over (kind, CPL), adjacent pairs,
- * totals) at a block entry, a PMU access or between blocks (docs/guest-events.md).
+ * totals) at a block entry, a PMU access or between blocks (docs/guest-events.md); the core's
+ * clock timeline (threads=2).
  */
 #ifndef P4PMU_FOLD_H
 #define P4PMU_FOLD_H

@@ -23,7 +23,6 @@
 #include "cuts.h"
 #include "deadline.h"
 #include "directions.h"
-#include "flush.h"
 #include "intercept.h"
 #include "kinds.h"
 #include "memory.h"

@@ -45,7 +45,6 @@
 #include "cuts.h"
 #include "deadline.h"
 #include "fold.h"
-#include "install.h"
 #include "mirror.h"
 #include "python_calls.h"
 #include "registers.h"

@@ -1,6 +1,7 @@
 /*
  * p4pmu: delivering a performance-monitoring interrupt through the guest's local APIC
- * (docs/guest-events.md, "PMI delivery").
+ * (docs/guest-events.md, "PMI delivery"), also to a halted sibling logical processor
+ * (threads=2, sibling_pmi).
  *
  * Only ever called on the vCPU's own thread, from plugin callbacks, with no Python lock held:
  * the APIC is reached through physical memory (qemu_plugin_read/write_memory_hwaddr), which

@@ -1,7 +1,7 @@
 /*
  * pmi.h: what pmi.c offers to the other units. pmi.c: delivery of a performance-monitoring
  * interrupt through the guest's local APIC (docs/guest-events.md, "PMI delivery"; SDM Vol.
- * 3A 10.5.1).
+ * 3A 10.5.1), also to a halted sibling logical processor.
  */
 #ifndef P4PMU_PMI_H
 #define P4PMU_PMI_H

@@ -1,6 +1,6 @@
 /*
- * p4pmu: the per-vCPU bridge state and access to the guest's registers and memory through
- * the QEMU plugin API (docs/bridge.md).
+ * p4pmu: the per-vCPU bridge state and access to the guest's registers, memory and local
+ * APIC through the QEMU plugin API (docs/bridge.md).
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /*
  * registers.h: what registers.c offers to the other units. registers.c: the per-vCPU bridge
- * state and access to the guest's registers and memory through the QEMU plugin API
- * (docs/bridge.md).
+ * state and access to the guest's registers, memory and local APIC through the QEMU plugin
+ * API (docs/bridge.md).
  */
 #ifndef P4PMU_REGISTERS_H
 #define P4PMU_REGISTERS_H

@@ -1,7 +1,7 @@
 /*
- * p4pmu: Hyper-Threading (threads=2): the core's clock timeline, fold and PMI requests
- * between sibling logical processors, HLT and halted siblings (docs/guest-events.md I8; SDM
- * Vol. 3B 18.16).
+ * p4pmu: Hyper-Threading (threads=2): fold and PMI requests between sibling logical
+ * processors, HLT and halted siblings (docs/guest-events.md I8; SDM Vol. 3B 18.16).  The
+ * core's clock timeline is fold.c's, a PMI for a halted sibling pmi.c's.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -1,7 +1,7 @@
 /*
  * siblings.h: what siblings.c offers to the other units. siblings.c: Hyper-Threading
- * (threads=2): the core's clock timeline, fold and PMI requests between sibling logical
- * processors, HLT and halted siblings (docs/guest-events.md I8; SDM Vol. 3B 18.16).
+ * (threads=2): fold and PMI requests between sibling logical processors, HLT and halted
+ * siblings (docs/guest-events.md I8; SDM Vol. 3B 18.16).
  */
 #ifndef P4PMU_SIBLINGS_H
 #define P4PMU_SIBLINGS_H
