@@ -29,6 +29,8 @@ int find_insn(const struct blk *b, uint64_t addr);
 int abandoned_insn(const struct blk *b, uint64_t a);
 int find_insn_in(const struct blk *b, uint64_t addr);
 
+#include "counting.h"
+
 /* the executions of block id in the current batch */
 static inline uint64_t en_total(const struct vcpu_counting *c, uint32_t id)
 {

@@ -81,8 +81,8 @@ int control_breaks(void)
 static void force_entry(unsigned vi)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    if (!c->init || !c->sbase || c->force_fold) return;
-    c->force_fold = 1;
+    if (!c->init || !c->sbase || c->deadline.force_fold) return;
+    c->deadline.force_fold = 1;
     c->sbase[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
 }
 

@@ -128,11 +128,11 @@ void counting_report(void)
     if (!p4.run->per_vcpu) return;
     for (int i = 0; i < p4.n_vcpus_max; i++) {
         const struct vcpu_counting *c = &p4.run->per_vcpu[i];
-        if (!c->init || (!c->bad_folds && !c->silent_bad)) continue;
+        if (!c->init || (!c->fold.bad_folds && !c->res.silent_bad)) continue;
         p4_message("p4pmu: warning: counting bookkeeping errors on vCPU %d: %llu of %llu "
                 "batches repaired, %llu silent-outcome underflows (a plugin bug: counts may be "
-                "off)\n", i, (unsigned long long)c->bad_folds, (unsigned long long)c->folds,
-                (unsigned long long)c->silent_bad);
+                "off)\n", i, (unsigned long long)c->fold.bad_folds, (unsigned long long)c->fold.folds,
+                (unsigned long long)c->res.silent_bad);
     }
 }
 

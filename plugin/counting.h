@@ -8,8 +8,75 @@
 #define P4PMU_COUNTING_H
 
 #include "counting_types.h"
+#include "batch.h"
+#include "cuts.h"
+#include "deadline.h"
+#include "directions.h"
+#include "fold.h"
 #include "install.h"
+#include "memory.h"
+#include "predictor.h"
+#include "resolve.h"
+#include "siblings.h"
 #include "state.h"
+
+/* A vCPU's counting state: what every counting unit reads (its scoreboard element, CPL,
+ * set-up), then each unit's part, declared in its header.  The first cache line holds what
+ * an explicit resolution touches first. */
+struct vcpu_counting {
+    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
+    volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
+    int init;
+    struct directions_vcpu dir;
+    struct resolve_vcpu res;
+    struct exact_vcpu exact;
+    struct predictor_vcpu pred;
+    struct batch_vcpu batch;
+    struct fold_vcpu fold;
+    struct deadline_vcpu deadline;
+    struct sibling_vcpu ht;
+    struct cuts_vcpu cut;
+    struct memory_vcpu mem;
+    pthread_t thread;      /* the host thread running this vCPU */
+} __attribute__((aligned(64)));
+
+static inline int lp_halted(const struct vcpu_counting *c)
+{
+    return c->ht.halted || c->ht.hlt_halted;
+}
+
+static inline void touch(struct vcpu_counting *c, uint32_t e)
+{
+    if (!c->batch.tmark[e]) {
+        c->batch.tmark[e] = 1;
+        c->batch.touched[c->batch.ntouched++] = e;
+    }
+}
+
+static inline void acc_add(struct vcpu_counting *c, uint32_t e, int64_t n)
+{
+    touch(c, e);
+    c->batch.acc[e] += n;
+}
+
+static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
+{
+    touch(c, e);
+    c->batch.acc_last[e] += n;
+}
+
+/* a silent-capable block's bank word */
+static inline uint64_t *bank_w(struct vcpu_counting *c, const struct blk *b)
+{
+    return &c->sbase[SB_BANK0 + b->gate - 1];
+}
+
+/* Is the outcome of the last execution of the current block still to come?  (Callers at a
+ * block entry settle the previous block first: entry_settle.) */
+static inline int cur_pending(struct vcpu_counting *c, uint32_t id)
+{
+    return id && c->sbase[SB_CURRENT_BLOCK] == id && c->sbase[SB_SILENT_NEXT] != X_ACCOUNTED;
+}
 
 /* The counting state of the run, shared by the counting units: the options in effect, the
  * scoreboard and the per-vCPU state.  One per QEMU process (install.c refuses a second copy

@@ -233,140 +233,10 @@ struct mm_state;
 /* a growable map uint64 -> uint64 (predictor entries; key stored + 1) */
 struct u64_map { uint64_t *key, *val; uint32_t cap, n; };
 
-struct vcpu_counting {
-    /* what an explicit resolution touches first: one cache line */
-    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
-    uint64_t w_resv;       /* penalties reserved in W for silent outcomes (silent_reserve) */
-    uint64_t resolutions, silent;
-    uint64_t dir_look_at;  /* resolutions at which directions.c looks next */
-    uint32_t res_b;        /* the block resolved last ... */
-    uint32_t res_last;     /* ... ext kind +1 of the last clock of that execution */
-    int res_n;             /* res_seq's length, -1: too many to list (long REP), RES_LAZY */
-    int res_v;             /* res_n == RES_LAZY: the variant of res_b's last outcome */
-    volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
-    int init;
-    uint32_t exact_pen[2]; /* W2 events of a misprediction penalty at CPL 1-3 / 0 (the
-                            * signature's pen[]) while exact_on, else 0 */
-    /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
-     * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
-     * the 2-bit counter; indirect: the target); conditional entries: per group (group_chunks) */
-    struct u64_map btb;
-    uint64_t *pchunk[4096];
-    uint32_t pn;
-    uint64_t rsb[P4P_RSB_DEPTH];
-    int rsb_n;
-    struct rep_state rep;
-    /* dirty blocks since the last fold */
-    uint32_t *dirty;
-    uint32_t ndirty;
-    int force_fold;
-    /* signed accumulators of the current batch (dynamic parts and corrections) */
-    int64_t *acc;          /* [NEXT] clocks per ext kind */
-    int64_t *acc_last;     /* [NEXT] execution ends per ext kind */
-    uint32_t *touched;     /* ext kinds with acc or acc_last possibly non-zero */
-    uint8_t *tmark;
-    uint32_t ntouched;
-    int64_t firsts[2];     /* execution starts (bubbles) per os, from dynamic parts */
-    struct pair_hash pairs;
-    /* the open block execution split by an access (its rest is credited to the batch) */
-    uint32_t open_b, open_a;
-    uint64_t open_stamp;
-    /* batch boundaries */
-    uint32_t next_first;   /* ext kind of the first clock of the current batch (+1; 0 none) */
-    int next_first_bubble;
-    uint32_t cut_last;     /* ext kind +1 of the last clock of an execution that is no whole
-                            * block execution: cut (exception, abandoned block), or the
-                            * enabling WRMSR's credited clocks (counting_credit_wrmsr) */
-    uint32_t res_seq[64];  /* the clocks the last resolution added (ext kinds), in order */
-    uint32_t batch_entry_b;/* the current batch started at the entry of this block (0: no) */
-    uint32_t *seq;         /* output: a one-execution batch in clock order */
-    uint32_t seq_cap;
-    /* output of a fold, read by Python (bridge.py Feeder) */
-    uint32_t *o_ext;
-    int64_t *o_cnt;
-    uint32_t o_n, o_cap;
-    uint32_t *o_pa, *o_pb;
-    int64_t *o_pn;
-    uint32_t o_np, o_pcap;
-    uint32_t o_first, o_last; /* ext kinds */
-    int64_t o_clocks;
-    int o_bad;             /* bookkeeping repaired (should not happen) */
-    /* state seen by the sibling */
-    volatile int halted;
-    /* PMI requests for this vCPU raised by the sibling (threads=2) */
-    volatile int pmi_pending;
-    /* deadline scheduling: W was armed at w_base (W >= SB_FIRES_AT fires); py_left = clocks
-     * until Python must fold (-1: no Python deadline); pmi_level: this LP's interrupt
-     * request is asserted (look at the LVT every PMI_RECHECK clocks until it is cleared) */
-    uint64_t w_base;
-    int64_t py_left;
-    int pmi_level;
-    /* the exact deadline (W2, "Exact deadlines"): on for this vCPU, the counter's watch
-     * slot, its events left before it may overflow (fresh: computed since W2 was last
-     * armed), the verdict's cache key (the increment table it was made for), and the
-     * candidate for the next signature with how many steps in a row it was the same */
-    int exact_on, exact_slot, exact_fresh;
-    int64_t exact_left;
-    const int32_t *exact_key_winc;
-    uint32_t exact_key_nk;
-    uint32_t exact_key_match; /* counters whose column is the signature's */
-    int exact_cand;
-    const int32_t *exact_cand_winc;
-    uint32_t exact_cand_nk, exact_streak;
-    uint32_t w2_votes[P4_NCOUNTERS], w2_steps; /* deadline checks per counter (exact_vote) */
-    int w_driver;          /* the counter that set W's clock budget, -1: none */
-    uint64_t exact_checks;
-    uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
-    uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
-    /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_SIBLING_REQUEST);
-     * fold_seq counts the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT
-     * entry and APIC ID so that the sibling can interrupt it while it is halted (mask_pending:
-     * set the LVT mask bit at the next block entry, the interrupt was sent from the sibling) */
-    volatile int fold_req;
-    volatile uint32_t fold_seq;
-    volatile int hlt_valid;
-    volatile uint32_t hlt_lvt, hlt_apic;
-    volatile int mask_pending;
-    /* the sibling's state when the current batch started (its clocks are labelled with it;
-     * a change of the sibling's halted state asks this vCPU to fold) */
-    int oth_active, oth_os;
-    /* threads=2, the core's clock timeline (lp_timeline): this LP's local clock, valid once
-     * lclk_on is set */
-    uint64_t lclk;
-    int lclk_on;
-    /* halted by its own HLT (set just before the HLT, cleared at its next block entry):
-     * covers single-threaded TCG, where no idle callback runs while another vCPU runs */
-    volatile int hlt_halted;
-    pthread_t thread;      /* the host thread running this vCPU */
-    uint64_t folds, deadlines, fast_deadlines;
-    uint64_t fast_checks, fast_scanned; /* C deadline checks, dirty blocks they looked at */
-    uint64_t clk_total;    /* clocks folded since counting began (the trace's time) */
-    uint64_t insn_total;   /* instructions of the block executions folded (the same) */
-    /* silent branch outcomes: per-group state, the block whose outcome was pending at the
-     * last fold (carried into this batch) */
-    struct group_state *group_chunks[MAX_GROUPS / GCHUNK];
-    uint32_t carry_b;
-    uint64_t gates, silent_bad;
-    uint64_t bad_folds;    /* folds whose bookkeeping was inconsistent (o_bad): a bug */
-    /* the exception seen last, until its delivery (counting_discon) */
-    uint64_t exc_from;
-    int exc_seen;
-    /* the memory side (memory.c): this vCPU's memory model, the corrections of the block
-     * execution under way, the final clock of the last resolution as corrected (ext kind
-     * + 1, 0: as its variant; res_fill), statistics */
-    struct mm_state *mm;
-    struct mem_exec mx;
-    uint32_t res_fin;
-    uint64_t mem_accesses, mem_fixes, mem_dropped, mem_elsewhere, mem_tlb_flushes;
-    uint64_t mem_stall_clocks; /* timing=memory: the clocks loads' misses added */
-} __attribute__((aligned(64)));
+/* the per-vCPU counting state, composed of the units' parts (counting.h) */
+struct vcpu_counting;
 
 #define RES_LAZY (-2)
-
-static inline int lp_halted(const struct vcpu_counting *c)
-{
-    return c->halted || c->hlt_halted;
-}
 
 struct clock_fields { uint8_t f[KF_N]; };
 
@@ -464,26 +334,6 @@ static inline int64_t exact_increment(const struct exact_signature *g, uint32_t 
     return e < g->nk ? (int64_t)g->col[e] * clocks : g->rate * clocks;
 }
 
-static inline void touch(struct vcpu_counting *c, uint32_t e)
-{
-    if (!c->tmark[e]) {
-        c->tmark[e] = 1;
-        c->touched[c->ntouched++] = e;
-    }
-}
-
-static inline void acc_add(struct vcpu_counting *c, uint32_t e, int64_t n)
-{
-    touch(c, e);
-    c->acc[e] += n;
-}
-
-static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
-{
-    touch(c, e);
-    c->acc_last[e] += n;
-}
-
 #define REPLAY_ENTRY(r) ((r) & 7u)
 #define REPLAY_MISPREDICTED(r) (((r) >> 3) & 3u)
 #define REPLAY_LAST_PREDICTED(r) (((r) >> 5) & 1u)
@@ -491,19 +341,6 @@ static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
 static inline uint64_t maxclk(const struct blk *b)
 {
     return b->maxclk;
-}
-
-/* a silent-capable block's bank word */
-static inline uint64_t *bank_w(struct vcpu_counting *c, const struct blk *b)
-{
-    return &c->sbase[SB_BANK0 + b->gate - 1];
-}
-
-/* Is the outcome of the last execution of the current block still to come?  (Callers at a
- * block entry settle the previous block first: entry_settle.) */
-static inline int cur_pending(struct vcpu_counting *c, uint32_t id)
-{
-    return id && c->sbase[SB_CURRENT_BLOCK] == id && c->sbase[SB_SILENT_NEXT] != X_ACCOUNTED;
 }
 
 #define PMI_RECHECK 64 /* clocks between looks at the LVT while a request is asserted */

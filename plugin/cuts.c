@@ -23,8 +23,8 @@
 unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
 {
     (void)sb;
-    if (c->open_b == id && c->open_stamp == en_total(c, id)) {
-        return c->open_a;
+    if (c->batch.open_b == id && c->batch.open_stamp == en_total(c, id)) {
+        return c->batch.open_a;
     }
     return 0;
 }
@@ -38,13 +38,13 @@ static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t la
     if (!last) return;
     uint32_t t = ext(kind_with_return_tail(p4.kinds->empty), 0);
     acc_add(c, t, 1);
-    pair_hash_add(&c->pairs, last - 1, t, 1);
+    pair_hash_add(&c->batch.pairs, last - 1, t, 1);
     acc_last_add(c, last - 1, -1);
     acc_last_add(c, t, 1);
-    c->cut_last = t + 1;
+    c->batch.cut_last = t + 1;
     uint64_t *sb = scoreboard_of(vi);
     sb[SB_DEADLINE_CLOCKS] += 1;
-    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, t, 1);
+    if (c->exact.on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, t, 1);
 }
 
 /* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
@@ -65,22 +65,22 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail
     acc_portion(c, b, a, e, 1, +1);
     const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
-    c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    c->batch.cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
     if (a) {
         /* the rest of an execution split by an access began this batch: it now begins with
          * what retired of it, or (nothing did: the access instruction faulted) with the
          * next block execution, found at the fold */
-        c->next_first = n ? ext(s[0], b->os) + 1 : 0;
-        c->next_first_bubble = 0;
+        c->batch.next_first = n ? ext(s[0], b->os) + 1 : 0;
+        c->batch.next_first_bubble = 0;
     }
     if (pending && b->end == BRK_COND) {
         b->res[vi].acc++; /* this execution has no outcome (not a silent one either) */
     }
     sb[SB_SILENT_NEXT] = X_ACCOUNTED;
     sb[SB_CURRENT_BLOCK] = 0;
-    c->open_b = 0;
-    c->batch_entry_b = 0;
-    if (tail) append_return_tail(vi, c, c->cut_last);
+    c->batch.open_b = 0;
+    c->batch.entry_b = 0;
+    if (tail) append_return_tail(vi, c, c->batch.cut_last);
 }
 
 static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
@@ -107,12 +107,12 @@ static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
  * fold takes it (0: not known) */
 static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
 {
-    if (!id) return c->cut_last;
+    if (!id) return c->batch.cut_last;
     const struct blk *b = p4.blocks->by_id[id];
     if (!dyn_end(b)) return ext(mem_last_kind(c, id, b), b->os) + 1;
-    if (c->res_b != id) return 0;
+    if (c->res.b != id) return 0;
     res_fill(c);
-    return c->res_last;
+    return c->res.last;
 }
 
 /* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
@@ -128,16 +128,16 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
     const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     if (!interrupt) {
-        c->exc_from = from;
-        c->exc_seen = 1;
-    } else if (c->exc_seen) {
+        c->cut.exc_from = from;
+        c->cut.exc_seen = 1;
+    } else if (c->cut.exc_seen) {
         /* QEMU 11.1 calls the exception callback when an exception is raised and then the
          * interrupt callback when it delivers it, with the same address: that exception was
          * accounted when it was raised (its block cut, or complete when its last instruction
          * traps: INT n, a served RDPMC); this is no interrupt between blocks.  (Taken as one,
          * a trapping last instruction was cut as if QEMU had left its block there.) */
-        c->exc_seen = 0;
-        if (from == c->exc_from) return;
+        c->cut.exc_seen = 0;
+        if (from == c->cut.exc_from) return;
     }
     /* an exception at an instruction of the current block: it is inside it (the block's
      * entry operations ran); a hardware interrupt is taken between blocks.  A block whose
@@ -169,8 +169,8 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
         append_return_tail(vi, c, last_end(c, id));
         sb[SB_CURRENT_BLOCK] = 0;
         sb[SB_SILENT_NEXT] = X_ACCOUNTED;
-        c->open_b = 0;
-        c->batch_entry_b = 0;
+        c->batch.open_b = 0;
+        c->batch.entry_b = 0;
     }
 }
 
@@ -205,6 +205,6 @@ void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
     if (!cur || cur == self) return;
     int j = find_insn(p4.blocks->by_id[cur], p4.blocks->by_id[self]->vaddr);
     if (j < 0) return;
-    c->memi_cuts++;
+    c->cut.memi_cuts++;
     cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED, 0);
 }

@@ -107,10 +107,10 @@ void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (!p4.run->dir_first_look || p4.n_vcpus_max != 1) {
-        c->dir_look_at = UINT64_MAX; /* (directions=0, or several vCPUs: never) */
+        c->dir.look_at = UINT64_MAX; /* (directions=0, or several vCPUs: never) */
         return;
     }
-    c->dir_look_at = c->resolutions + p4.run->dir_first_look;
+    c->dir.look_at = c->res.resolutions + p4.run->dir_first_look;
     p4.directions->looks++;
     if (!p4.run->instrument || p4.lite->active) {
         group_counts_reset(vi);
@@ -132,7 +132,7 @@ void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
     group_counts_reset(vi);
     if (changed) {
         DBG("directions: vCPU %u at %llu resolutions: %llu groups changed direction (%llu in "
-            "all, %llu branch bytes rewritten)\n", vi, (unsigned long long)c->resolutions,
+            "all, %llu branch bytes rewritten)\n", vi, (unsigned long long)c->res.resolutions,
             (unsigned long long)changed, (unsigned long long)p4.directions->groups_flipped,
             (unsigned long long)p4.directions->rewrites);
     }

@@ -100,16 +100,16 @@ static void debug_report(int i)
         p4_message("p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
                 "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
                 "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
-                "%llu exact-deadline callbacks\n", i, (ull)c->folds, (ull)c->deadlines,
-                (ull)c->fast_deadlines, (ull)c->resolutions, (ull)c->silent, (ull)c->gates,
-                (ull)c->silent_bad, p4.blocks->n - 1, p4.kinds->n, (ull)c->exact_checks);
+                "%llu exact-deadline callbacks\n", i, (ull)c->fold.folds, (ull)c->deadline.deadlines,
+                (ull)c->deadline.fast_deadlines, (ull)c->res.resolutions, (ull)c->res.silent, (ull)c->res.gates,
+                (ull)c->res.silent_bad, p4.blocks->n - 1, p4.kinds->n, (ull)c->exact.checks);
         p4_message("p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
-                "clock pairs (no EDGE detector)\n", i, (ull)c->pairless_folds, (ull)c->folds);
+                "clock pairs (no EDGE detector)\n", i, (ull)c->fold.pairless_folds, (ull)c->fold.folds);
         p4_message("p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
                 "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
-                p4.lite->active ? "on" : "off", p4.lite->installs, p4.lite->removals, (ull)c->memi_cuts);
+                p4.lite->active ? "on" : "off", p4.lite->installs, p4.lite->removals, (ull)c->cut.memi_cuts);
         p4_message("p4pmu-debug: vCPU %d: %llu C deadline checks looked at %llu dirty "
-                "blocks\n", i, (ull)c->fast_checks, (ull)c->fast_scanned);
+                "blocks\n", i, (ull)c->deadline.fast_checks, (ull)c->deadline.fast_scanned);
         p4_message("p4pmu-debug: vCPU %d: memory level %s, installed %u time(s), "
                 "removed %u\n", i, p4.memlvl->active ? "on" : "off", p4.memlvl->installs,
                 p4.memlvl->removals);

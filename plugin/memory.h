@@ -29,6 +29,17 @@ static inline int memory_level_active(void)
 }
 
 /* a memory access of instruction (ud & 1023) of block (ud >> 10) */
+/* A vCPU's memory side: its memory model, the corrections of the block execution under way,
+ * the final clock of the last resolution as corrected (ext kind + 1, 0: as its variant;
+ * res_fill), statistics */
+struct memory_vcpu {
+    struct mm_state *mm;
+    struct mem_exec mx;
+    uint32_t res_fin;
+    uint64_t accesses, fixes, dropped, elsewhere, tlb_flushes;
+    uint64_t stall_clocks; /* timing=memory: the clocks loads' misses added */
+};
+
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud);
 /* the execution of block ud begins: its instruction fetch's ITLB look-ups, its code lines */
 void cb_fetch(unsigned int vi, void *ud);

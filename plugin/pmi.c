@@ -59,19 +59,19 @@ int pmi_deliver_here(unsigned vi)
 void sibling_pmi(unsigned vi, unsigned sib)
 {
     struct vcpu_counting *s = &p4.run->per_vcpu[sib];
-    if (lp_halted(s) && s->hlt_valid && !lp_same_thread(sib)) {
-        uint32_t lvt = s->hlt_lvt;
+    if (lp_halted(s) && s->ht.hlt_valid && !lp_same_thread(sib)) {
+        uint32_t lvt = s->ht.hlt_lvt;
         if (!(lvt & LVT_MASKED)) {
             unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
-            s->hlt_lvt = lvt | LVT_MASKED;
-            __atomic_store_n(&s->mask_pending, 1, __ATOMIC_SEQ_CST);
+            s->ht.hlt_lvt = lvt | LVT_MASKED;
+            __atomic_store_n(&s->ht.mask_pending, 1, __ATOMIC_SEQ_CST);
             __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
-            uint64_t msi = APIC_BASE | ((uint64_t)(s->hlt_apic >> 24) << 12);
+            uint64_t msi = APIC_BASE | ((uint64_t)(s->ht.hlt_apic >> 24) << 12);
             apic_wr(bridge_vcpu(vi), msi, vec | (mode << 8));
             DBG("PMI for halted vCPU %u sent from vCPU %u: LVT %#x\n", sib, vi, lvt);
             return;
         }
     }
-    __atomic_store_n(&s->pmi_pending, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->ht.pmi_pending, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }

@@ -46,23 +46,23 @@ uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create)
 
 #define PCHUNK 4096
 
-uint64_t *pred_entry(struct vcpu_counting *c, uint32_t idx1)
+uint64_t *pred_entry(struct predictor_vcpu *p, uint32_t idx1)
 {
     uint32_t i = idx1 - 1;
-    return &c->pchunk[i / PCHUNK][i % PCHUNK];
+    return &p->pchunk[i / PCHUNK][i % PCHUNK];
 }
 
 /* the predictor entry of `key` in table m (created invalid), as an index + 1 */
-uint32_t pred_entry_of(struct vcpu_counting *c, struct u64_map *m, uint64_t key)
+uint32_t pred_entry_of(struct predictor_vcpu *p, struct u64_map *m, uint64_t key)
 {
     uint64_t *v = u64_map_get(m, key, 1);
     if (!*v) {
-        uint32_t i = c->pn++;
+        uint32_t i = p->pn++;
         if (i / PCHUNK >= 4096) { /* 16M branch addresses: share the last entry */
-            c->pn--;
-            i = c->pn - 1;
-        } else if (!c->pchunk[i / PCHUNK]) {
-            c->pchunk[i / PCHUNK] = calloc(PCHUNK, sizeof(uint64_t));
+            p->pn--;
+            i = p->pn - 1;
+        } else if (!p->pchunk[i / PCHUNK]) {
+            p->pchunk[i / PCHUNK] = calloc(PCHUNK, sizeof(uint64_t));
         }
         *v = i + 1;
     }
@@ -118,19 +118,19 @@ struct cond_table_set *cond_tables_new(void)
     return t;
 }
 
-void pred_call(struct vcpu_counting *c, uint64_t ret)
+void pred_call(struct predictor_vcpu *p, uint64_t ret)
 {
-    if (c->rsb_n == P4P_RSB_DEPTH) {
-        memmove(&c->rsb[0], &c->rsb[1], sizeof(uint64_t) * (P4P_RSB_DEPTH - 1));
-        c->rsb_n--;
+    if (p->rsb_n == P4P_RSB_DEPTH) {
+        memmove(&p->rsb[0], &p->rsb[1], sizeof(uint64_t) * (P4P_RSB_DEPTH - 1));
+        p->rsb_n--;
     }
-    c->rsb[c->rsb_n++] = ret;
+    p->rsb[p->rsb_n++] = ret;
 }
 
-int pred_ret(struct vcpu_counting *c, uint64_t target)
+int pred_ret(struct predictor_vcpu *p, uint64_t target)
 {
-    if (!c->rsb_n) return 0;
-    return c->rsb[--c->rsb_n] == target;
+    if (!p->rsb_n) return 0;
+    return p->rsb[--p->rsb_n] == target;
 }
 
 int pred_ind_e(uint64_t *e, uint64_t target)
@@ -140,8 +140,8 @@ int pred_ind_e(uint64_t *e, uint64_t target)
     return ok;
 }
 
-int pred_ind(struct vcpu_counting *c, uint64_t addr, uint64_t target)
+int pred_ind(struct predictor_vcpu *p, uint64_t addr, uint64_t target)
 {
     uint64_t i = P4P_BTB_ENTRIES ? addr % (P4P_BTB_ENTRIES ? P4P_BTB_ENTRIES : 1) : addr;
-    return pred_ind_e(pred_entry(c, pred_entry_of(c, &c->btb, i)), target);
+    return pred_ind_e(pred_entry(p, pred_entry_of(p, &p->btb, i)), target);
 }

@@ -34,14 +34,25 @@ struct cond_table_set {
 } __attribute__((aligned(64)));
 
 
+/* A vCPU's predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena,
+ * stable addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
+ * the 2-bit counter; indirect: the target); conditional entries: per group (resolve.c) */
+struct predictor_vcpu {
+    struct u64_map btb;
+    uint64_t *pchunk[4096];
+    uint32_t pn;
+    uint64_t rsb[P4P_RSB_DEPTH]; /* the return stack */
+    int rsb_n;
+};
+
 uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create);
-uint64_t *pred_entry(struct vcpu_counting *c, uint32_t idx1);
-uint32_t pred_entry_of(struct vcpu_counting *c, struct u64_map *m, uint64_t key);
+uint64_t *pred_entry(struct predictor_vcpu *p, uint32_t idx1);
+uint32_t pred_entry_of(struct predictor_vcpu *p, struct u64_map *m, uint64_t key);
 struct cond_table_set *cond_tables_new(void);
-void pred_call(struct vcpu_counting *c, uint64_t ret);
-int pred_ret(struct vcpu_counting *c, uint64_t target);
+void pred_call(struct predictor_vcpu *p, uint64_t ret);
+int pred_ret(struct predictor_vcpu *p, uint64_t target);
 int pred_ind_e(uint64_t *e, uint64_t target);
-int pred_ind(struct vcpu_counting *c, uint64_t addr, uint64_t target);
+int pred_ind(struct predictor_vcpu *p, uint64_t addr, uint64_t target);
 
 /* one outcome: returns 1 if it was predicted */
 static inline int cond_step(uint64_t *e, int back, int taken)

@@ -62,12 +62,12 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     int os = pb->os;
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
     uint64_t after = regs_ok ? (reg_read_rcx(&p4.vcpus[vi]) & mask) : 0;
-    uint64_t iters = (c->rep.rcx - after) & mask;
+    uint64_t iters = (c->res.rep.rcx - after) & mask;
     int done = a_new != r->addr;
     /* not done: the block entered now starts with this REP, and its cb_rep comes next */
-    c->rep.known_addr = done || !regs_ok ? 0 : r->addr;
-    c->rep.known_rcx = after;
-    uint64_t uops = rep_exec_uops(&c->rep, r, iters, done);
+    c->res.rep.known_addr = done || !regs_ok ? 0 : r->addr;
+    c->res.rep.known_rcx = after;
+    uint64_t uops = rep_exec_uops(&c->res.rep, r, iters, done);
     uint64_t nfull = uops ? (uops - 1) / P4P_RETIRE_WIDTH : 0;
     struct clock_fields f;
     memset(&f, 0, sizeof(f));
@@ -88,34 +88,34 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     f.f[KF_LD] = ld > 255 ? 255 : (uint8_t)ld;
     f.f[KF_ST] = st > 255 ? 255 : (uint8_t)st;
     uint32_t prev = ext(pb->last_k, os);
-    c->res_fin = 0;
+    c->mem.res_fin = 0;
     uint32_t fk;
-    if (__builtin_expect(c->mx.b != 0, 0)) {
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) {
         mem_rep_final(c, pid, pb, f.f, &prev);
         fk = kind_intern(f.f);
     } else {
-        fk = rep_kind(&c->rep, pb, iters, uops, done, f.f);
+        fk = rep_kind(&c->res.rep, pb, iters, uops, done, f.f);
     }
     if (nfull) {
         acc_add(c, ext(p4.kinds->rep_full, os), (int64_t)nfull);
-        pair_hash_add(&c->pairs, prev, ext(p4.kinds->rep_full, os), 1);
-        pair_hash_add(&c->pairs, ext(p4.kinds->rep_full, os), ext(p4.kinds->rep_full, os),
+        pair_hash_add(&c->batch.pairs, prev, ext(p4.kinds->rep_full, os), 1);
+        pair_hash_add(&c->batch.pairs, ext(p4.kinds->rep_full, os), ext(p4.kinds->rep_full, os),
                       (int64_t)nfull - 1);
         prev = ext(p4.kinds->rep_full, os);
     }
     acc_add(c, ext(fk, os), 1);
-    pair_hash_add(&c->pairs, prev, ext(fk, os), 1);
+    pair_hash_add(&c->batch.pairs, prev, ext(fk, os), 1);
     acc_last_add(c, ext(fk, os), 1);
-    c->res_last = ext(fk, os) + 1;
+    c->res.last = ext(fk, os) + 1;
     if (nfull + 1 <= 64) {
-        c->res_n = 0;
-        for (uint64_t i = 0; i < nfull; i++) c->res_seq[c->res_n++] = ext(p4.kinds->rep_full, os);
-        c->res_seq[c->res_n++] = ext(fk, os);
+        c->res.n = 0;
+        for (uint64_t i = 0; i < nfull; i++) c->res.seq[c->res.n++] = ext(p4.kinds->rep_full, os);
+        c->res.seq[c->res.n++] = ext(fk, os);
     } else {
-        c->res_n = -1;
+        c->res.n = -1;
     }
     scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += nfull + 1;
-    if (c->exact_on) {
+    if (c->exact.on) {
         int64_t events = exact_increment(&p4.exact->sig, ext(p4.kinds->rep_full, os), (int64_t)nfull) +
                          exact_increment(&p4.exact->sig, ext(fk, os), 1);
         scoreboard_of(vi)[SB_EXACT_EVENTS] += (uint64_t)events;
@@ -127,31 +127,31 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
 static inline void res_set(struct vcpu_counting *c, uint32_t pid, const struct blk *b, unsigned v)
 {
     (void)b; /* (res_fill looks it up) */
-    c->res_b = pid;
-    c->res_v = (int)v;
-    c->res_n = RES_LAZY;
-    c->res_fin = 0;
+    c->res.b = pid;
+    c->res.v = (int)v;
+    c->res.n = RES_LAZY;
+    c->mem.res_fin = 0;
 }
 
 /* res_seq and res_last of a lazily recorded resolution */
 void res_fill(struct vcpu_counting *c)
 {
-    if (c->res_n != RES_LAZY) return;
-    const struct blk *b = p4.blocks->by_id[c->res_b];
-    unsigned v = (unsigned)c->res_v;
-    c->res_n = 0;
-    c->res_seq[c->res_n++] = ext(b->var[v], b->os);
+    if (c->res.n != RES_LAZY) return;
+    const struct blk *b = p4.blocks->by_id[c->res.b];
+    unsigned v = (unsigned)c->res.v;
+    c->res.n = 0;
+    c->res.seq[c->res.n++] = ext(b->var[v], b->os);
     if (v & 1) {
-        for (unsigned p = 0; p < p4.kinds->n_penalty && c->res_n < 64; p++)
-            c->res_seq[c->res_n++] = ext(p4.kinds->penalty[p], b->os);
+        for (unsigned p = 0; p < p4.kinds->n_penalty && c->res.n < 64; p++)
+            c->res.seq[c->res.n++] = ext(p4.kinds->penalty[p], b->os);
     }
     uint32_t e = ext(b->var[v], b->os);
-    if (c->res_fin) {
-        c->res_seq[0] = c->res_fin - 1; /* its memory fields (memory.c) */
-        e = c->res_fin - 1;
+    if (c->mem.res_fin) {
+        c->res.seq[0] = c->mem.res_fin - 1; /* its memory fields (memory.c) */
+        e = c->mem.res_fin - 1;
     }
     if ((v & 1) && p4.kinds->n_penalty) e = ext(p4.kinds->penalty[p4.kinds->n_penalty - 1], b->os);
-    c->res_last = e + 1;
+    c->res.last = e + 1;
 }
 
 /* n outcomes of variant v of block b straight into the batch's accumulators (final clock,
@@ -160,12 +160,12 @@ void expand_outcomes(struct vcpu_counting *c, const struct blk *b, unsigned v, i
 {
     uint32_t e = ext(b->var[v], b->os);
     acc_add(c, e, n);
-    pair_hash_add(&c->pairs, ext(b->last_k, b->os), e, n);
+    pair_hash_add(&c->batch.pairs, ext(b->last_k, b->os), e, n);
     if (v & 1) {
         for (unsigned p = 0; p < p4.kinds->n_penalty; p++) {
             uint32_t pe = ext(p4.kinds->penalty[p], b->os);
             acc_add(c, pe, n);
-            pair_hash_add(&c->pairs, e, pe, n);
+            pair_hash_add(&c->batch.pairs, e, pe, n);
             e = pe;
         }
     }
@@ -209,7 +209,7 @@ static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred,
  */
 static inline struct group_state *group_state_of(struct vcpu_counting *c, uint32_t gid)
 {
-    struct group_state **ch = &c->group_chunks[gid / GCHUNK];
+    struct group_state **ch = &c->res.group_chunks[gid / GCHUNK];
     if (__builtin_expect(!*ch, 0)) *ch = calloc(GCHUNK, sizeof(struct group_state));
     return &(*ch)[gid % GCHUNK];
 }
@@ -231,7 +231,7 @@ static inline void silent_reserve(struct vcpu_counting *c, struct group_state *g
     want = g->owner && !g->open ? want : 0;
     int64_t d = (int64_t)want - (int64_t)g->resv;
     c->sbase[SB_DEADLINE_CLOCKS] += (uint64_t)(d * (int64_t)p4.cond_tab->pen);
-    c->w_resv += (uint64_t)d;
+    c->res.w_resv += (uint64_t)d;
     g->resv = (uint8_t)want;
 }
 
@@ -270,7 +270,7 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
     uint64_t nb = sb[SB_HDR + id] + sb[SB_BANK0 + b->gate - 1];
     int64_t k = (int64_t)nb - r->acc - pending;
     if (__builtin_expect(k < 0, 0)) {
-        c->silent_bad++;
+        c->res.silent_bad++;
         return -1;
     }
     struct group_state *g = block_group_state(c, b, r);
@@ -291,7 +291,7 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
         if (k > (int64_t)m) expand_outcomes(c, b, (unsigned)t * 2, k - m);
     }
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)m * p4.cond_tab->pen;
-    c->silent += (uint64_t)k;
+    c->res.silent += (uint64_t)k;
     /* the replay takes the direction b's outcomes took (a block translated before its
      * group's direction changed keeps the old one: directions.c); the reservation is the
      * owner's */
@@ -402,21 +402,21 @@ resolve_cond_fast(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     r->acc = (int64_t)nb;
     int64_t d = (int64_t)want - (int64_t)g->resv;
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)(((int64_t)(m + mis) + d) * (int64_t)p4.cond_tab->pen);
-    c->w_resv += (uint64_t)d;
+    c->res.w_resv += (uint64_t)d;
     g->resv = (uint8_t)want;
-    c->res_b = pid;
-    c->res_v = (int)v;
-    c->res_n = RES_LAZY;
-    c->res_fin = 0;
-    c->resolutions++;
-    c->silent += (uint64_t)k;
+    c->res.b = pid;
+    c->res.v = (int)v;
+    c->res.n = RES_LAZY;
+    c->mem.res_fin = 0;
+    c->res.resolutions++;
+    c->res.silent += (uint64_t)k;
 }
 
 static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
                          uint64_t a_new)
 {
     int taken = a_new == pb->btarget || pb->btarget == pb->bnext;
-    c->resolutions++;
+    c->res.resolutions++;
     struct block_outcomes *r = &pb->res[vi];
     struct group_state *g = block_group_state(c, pb, r);
     if (__builtin_expect(g->open, 0)) {
@@ -434,9 +434,9 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
     if (__builtin_expect(en_total(c, pid) != 0, 1)) r->n[v]++;
     else expand_outcomes(c, pb, v, 1);
     sb[SB_DEADLINE_CLOCKS] += (uint64_t)!pred * p4.cond_tab->pen;
-    if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact_pen[pb->os ? 1 : 0];
+    if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact.pen[pb->os ? 1 : 0];
     res_set(c, pid, pb, v);
-    if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
     /* (the group's direction: a block translated before it changed may have the other
      * one, directions.c) */
     int sat = group_saturated(p4.blocks->groups[pb->gid], g);
@@ -478,7 +478,7 @@ void group_counts_reset(unsigned vi)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     for (uint32_t k = 0; k < MAX_GROUPS / GCHUNK; k++) {
-        struct group_state *ch = c->group_chunks[k];
+        struct group_state *ch = c->res.group_chunks[k];
         if (!ch) continue;
         for (uint32_t i = 0; i < GCHUNK; i++) ch[i].dir[0] = ch[i].dir[1] = 0;
     }
@@ -487,7 +487,7 @@ void group_counts_reset(unsigned vi)
 /* this vCPU's state of group gid, if it has one */
 const struct group_state *group_state_peek(unsigned vi, uint32_t gid)
 {
-    struct group_state *ch = p4.run->per_vcpu[vi].group_chunks[gid / GCHUNK];
+    struct group_state *ch = p4.run->per_vcpu[vi].res.group_chunks[gid / GCHUNK];
     return ch ? &ch[gid % GCHUNK] : NULL;
 }
 
@@ -502,20 +502,20 @@ static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid,
     int taken = 1, pred = 1;
     switch (pb->end) {
     case BRK_CALL:
-        pred_call(c, nxt);
+        pred_call(&c->pred, nxt);
         break;
     case BRK_CALL_IND:
     case BRK_JMP_IND:
         if (!r->pidx) {
             uint64_t k = P4P_BTB_ENTRIES ? last->addr % (P4P_BTB_ENTRIES ? P4P_BTB_ENTRIES : 1)
                                          : last->addr;
-            r->pidx = pred_entry_of(c, &c->btb, k);
+            r->pidx = pred_entry_of(&c->pred, &c->pred.btb, k);
         }
-        pred = pred_ind_e(pred_entry(c, r->pidx), a_new);
-        if (pb->end == BRK_CALL_IND) pred_call(c, nxt);
+        pred = pred_ind_e(pred_entry(&c->pred, r->pidx), a_new);
+        if (pb->end == BRK_CALL_IND) pred_call(&c->pred, nxt);
         break;
     case BRK_RET:
-        pred = pred_ret(c, a_new);
+        pred = pred_ret(&c->pred, a_new);
         break;
     default:
         return;
@@ -524,10 +524,10 @@ static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid,
     unsigned v = (unsigned)(taken * 2 + !pred);
     r->n[v]++;
     res_set(c, pid, pb, v);
-    if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
     if (!pred) {
         c->sbase[SB_DEADLINE_CLOCKS] += p4.kinds->n_penalty;
-        c->sbase[SB_EXACT_EVENTS] += c->exact_pen[pb->os ? 1 : 0]; /* exact_weight */
+        c->sbase[SB_EXACT_EVENTS] += c->exact.pen[pb->os ? 1 : 0]; /* exact_weight */
     }
 }
 
@@ -539,22 +539,22 @@ static void account_taken(unsigned vi, struct vcpu_counting *c, const struct blk
     const int os = pb->os, taken = 1;
     uint32_t fin = pb->var[taken * 2 + !pred];
     acc_add(c, ext(fin, os), 1);
-    pair_hash_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), 1);
+    pair_hash_add(&c->batch.pairs, ext(pb->last_k, os), ext(fin, os), 1);
     uint32_t lastk = fin;
-    c->res_n = 0;
-    c->res_seq[c->res_n++] = ext(fin, os);
+    c->res.n = 0;
+    c->res.seq[c->res.n++] = ext(fin, os);
     if (!pred) {
         for (unsigned p = 0; p < p4.kinds->n_penalty; p++) {
             acc_add(c, ext(p4.kinds->penalty[p], os), 1);
-            pair_hash_add(&c->pairs, ext(lastk, os), ext(p4.kinds->penalty[p], os), 1);
+            pair_hash_add(&c->batch.pairs, ext(lastk, os), ext(p4.kinds->penalty[p], os), 1);
             lastk = p4.kinds->penalty[p];
-            if (c->res_n < 64) c->res_seq[c->res_n++] = ext(lastk, os);
+            if (c->res.n < 64) c->res.seq[c->res.n++] = ext(lastk, os);
         }
         scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += p4.kinds->n_penalty;
-        scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact_pen[os ? 1 : 0];
+        scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact.pen[os ? 1 : 0];
     }
     acc_last_add(c, ext(lastk, os), 1);
-    c->res_last = ext(lastk, os) + 1;
+    c->res.last = ext(lastk, os) + 1;
 }
 
 /* The outcome of block pid's dynamic end: the next instruction is at a_new (regs_ok: the
@@ -568,25 +568,25 @@ void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new,
         resolve_cond(vi, c, pid, pb, a_new);
         return;
     }
-    c->resolutions++;
-    c->res_b = pid;
+    c->res.resolutions++;
+    c->res.b = pid;
     if (pb->res && c->sbase[SB_HDR + pid]) {
         resolve_listed(vi, c, pid, pb, a_new);
         return;
     }
     switch (pb->end) {
     case BRK_CALL:
-        pred_call(c, last->addr + last->len);
+        pred_call(&c->pred, last->addr + last->len);
         break;
     case BRK_CALL_IND:
-        pred = pred_ind(c, last->addr, a_new);
-        pred_call(c, last->addr + last->len);
+        pred = pred_ind(&c->pred, last->addr, a_new);
+        pred_call(&c->pred, last->addr + last->len);
         break;
     case BRK_JMP_IND:
-        pred = pred_ind(c, last->addr, a_new);
+        pred = pred_ind(&c->pred, last->addr, a_new);
         break;
     case BRK_RET:
-        pred = pred_ret(c, a_new);
+        pred = pred_ret(&c->pred, a_new);
         break;
     case END_REP:
         rep_resolve(vi, c, pid, pb, a_new, regs_ok);
@@ -596,12 +596,12 @@ void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new,
     }
     if (p4.run->branch_trace) trace_line(pb, a_new, 1, pred, 1);
     account_taken(vi, c, pb, pred);
-    c->res_fin = 0;
-    if (__builtin_expect(c->mx.b != 0, 0)) {
+    c->mem.res_fin = 0;
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) {
         mem_resolved(vi, c, pid, pb, 2u + !pred);
-        if (c->res_fin) {
-            c->res_seq[0] = c->res_fin - 1;
-            if (pred || !p4.kinds->n_penalty) c->res_last = c->res_fin;
+        if (c->mem.res_fin) {
+            c->res.seq[0] = c->mem.res_fin - 1;
+            if (pred || !p4.kinds->n_penalty) c->res.last = c->mem.res_fin;
         }
     }
 }
@@ -628,11 +628,11 @@ void silent_catch_up_all(unsigned vi)
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        uint32_t id = c->dirty[i];
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        uint32_t id = c->batch.dirty[i];
         if (p4.blocks->by_id[id]->gate) catch_up(vi, c, id, cur_pending(c, id));
     }
-    uint32_t cb = c->carry_b;
+    uint32_t cb = c->res.carry_b;
     if (cb && !en_total(c, cb)) catch_up(vi, c, cb, cur_pending(c, cb));
     (void)cur;
 }
@@ -645,15 +645,15 @@ void silent_before_fold(unsigned vi)
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     silent_catch_up_all(vi);
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        const struct blk *b = p4.blocks->by_id[c->dirty[i]];
-        if (b->end == BRK_COND) b->res[vi].acc = -cur_pending(c, c->dirty[i]);
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
+        if (b->end == BRK_COND) b->res[vi].acc = -cur_pending(c, c->batch.dirty[i]);
     }
     uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
-    if (c->carry_b && c->carry_b != cur && !en_total(c, c->carry_b)) {
-        p4.blocks->by_id[c->carry_b]->res[vi].acc = 0;
+    if (c->res.carry_b && c->res.carry_b != cur && !en_total(c, c->res.carry_b)) {
+        p4.blocks->by_id[c->res.carry_b]->res[vi].acc = 0;
     }
-    c->carry_b = cur && p4.blocks->by_id[cur]->gate && cur_pending(c, cur) ? cur : 0;
+    c->res.carry_b = cur && p4.blocks->by_id[cur]->gate && cur_pending(c, cur) ? cur : 0;
 }
 
 static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b);
@@ -672,13 +672,13 @@ void cb_first(unsigned int vi, void *ud)
             member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
         if (listed) return;
     }
-    if (c->ndirty == MAX_DIRTY) {
+    if (c->batch.ndirty == MAX_DIRTY) {
         /* cannot happen: the fold request below empties the list first */
         return;
     }
-    c->dirty[c->ndirty++] = (uint32_t)(uintptr_t)ud;
-    if (c->ndirty == MAX_DIRTY - 1 && !c->force_fold) {
-        c->force_fold = 1;
+    c->batch.dirty[c->batch.ndirty++] = (uint32_t)(uintptr_t)ud;
+    if (c->batch.ndirty == MAX_DIRTY - 1 && !c->deadline.force_fold) {
+        c->deadline.force_fold = 1;
         scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
     }
 }
@@ -713,7 +713,7 @@ void cb_xcheck(unsigned int vi, void *ud)
     c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
     if (x == X_ACCOUNTED) return;
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
-    if (__builtin_expect(c->resolutions >= c->dir_look_at, 0)) p4.up.directions_update(vi, b, prev);
+    if (__builtin_expect(c->res.resolutions >= c->dir.look_at, 0)) p4.up.directions_update(vi, b, prev);
     if (!prev) return;
     const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
     if (__builtin_expect(xc && xc->prev == prev, 1)) {
@@ -757,7 +757,7 @@ static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, cons
     }
     uint32_t o = g->owner;
     if (o == id) return;
-    c->gates++;
+    c->res.gates++;
     const struct pred_group *gr = p4.blocks->groups[b->gid];
     if (o) catch_up(vi, c, o, 0);
     if (group_saturated(gr, g)) {
@@ -792,7 +792,7 @@ static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const
     }
     uint32_t o = g->owner;
     if (o != id) {
-        c->gates++;
+        c->res.gates++;
         if (o) {
             catch_up(vi, c, o, 0);
             gate_close(c, o);
@@ -809,7 +809,7 @@ void cb_rep(unsigned int vi, void *ud)
     const struct blk *b = p4.blocks->by_id[(uint32_t)(uintptr_t)ud];
     const struct insn_info *r = &b->ins[b->n - 1];
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
-    struct rep_state *rs = &p4.run->per_vcpu[vi].rep;
+    struct rep_state *rs = &p4.run->per_vcpu[vi].res.rep;
     if (rs->known_addr == r->addr) {
         rs->known_addr = 0;
         rs->rcx = rs->known_rcx;

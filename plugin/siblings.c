@@ -33,16 +33,16 @@ static void after_python_other(unsigned vi)
 {
     struct p4c_out *o = &p4.run->fold_out[vi];
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    c->py_left = o->budget > 0 ? o->budget : -1;
+    c->deadline.py_left = o->budget > 0 ? o->budget : -1;
     int lp = (int)(vi & 1);
-    c->pmi_level = o->pmi[lp] != 0;
+    c->deadline.pmi_level = o->pmi[lp] != 0;
     exact_update(vi);
     arm(vi, 0);
     for (int t = 0; t < 2; t++) {
         if (o->pmi[t] && p4.run->pmi_on) {
             unsigned target = (vi & ~1u) | (unsigned)t;
             if ((int)target < p4.n_vcpus_max && p4.run->per_vcpu[target].init) {
-                __atomic_store_n(&p4.run->per_vcpu[target].pmi_pending, 1, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&p4.run->per_vcpu[target].ht.pmi_pending, 1, __ATOMIC_SEQ_CST);
                 __atomic_store_n(&scoreboard_of(target)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
             }
         }
@@ -61,7 +61,7 @@ static void sibling_relabel(unsigned vi)
         after_python_other(sib);
         return;
     }
-    __atomic_store_n(&p4.run->per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.run->per_vcpu[sib].ht.fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }
 
@@ -76,45 +76,45 @@ void cb_xpend(unsigned int vi, void *ud)
     if (trace_of(vi)) trace_block_entry(vi, p4.blocks->by_id[id]->vaddr);
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     int delivered = 0, folded = 0;
-    if (c->hlt_halted) {
-        c->hlt_halted = 0; /* running again after the HLT */
-        c->hlt_valid = 0;
+    if (c->ht.hlt_halted) {
+        c->ht.hlt_halted = 0; /* running again after the HLT */
+        c->ht.hlt_valid = 0;
         lp_resync(vi);
         sibling_relabel(vi);
     }
-    if (__atomic_exchange_n(&c->mask_pending, 0, __ATOMIC_SEQ_CST)) {
+    if (__atomic_exchange_n(&c->ht.mask_pending, 0, __ATOMIC_SEQ_CST)) {
         /* the sibling sent our PMI while we were halted: NetBurst's mask-on-delivery */
         uint32_t lvt;
         if (apic_rd(v, APIC_LVT_PERF, &lvt)) {
             apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
         }
-        c->pmi_level = 1;
-        __atomic_store_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST);
+        c->deadline.pmi_level = 1;
+        __atomic_store_n(&c->ht.pmi_pending, 0, __ATOMIC_SEQ_CST);
     }
-    if (__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) {
+    if (__atomic_exchange_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST)) {
         fold_at_entry(vi, id);
         folded = 1;
         DBG("xpend vCPU %u: fold %lld clocks (other active %d)\n", vi,
             (long long)p4.run->fold_out[vi].clocks, p4.run->fold_out[vi].other_active);
         if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
         delivered = after_python(vi, 0);
-        __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&c->ht.fold_seq, 1, __ATOMIC_SEQ_CST);
     }
     /* a request the sibling's step saw; delivered only if still asserted: Python writes the
      * levels of both LPs into both vCPUs' fold outputs at every step, so run.fold_out[vi].pmi is
      * the latest (this LP's own handler may have cleared OVF since -- an NMI then would find no
      * overflow: Linux's "NMI received for unknown reason") */
-    if (__atomic_exchange_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST) &&
+    if (__atomic_exchange_n(&c->ht.pmi_pending, 0, __ATOMIC_SEQ_CST) &&
         __atomic_load_n(&p4.run->fold_out[vi].pmi[vi & 1], __ATOMIC_SEQ_CST)) {
-        c->pmi_level = 1;
+        c->deadline.pmi_level = 1;
         if (!delivered) delivered = pmi_deliver_here(vi) == 1;
         arm(vi, 0);
     }
     if (delivered) {
         /* this block does not run: a batch that was to start with it (the fold above)
          * starts with the handler's first block instead */
-        c->batch_entry_b = 0;
-        if (folded) c->next_first = 0;
+        c->batch.entry_b = 0;
+        if (folded) c->batch.next_first = 0;
         qemu_plugin_set_pc(reg_read(v, p4.regs.rip));
     }
 }
@@ -128,11 +128,11 @@ void cb_xpend(unsigned int vi, void *ud)
 static void serve_fold_request(unsigned vi, uint64_t addr)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    if (!__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) return;
+    if (!__atomic_exchange_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST)) return;
     int64_t rest = fold_at_access(vi, addr);
     if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
-    __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&c->ht.fold_seq, 1, __ATOMIC_SEQ_CST);
 }
 
 void sibling_sync(unsigned vi, uint64_t addr)
@@ -153,13 +153,13 @@ void sibling_sync(unsigned vi, uint64_t addr)
         after_python_other(sib);
         return;
     }
-    uint32_t seq0 = __atomic_load_n(&s->fold_seq, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&s->fold_req, 1, __ATOMIC_SEQ_CST);
+    uint32_t seq0 = __atomic_load_n(&s->ht.fold_seq, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->ht.fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        if (__atomic_load_n(&s->fold_seq, __ATOMIC_SEQ_CST) != seq0 || lp_halted(s)) break;
+        if (__atomic_load_n(&s->ht.fold_seq, __ATOMIC_SEQ_CST) != seq0 || lp_halted(s)) break;
         serve_fold_request(vi, addr);
         clock_gettime(CLOCK_MONOTONIC, &t);
         if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) > SIBLING_WAIT_NS) {
@@ -173,7 +173,7 @@ void sibling_sync(unsigned vi, uint64_t addr)
         }
         sched_yield();
     }
-    DBG("sync vCPU %u: sibling seq %u -> %u halted %d\n", vi, seq0, s->fold_seq, lp_halted(s));
+    DBG("sync vCPU %u: sibling seq %u -> %u halted %d\n", vi, seq0, s->ht.fold_seq, lp_halted(s));
 }
 
 /* threads=2: HLT -- hand this LP's activity to the shared PMU before halting, and snapshot
@@ -194,15 +194,15 @@ void cb_hlt(unsigned int vi, void *ud)
     DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)p4.run->fold_out[vi].clocks);
     if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
-    __atomic_store_n(&c->fold_req, 0, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&c->ht.fold_seq, 1, __ATOMIC_SEQ_CST);
     uint32_t lvt, id;
     if (apic_rd(v, APIC_LVT_PERF, &lvt) && apic_rd(v, APIC_ID_REG, &id)) {
-        c->hlt_lvt = lvt;
-        c->hlt_apic = id;
-        c->hlt_valid = 1;
+        c->ht.hlt_lvt = lvt;
+        c->ht.hlt_apic = id;
+        c->ht.hlt_valid = 1;
     }
-    c->hlt_halted = 1;
+    c->ht.hlt_halted = 1;
     /* cleared at the next entry */
     __atomic_store_n(&scoreboard_of(vi)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
     sibling_relabel(vi);
@@ -213,16 +213,16 @@ void cb_hlt(unsigned int vi, void *ud)
 void counting_halt_change(unsigned vi, int halted)
 {
     if (!p4.run->per_vcpu || vi >= (unsigned)p4.n_vcpus_max) return;
-    p4.run->per_vcpu[vi].halted = halted;
+    p4.run->per_vcpu[vi].ht.halted = halted;
     DBG("vCPU %u %s\n", vi, halted ? "idle" : "resumes");
     if (!halted) {
-        p4.run->per_vcpu[vi].hlt_valid = 0;
+        p4.run->per_vcpu[vi].ht.hlt_valid = 0;
         lp_resync(vi); /* (on this vCPU's thread, before it runs again) */
     }
     if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
     if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init || lp_halted(&p4.run->per_vcpu[sib])) return;
     /* only a request: QEMU holds the BQL here, Python must not be called */
-    __atomic_store_n(&p4.run->per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.run->per_vcpu[sib].ht.fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }

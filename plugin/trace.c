@@ -33,10 +33,10 @@ int trace_setup(int max_vcpus)
 static uint64_t insns_now(unsigned vi)
 {
     const struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t n = c->insn_total;
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        const struct blk *b = p4.blocks->by_id[c->dirty[i]];
-        n += en_total(c, c->dirty[i]) * b->n;
+    uint64_t n = c->fold.insn_total;
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
+        n += en_total(c, c->batch.dirty[i]) * b->n;
     }
     return n;
 }
@@ -61,7 +61,7 @@ void trace_access(unsigned vi, uint64_t linear, int cpl)
     t->cpl = (uint32_t)cpl;
     t->timed = p4.run->instrument;
     t->insns = t->timed ? insns_before(vi, linear) : 0;
-    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].clk_total : 0;
+    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].fold.clk_total : 0;
 }
 
 void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old,
@@ -95,7 +95,7 @@ void trace_block_entry(unsigned vi, uint64_t pc)
     /* the block's execution counter has not counted it yet (callbacks run in registration
      * order: cb_sched before the inline add) */
     t->insns = t->timed ? insns_now(vi) : 0;
-    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].clk_total : 0;
+    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].fold.clk_total : 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */

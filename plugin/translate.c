@@ -240,15 +240,15 @@ void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
     for (unsigned i = 0; i < m; i++) {
         uint32_t k = kind_intern(c[i].f);
         acc_add(cc, ext(k, os), 1);
-        if (i) pair_hash_add(&cc->pairs, prev, ext(k, os), 1);
+        if (i) pair_hash_add(&cc->batch.pairs, prev, ext(k, os), 1);
         else {
-            cc->next_first = ext(k, os) + 1;
-            cc->next_first_bubble = 0;
+            cc->batch.next_first = ext(k, os) + 1;
+            cc->batch.next_first_bubble = 0;
         }
         prev = ext(k, os);
     }
     if (m) {
         acc_last_add(cc, prev, 1);
-        cc->cut_last = prev + 1; /* the batch's last clock until a block runs */
+        cc->batch.cut_last = prev + 1; /* the batch's last clock until a block runs */
     }
 }
