@@ -60,6 +60,7 @@ void access_times_report(void)
     }
     if (!n) return;
     p4_message("p4pmu-debug: access times: %llu PMU accesses, median < %u us, 90%% < %u "
-            "us, largest < %u us%s\n", (unsigned long long)n, access_quantile(n, 0.5) + 1,
-            access_quantile(n, 0.9) + 1, top + 1, top == ACCESS_BUCKETS - 1 ? " (or more)" : "");
+               "us, largest < %u us%s\n",
+               (unsigned long long)n, access_quantile(n, 0.5) + 1, access_quantile(n, 0.9) + 1,
+               top + 1, top == ACCESS_BUCKETS - 1 ? " (or more)" : "");
 }

@@ -125,12 +125,21 @@ static void static_schedule(struct blk *b)
     b->pc = b->pb + m;
     for (unsigned i = 0; i < m; i++) {
         unsigned j;
-        for (j = 0; j < b->nk && b->hk[j] != s[i]; j++) {}
-        if (j == b->nk) { b->hk[b->nk] = s[i]; b->hc[b->nk++] = 0; }
+        for (j = 0; j < b->nk && b->hk[j] != s[i]; j++) {
+        }
+        if (j == b->nk) {
+            b->hk[b->nk] = s[i];
+            b->hc[b->nk++] = 0;
+        }
         b->hc[j]++;
         if (i) {
-            for (j = 0; j < b->np && !(b->pa[j] == s[i - 1] && b->pb[j] == s[i]); j++) {}
-            if (j == b->np) { b->pa[b->np] = s[i - 1]; b->pb[b->np] = s[i]; b->pc[b->np++] = 0; }
+            for (j = 0; j < b->np && !(b->pa[j] == s[i - 1] && b->pb[j] == s[i]); j++) {
+            }
+            if (j == b->np) {
+                b->pa[b->np] = s[i - 1];
+                b->pb[b->np] = s[i];
+                b->pc[b->np++] = 0;
+            }
             b->pc[j]++;
         }
     }
@@ -197,9 +206,15 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, in
         pthread_mutex_unlock(&p4.run->lock);
         if (!p4.blocks->full_warned++) {
             p4_message("p4pmu: more than %u translated blocks: later blocks are not "
-                            "counted (see docs/guest-events.md, limits)\n", MAX_BLOCKS);
+                       "counted (see docs/guest-events.md, limits)\n",
+                       MAX_BLOCKS);
         }
-        free(b->hk); free(b->pa); free(b->seq); free(b->iclk); free(ins); free(b);
+        free(b->hk);
+        free(b->pa);
+        free(b->seq);
+        free(b->iclk);
+        free(ins);
+        free(b);
         return 0;
     }
     if (b->end == BRK_COND) group_join_locked(b, id, nxt);

@@ -37,7 +37,8 @@ static void map_registers(csh h)
     for (unsigned id = 1; id < X86_REG_ENDING; id++) {
         const char *nm = cs_reg_name(h, id);
         const struct p4_reg_bit *r = nm ? bsearch(nm, p4_reg_bits, P4_REG_NAMES,
-                                                  sizeof(p4_reg_bits[0]), reg_cmp) : NULL;
+                                                  sizeof(p4_reg_bits[0]), reg_cmp)
+                                        : NULL;
         p4.capstone->regbit[id] = r ? (unsigned char)(r->bit + 1) : 0;
     }
 }
@@ -47,8 +48,8 @@ int cs_setup(unsigned core)
     int major = 0, minor = 0;
     cs_version(&major, &minor);
     if (major != CS_API_MAJOR) {
-        p4_message("p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major,
-                minor, CS_API_MAJOR);
+        p4_message("p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major, minor,
+                   CS_API_MAJOR);
         return -1;
     }
     csh h;
@@ -59,7 +60,8 @@ int cs_setup(unsigned core)
     p4.capstone = calloc(1, sizeof(*p4.capstone));
     if (!p4.capstone) return -1;
     unsigned n = 1;
-    while (n < 100000 && cs_insn_name(h, n)) n++;
+    while (n < 100000 && cs_insn_name(h, n))
+        n++;
     p4.capstone->n_ids = n;
     for (int s = 0; s < 2; s++) {
         p4.capstone->rows[s] = calloc(n, sizeof(struct p4_row));
@@ -74,7 +76,8 @@ int cs_setup(unsigned core)
     for (unsigned id = 0; id < n; id++) {
         const char *nm = id ? cs_insn_name(h, id) : NULL;
         const struct p4_named_row *r = nm ? bsearch(nm, p4_named_rows, P4_NAMED_ROWS,
-                                                    sizeof(p4_named_rows[0]), row_cmp) : NULL;
+                                                    sizeof(p4_named_rows[0]), row_cmp)
+                                          : NULL;
         for (int k = 0; nm && k < 4; k++) {
             if (!strcmp(nm, cmp_names[k])) p4.capstone->cmp_id[k] = id;
         }
@@ -114,8 +117,14 @@ static int is_sse_group(const cs_detail *d)
 {
     for (int i = 0; i < d->groups_count; i++) {
         switch (d->groups[i]) {
-        case X86_GRP_MMX: case X86_GRP_SSE1: case X86_GRP_SSE2: case X86_GRP_SSE3:
-        case X86_GRP_SSSE3: case X86_GRP_SSE41: case X86_GRP_SSE42: case X86_GRP_3DNOW:
+        case X86_GRP_MMX:
+        case X86_GRP_SSE1:
+        case X86_GRP_SSE2:
+        case X86_GRP_SSE3:
+        case X86_GRP_SSSE3:
+        case X86_GRP_SSE41:
+        case X86_GRP_SSE42:
+        case X86_GRP_3DNOW:
             return 1;
         default:
             break;
@@ -127,9 +136,9 @@ static int is_sse_group(const cs_detail *d)
 /* what the operands of an instruction say (insn_classes._classify_one) */
 struct operand_scan {
     unsigned loads, stores;
-    int xmm;       /* an XMM register operand */
-    int ctl;       /* a control or debug register operand */
-    int indirect;  /* a register or memory operand (an indirect branch, for branches) */
+    int xmm;      /* an XMM register operand */
+    int ctl;      /* a control or debug register operand */
+    int indirect; /* a register or memory operand (an indirect branch, for branches) */
     uint64_t target;
 };
 
@@ -153,7 +162,8 @@ static struct operand_scan scan_operands(const cs_x86 *x, const struct p4_row *r
             unsigned reg = op->reg;
             if (reg >= X86_REG_XMM0 && reg <= X86_REG_XMM31) r.xmm = 1;
             else if ((reg >= X86_REG_CR0 && reg <= X86_REG_CR15) ||
-                     (reg >= X86_REG_DR0 && reg <= X86_REG_DR15)) r.ctl = 1;
+                     (reg >= X86_REG_DR0 && reg <= X86_REG_DR15))
+                r.ctl = 1;
             r.indirect = 1;
         } else if (op->type == X86_OP_IMM) {
             r.target = (uint64_t)op->imm;
@@ -181,7 +191,10 @@ static void set_fp_fields(struct insn_info *o, unsigned cls, unsigned opu, unsig
         if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
         if (!loads && !stores) o->fp[FPI_MOVST] = (uint8_t)opu;
         break;
-    case CLS_PSP: case CLS_PDP: case CLS_SSP: case CLS_SDP:
+    case CLS_PSP:
+    case CLS_PDP:
+    case CLS_SSP:
+    case CLS_SDP:
         o->fp[FPI_PSP + (cls - CLS_PSP)] = (uint8_t)opu;
         if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
         if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
@@ -296,7 +309,7 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     int sse = is_sse_group(ci->detail);
     unsigned id = row_id(ci);
     struct p4_row row = (id < p4.capstone->n_ids) ? p4.capstone->rows[sse][id]
-                                              : (struct p4_row){1, CLS_NONE, BRK_NONE, 0, 0};
+                                                  : (struct p4_row){1, CLS_NONE, BRK_NONE, 0, 0};
     struct operand_scan ops = scan_operands(x, &row);
     unsigned loads = ops.loads, stores = ops.stores;
     int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;

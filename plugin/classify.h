@@ -21,7 +21,7 @@ struct insn_table {
     unsigned short (*timing)[2]; /* result latency, stall (timing.table_timing) */
     unsigned n_ids;
     unsigned char regbit[X86_REG_ENDING]; /* Capstone register id -> tracked bit + 1, 0 */
-    unsigned l1_load, lock;              /* the core's (timing.CoreTiming) */
+    unsigned l1_load, lock;               /* the core's (timing.CoreTiming) */
     unsigned cmp_id[4]; /* cmpps cmppd cmpss cmpsd (insn_classes.sse_compare_name) */
 };
 

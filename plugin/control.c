@@ -41,8 +41,8 @@
 #include "registers.h"
 #include "state.h"
 
-#define HOLD_SLEEP_NS 200000ull            /* between two entries of the held block */
-#define HOLD_TIMEOUT_NS 3000000000ull       /* no stop came: the vCPU goes on (a warning) */
+#define HOLD_SLEEP_NS 200000ull       /* between two entries of the held block */
+#define HOLD_TIMEOUT_NS 3000000000ull /* no stop came: the vCPU goes on (a warning) */
 
 /* The control channel's state, no vCPU parked or held, no breakpoint */
 struct control_state *control_state_new(void)
@@ -108,7 +108,8 @@ static void control_stop(unsigned vi, const struct p4c_break *b, const struct p4
     force_entry(vi);
     pthread_mutex_unlock(&p4.control->lock);
     char one = 's';
-    if (p4.control->ctl.wake_fd >= 0 && write(p4.control->ctl.wake_fd, &one, 1) != 1 && errno != EAGAIN) {
+    if (p4.control->ctl.wake_fd >= 0 && write(p4.control->ctl.wake_fd, &one, 1) != 1 &&
+        errno != EAGAIN) {
         p4_message("p4pmu: control channel: cannot ask for a stop: %s\n", strerror(errno));
     }
 }
@@ -165,12 +166,15 @@ void control_after_access(unsigned vi, uint32_t op, uint32_t reg, uint64_t value
     }
     control_overflows(vi, snap, skip, pc);
     if (r != P4_PY_OK && r != P4_PY_FAULT) return; /* not the PMU's (left to QEMU) */
-    uint32_t index = reg & 0x7FFFFFFFu; /* RDPMC: ECX[30:0] (SDM Vol. 2B, RDPMC) */
+    uint32_t index = reg & 0x7FFFFFFFu;            /* RDPMC: ECX[30:0] (SDM Vol. 2B, RDPMC) */
     uint32_t msr = op != P4_TR_RDPMC ? reg : index < P4_NCOUNTERS ? m->ctr_msr[index] : 0;
     const struct p4c_break *b = find_break(P4_BRK_ACCESS, -1, msr);
     if (!b) return;
-    struct p4c_stop s = {.kind = P4_BRK_ACCESS, .op = op, .msr = reg,
-                         .value = r == P4_PY_FAULT ? 0 : value, .pc = pc,
+    struct p4c_stop s = {.kind = P4_BRK_ACCESS,
+                         .op = op,
+                         .msr = reg,
+                         .value = r == P4_PY_FAULT ? 0 : value,
+                         .pc = pc,
                          .fault = r == P4_PY_FAULT};
     control_stop(vi, b, &s);
 }
@@ -191,8 +195,8 @@ void control_hold(unsigned vi)
     if (!h->hold) return;
     if (now_ns() - h->hold_since > HOLD_TIMEOUT_NS) {
         p4_message("p4pmu: control channel: QEMU did not stop vCPU %u within %llu s of "
-                "its breakpoint; it goes on\n", vi,
-                (unsigned long long)(HOLD_TIMEOUT_NS / 1000000000ull));
+                   "its breakpoint; it goes on\n",
+                   vi, (unsigned long long)(HOLD_TIMEOUT_NS / 1000000000ull));
         control_release(vi);
         return;
     }
@@ -281,7 +285,8 @@ void p4c_control_changed(unsigned vi)
 void p4c_control_stopped(void)
 {
     pthread_mutex_lock(&p4.control->lock);
-    for (int i = 0; i < p4.n_vcpus_max; i++) control_release((unsigned)i);
+    for (int i = 0; i < p4.n_vcpus_max; i++)
+        control_release((unsigned)i);
     pthread_mutex_unlock(&p4.control->lock);
 }
 

@@ -17,7 +17,7 @@ struct control_vcpu {
     int hold;            /* hold at the next block entry (a stop was asked for) */
     uint64_t hold_since; /* CLOCK_MONOTONIC ns */
     int lvt_valid;
-    uint32_t lvt;        /* the LVT performance-counter entry read at the last idle */
+    uint32_t lvt; /* the LVT performance-counter entry read at the last idle */
 };
 
 /* the control channel's C half (state.h p4.control) */

@@ -41,7 +41,8 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     p4.run->plugin_id = id;
     p4.run->count_mode = opt->count == P4_OPT_COUNT_OFF ? 0 : opt->count == P4_OPT_COUNT_ON ? 2 : 1;
     if (opt->trace && p4.run->count_mode == 1) p4.run->count_mode = 2; /* a time for every record */
-    if (opt->control && p4.run->count_mode == 1) p4.run->count_mode = 2; /* stops at block entries */
+    if (opt->control && p4.run->count_mode == 1)
+        p4.run->count_mode = 2; /* stops at block entries */
     p4.run->pmi_on = opt->pmi;
     p4.run->exact_on = opt->exact;
     p4.run->lite_on = opt->lite;
@@ -49,20 +50,23 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     p4.run->dir_rewrite = opt->dir_rewrite;
     p4.run->threads = opt->threads;
     /* (the model option's values are in the order of p4_mm_geometry's rows) */
-    p4.run->mm_model = opt->model >= 0 &&
-                   opt->model < (int)(sizeof(p4_mm_geometry) / sizeof(p4_mm_geometry[0])) ?
-                   opt->model : P4_MM_DEFAULT_MODEL;
+    p4.run->mm_model = opt->model >= 0 && opt->model < (int)(sizeof(p4_mm_geometry) /
+                                                             sizeof(p4_mm_geometry[0]))
+                           ? opt->model
+                           : P4_MM_DEFAULT_MODEL;
     if (cs_setup(p4_model_core[p4.run->mm_model]) < 0) return -1;
     const unsigned short *ct = p4_core_timing[p4_model_core[p4.run->mm_model]];
     p4.run->memory_timing = opt->timing == P4_OPT_TIMING_MEMORY;
     p4.run->stall_l2 = (unsigned)(ct[2] - ct[1]);
     p4.run->stall_mem = (unsigned)(ct[3] - ct[1]);
     p4.run->stall_walk = ct[4];
-    if (getenv("P4PMU_BRANCH_TRACE")) p4.run->branch_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
+    if (getenv("P4PMU_BRANCH_TRACE"))
+        p4.run->branch_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     p4.cond_tab->trace = p4.run->branch_trace != NULL;
     p4.run->per_vcpu = aligned_alloc(64, (size_t)max_vcpus * sizeof(*p4.run->per_vcpu));
     p4.run->core_clock = calloc((size_t)max_vcpus / 2 + 1, sizeof(*p4.run->core_clock));
-    if (p4.run->per_vcpu) memset(p4.run->per_vcpu, 0, (size_t)max_vcpus * sizeof(*p4.run->per_vcpu));
+    if (p4.run->per_vcpu)
+        memset(p4.run->per_vcpu, 0, (size_t)max_vcpus * sizeof(*p4.run->per_vcpu));
     p4.run->fold_out = calloc((size_t)max_vcpus, sizeof(*p4.run->fold_out));
     for (int i = 0; p4.run->fold_out && i < max_vcpus; i++) {
         p4.run->fold_out[i].tmask = (1u << P4_NCOUNTERS) - 1;
@@ -114,8 +118,8 @@ void counting_vcpu_init(unsigned vi)
         const struct vcpu_counting *other = &p4.run->per_vcpu[o];
         if (other->init && pthread_equal(other->thread, p4.run->per_vcpu[vi].thread)) {
             p4_message("p4pmu: several vCPUs on one TCG thread (-accel tcg,thread=single): "
-                            "event counting is off (QEMU 11.1 plugins need multi-threaded TCG "
-                            "for per-vCPU counters); MSR/RDPMC access still works\n");
+                       "event counting is off (QEMU 11.1 plugins need multi-threaded TCG "
+                       "for per-vCPU counters); MSR/RDPMC access still works\n");
             p4.run->count_mode = 0;
             p4.run->instrument = 0;
         }
@@ -130,9 +134,10 @@ void counting_report(void)
         const struct vcpu_counting *c = &p4.run->per_vcpu[i];
         if (!c->init || (!c->fold.bad_folds && !c->res.silent_bad)) continue;
         p4_message("p4pmu: warning: counting bookkeeping errors on vCPU %d: %llu of %llu "
-                "batches repaired, %llu silent-outcome underflows (a plugin bug: counts may be "
-                "off)\n", i, (unsigned long long)c->fold.bad_folds, (unsigned long long)c->fold.folds,
-                (unsigned long long)c->res.silent_bad);
+                   "batches repaired, %llu silent-outcome underflows (a plugin bug: counts may be "
+                   "off)\n",
+                   i, (unsigned long long)c->fold.bad_folds, (unsigned long long)c->fold.folds,
+                   (unsigned long long)c->res.silent_bad);
     }
 }
 
@@ -146,6 +151,3 @@ const uint8_t *p4c_kinds(uint32_t *n)
     *n = __atomic_load_n(&p4.kinds->n, __ATOMIC_ACQUIRE);
     return &p4.kinds->fields[0][0];
 }
-
-
-

@@ -24,8 +24,8 @@
  * set-up), then each unit's part, declared in its header.  The first cache line holds what
  * an explicit resolution touches first. */
 struct vcpu_counting {
-    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
-    volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
+    uint64_t *sbase;     /* this vCPU's scoreboard element (refreshed at every vCPU init) */
+    volatile int cpl_os; /* CPL 0 (seen by the sibling: its clocks' label) */
     int init;
     struct directions_vcpu dir;
     struct resolve_vcpu res;
@@ -37,7 +37,7 @@ struct vcpu_counting {
     struct sibling_vcpu ht;
     struct cuts_vcpu cut;
     struct memory_vcpu mem;
-    pthread_t thread;      /* the host thread running this vCPU */
+    pthread_t thread; /* the host thread running this vCPU */
 } __attribute__((aligned(64)));
 
 static inline int lp_halted(const struct vcpu_counting *c)
@@ -82,35 +82,35 @@ static inline int cur_pending(struct vcpu_counting *c, uint32_t id)
  * scoreboard and the per-vCPU state.  One per QEMU process (install.c refuses a second copy
  * of the plugin). */
 struct counting_run {
-    int count_mode;           /* option count=: 0 off, 1 auto, 2 on (off also when per-vCPU
+    int count_mode;          /* option count=: 0 off, 1 auto, 2 on (off also when per-vCPU
                                * counting cannot work: counting_vcpu_init) */
-    int instrument;           /* translate() instruments blocks */
-    int start_requested;      /* a reset (flush) to start instrumenting is under way */
-    int pmi_on;               /* option pmi= */
-    int threads;              /* option threads=: logical processors per core, 1 or 2 */
-    int exact_on;             /* option exact=: exact deadlines may be installed (flush.c) */
-    int lite_on;              /* option lite=: the outcome-free level may be installed */
-    uint64_t dir_first_look;  /* option directions=: 2^N resolutions, 0 = static directions */
-    int dir_rewrite;          /* option dir_rewrite= (directions.c) */
-    int mm_model;             /* the CPU model's row of p4_mm_geometry (memory.c) */
-    int memory_timing;        /* option timing=memory: loads' misses and page walks cost
+    int instrument;          /* translate() instruments blocks */
+    int start_requested;     /* a reset (flush) to start instrumenting is under way */
+    int pmi_on;              /* option pmi= */
+    int threads;             /* option threads=: logical processors per core, 1 or 2 */
+    int exact_on;            /* option exact=: exact deadlines may be installed (flush.c) */
+    int lite_on;             /* option lite=: the outcome-free level may be installed */
+    uint64_t dir_first_look; /* option directions=: 2^N resolutions, 0 = static directions */
+    int dir_rewrite;         /* option dir_rewrite= (directions.c) */
+    int mm_model;            /* the CPU model's row of p4_mm_geometry (memory.c) */
+    int memory_timing;       /* option timing=memory: loads' misses and page walks cost
                                * clocks (memory.c, docs/timing.md) */
     unsigned stall_l2, stall_mem, stall_walk; /* those clocks: an L1 miss that hits L2, an L2
                                                * miss, a DTLB walk (timing.CoreTiming) */
     qemu_plugin_id_t plugin_id;
     struct qemu_plugin_scoreboard *scoreboard; /* per vCPU: SB_WORDS words (counting_types.h) */
-    pthread_mutex_t lock;     /* appends to the kind and block tables */
-    struct vcpu_counting *per_vcpu;  /* [max_vcpus] */
-    uint64_t *core_clock;     /* threads=2: per core, the latest clock of its timeline (the
+    pthread_mutex_t lock;                      /* appends to the kind and block tables */
+    struct vcpu_counting *per_vcpu;            /* [max_vcpus] */
+    uint64_t *core_clock;          /* threads=2: per core, the latest clock of its timeline (the
                                * larger LP local clock) */
-    FILE *branch_trace;       /* P4PMU_BRANCH_TRACE=PATH: every resolved branch (debugging) */
-    struct p4c_out *fold_out; /* [max_vcpus]: what Python reads (p4c_api.h) */
-    struct pensum *penalty_sums; /* [max_vcpus] (deadline.c) */
+    FILE *branch_trace;            /* P4PMU_BRANCH_TRACE=PATH: every resolved branch (debugging) */
+    struct p4c_out *fold_out;      /* [max_vcpus]: what Python reads (p4c_api.h) */
+    struct pensum *penalty_sums;   /* [max_vcpus] (deadline.c) */
     struct dirty_sums *dirty_sums; /* [max_vcpus] (deadline.c) */
     /* one translation-cache flush at a time (qemu_plugin_reset drops a second request while
      * one is under way): it installs what is wanted when it runs (flush.c) */
     volatile int flush_pending;
-    int sibling_wait_warned;  /* a sibling did not fold in time for an access: said once
+    int sibling_wait_warned; /* a sibling did not fold in time for an access: said once
                                * (siblings.c sibling_sync) */
 };
 

@@ -12,7 +12,7 @@
 struct cuts_vcpu {
     uint64_t exc_from;
     int exc_seen;
-    uint64_t memi_cuts;    /* executions cut by cb_memi (outcome-free level) */
+    uint64_t memi_cuts; /* executions cut by cb_memi (outcome-free level) */
 };
 
 unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb);

@@ -87,7 +87,8 @@ static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out 
 {
     const struct exact_signature *g = &p4.exact->sig;
     uint32_t e = 0, nk = o->nkext < g->nk ? o->nkext : g->nk;
-    while (e < nk && o->winc[(size_t)e * P4_NCOUNTERS + top] == g->col[e]) e++;
+    while (e < nk && o->winc[(size_t)e * P4_NCOUNTERS + top] == g->col[e])
+        e++;
     DBG("exact: a vCPU replaces the signature (counter %d) with counter %d (counters with the "
         "signature's column %#x; kinds %u and %u, first difference at %u: %d and %d)\n",
         g->ctr, top, c->exact.key_match, o->nkext, g->nk, e,
@@ -175,7 +176,8 @@ void exact_update(unsigned vi)
     c->exact.on = 0;
     c->exact.pen[0] = c->exact.pen[1] = 0;
     c->deadline.w_driver = -1;
-    if (!p4.run->exact_on || !p4.run->instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
+    if (!p4.run->exact_on || !p4.run->instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0)
+        return;
     /* the counter that drives the clock deadline (one whose increments memory outcomes
      * change is no W2 candidate: W2's weights are fixed at translation) */
     int cand = -1;
@@ -183,7 +185,10 @@ void exact_update(unsigned vi)
     for (int w = 0; w < o->nwatch; w++) {
         if (o->wmem >> o->widx[w] & 1) continue;
         int64_t clk = watch_clocks(o, w, o->whead[w]);
-        if (clk < best) { best = clk; cand = w; }
+        if (clk < best) {
+            best = clk;
+            cand = w;
+        }
     }
     int slot = p4.exact->active ? exact_take_up(c, o) : -1;
     /* the counter that sets W's clock budget (W2's is left out: exact_budget) */
@@ -191,7 +196,10 @@ void exact_update(unsigned vi)
     best = INT64_MAX;
     for (int w = 0; w < o->nwatch; w++) {
         int64_t clk = watch_clocks(o, w, o->whead[w]);
-        if (w != slot && clk < best) { best = clk; drv = w; }
+        if (w != slot && clk < best) {
+            best = clk;
+            drv = w;
+        }
     }
     c->deadline.w_driver = drv >= 0 ? o->widx[drv] : -1;
     if (cand < 0 || p4.run->flush_pending || p4.exact->flushes >= W2_MAX_FLUSHES) return;
@@ -228,8 +236,9 @@ void arm(unsigned vi, int64_t rest)
     c->deadline.w_base = SB_FIRES_AT - (uint64_t)h;
     /* + the penalties reserved for silent branch outcomes not yet replayed; + SB_FORCE_FIRE while
      * cb_first's fold request is pending (cb_sched takes it off again) */
-    sb[SB_DEADLINE_CLOCKS] = c->deadline.w_base + (uint64_t)rest + c->res.w_resv * p4.kinds->n_penalty +
-               (c->deadline.force_fold ? SB_FORCE_FIRE : 0);
+    sb[SB_DEADLINE_CLOCKS] = c->deadline.w_base + (uint64_t)rest +
+                             c->res.w_resv * p4.kinds->n_penalty +
+                             (c->deadline.force_fold ? SB_FORCE_FIRE : 0);
     if (!c->exact.on) {
         sb[SB_EXACT_EVENTS] = 0; /* idle: 2^62 events away */
     } else if (c->exact.fresh) {
@@ -281,7 +290,6 @@ int after_python(unsigned vi, int64_t rest_clocks)
 }
 
 
-
 static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
 {
     struct pensum *p = &p4.run->penalty_sums[vi];
@@ -293,9 +301,13 @@ static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
         for (int os = 0; os < 2; os++) {
             for (unsigned q = 0; q < p4.kinds->n_penalty; q++) {
                 uint32_t pe = ext(p4.kinds->penalty[q], os);
-                if (pe >= o->nkext) { p->ok = 0; break; }
+                if (pe >= o->nkext) {
+                    p->ok = 0;
+                    break;
+                }
                 const int32_t *row = o->winc + (size_t)pe * P4_NCOUNTERS;
-                for (int k = 0; k < P4_NCOUNTERS; k++) p->v[os][k] += row[k];
+                for (int k = 0; k < P4_NCOUNTERS; k++)
+                    p->v[os][k] += row[k];
             }
         }
     }
@@ -334,7 +346,8 @@ static int dirty_sums_fill(struct dirty_sums *d, uint32_t i, const struct blk *b
     size_t need = stride * ((size_t)i + 1);
     if (need > d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 4096;
-        while (cap < need) cap *= 2;
+        while (cap < need)
+            cap *= 2;
         int64_t *v = realloc(d->v, sizeof(int64_t) * cap);
         if (!v) return 0;
         d->v = v;
@@ -350,7 +363,8 @@ static int dirty_sums_fill(struct dirty_sums *d, uint32_t i, const struct blk *b
             break;
         }
         const int32_t *row = inc + (size_t)x * P4_NCOUNTERS;
-        for (int w = 0; w < nw; w++) e[w] += (int64_t)b->hc[k] * row[d->widx[w]];
+        for (int w = 0; w < nw; w++)
+            e[w] += (int64_t)b->hc[k] * row[d->widx[w]];
     }
     for (unsigned v = 0; v < 4 && b->res; v++) {
         uint32_t x = ext(b->var[v], b->os);
@@ -391,7 +405,8 @@ static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const str
         int64_t n = (int64_t)en_total(c, id);
         if (n) {
             if (beyond & 16) return 0;
-            for (int w = 0; w < nw; w++) U[w] += n * e[w];
+            for (int w = 0; w < nw; w++)
+                U[w] += n * e[w];
         }
         if (!b->res) continue;
         const struct block_outcomes *r = &b->res[vi];
@@ -399,7 +414,8 @@ static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const str
             int64_t m = (int64_t)r->n[v];
             if (!m) continue;
             if (beyond & (1 << v)) return 0;
-            for (int w = 0; w < nw; w++) U[w] += m * e[nw * (1 + v) + w];
+            for (int w = 0; w < nw; w++)
+                U[w] += m * e[nw * (1 + v) + w];
         }
     }
     for (uint32_t i = 0; i < c->batch.ntouched; i++) {

@@ -30,8 +30,8 @@ struct dirty_sums {
     int nw;
     int32_t widx[P4_NCOUNTERS];
     uint64_t folds;
-    uint32_t n;    /* entries filled */
-    size_t cap;    /* int64_t values allocated at v */
+    uint32_t n; /* entries filled */
+    size_t cap; /* int64_t values allocated at v */
     int64_t *v;
 };
 
@@ -44,12 +44,12 @@ struct exact_vcpu {
     int64_t left;
     const int32_t *key_winc;
     uint32_t key_nk;
-    uint32_t key_match;    /* counters whose column is the signature's */
+    uint32_t key_match; /* counters whose column is the signature's */
     int cand;
     const int32_t *cand_winc;
     uint32_t cand_nk, streak;
     uint32_t votes[P4_NCOUNTERS], steps; /* deadline checks per counter (exact_vote) */
-    uint32_t pen[2];       /* W2 events of a misprediction penalty at CPL 1-3 / 0 (the
+    uint32_t pen[2];                     /* W2 events of a misprediction penalty at CPL 1-3 / 0 (the
                             * signature's pen[]) while on, else 0 */
     uint64_t checks;
 };
@@ -61,8 +61,8 @@ struct deadline_vcpu {
     uint64_t w_base;
     int64_t py_left;
     int pmi_level;
-    int force_fold;        /* a fold is wanted at the next block entry (SB_FORCE_FIRE) */
-    int w_driver;          /* the counter that set W's clock budget, -1: none */
+    int force_fold; /* a fold is wanted at the next block entry (SB_FORCE_FIRE) */
+    int w_driver;   /* the counter that set W's clock budget, -1: none */
     uint64_t deadlines, fast_deadlines;
     uint64_t fast_checks, fast_scanned; /* C deadline checks, dirty blocks they looked at */
 };

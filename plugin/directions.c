@@ -29,9 +29,9 @@
 
 
 enum {
-    DIR_MAX_GROUP_FLIPS = 4,   /* direction changes per group (a branch that keeps changing
+    DIR_MAX_GROUP_FLIPS = 4, /* direction changes per group (a branch that keeps changing
                                 * its majority is left alone) */
-    DIR_LEAD_SHIFT = 8,        /* a change needs a lead of 1/2^8 of the window (4,096
+    DIR_LEAD_SHIFT = 8,      /* a change needs a lead of 1/2^8 of the window (4,096
                                 * outcomes at 2^20): a few translations' cost */
     DIR_MIN_LEAD = 2,
 };
@@ -132,8 +132,9 @@ void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
     group_counts_reset(vi);
     if (changed) {
         DBG("directions: vCPU %u at %llu resolutions: %llu groups changed direction (%llu in "
-            "all, %llu branch bytes rewritten)\n", vi, (unsigned long long)c->res.resolutions,
-            (unsigned long long)changed, (unsigned long long)p4.directions->groups_flipped,
+            "all, %llu branch bytes rewritten)\n",
+            vi, (unsigned long long)c->res.resolutions, (unsigned long long)changed,
+            (unsigned long long)p4.directions->groups_flipped,
             (unsigned long long)p4.directions->rewrites);
     }
 }
@@ -145,8 +146,8 @@ void directions_stale_ran(uint32_t id)
     p4.directions->stale_runs++;
     const struct blk *b = p4.blocks->by_id[id];
     DBG("directions: block %u (%#llx, branch at physical %#llx, mode %u, %u instructions, "
-        "group %u changed %u times) ran after its group changed direction: flushing\n", id,
-        (unsigned long long)b->vaddr, (unsigned long long)b->br_hw, b->mode, b->n, b->gid,
+        "group %u changed %u times) ran after its group changed direction: flushing\n",
+        id, (unsigned long long)b->vaddr, (unsigned long long)b->br_hw, b->mode, b->n, b->gid,
         p4.blocks->groups[b->gid]->flips);
     flush_for_stale_block();
 }

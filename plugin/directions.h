@@ -12,7 +12,7 @@
 
 /* a vCPU's next look at the directions */
 struct directions_vcpu {
-    uint64_t look_at;      /* resolutions at which directions.c looks next */
+    uint64_t look_at; /* resolutions at which directions.c looks next */
 };
 
 void directions_update(unsigned vi, const struct blk *cur, uint32_t prev);

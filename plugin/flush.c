@@ -84,7 +84,10 @@ static void mem_set(int on)
     __atomic_store_n(&p4.memlvl->active, on, __ATOMIC_RELEASE);
     DBG("counting: memory level %s%s%s%s (translation cache flushed)\n",
         on & P4_MEM_DATA ? "data " : "", on & P4_MEM_FETCH ? "fetch " : "",
-        on & P4_MEM_CODE ? "code " : "", on & P4_MEM_SB ? "stores" : on ? "" : "off");
+        on & P4_MEM_CODE ? "code " : "",
+        on & P4_MEM_SB ? "stores"
+        : on           ? ""
+                       : "off");
 }
 
 static void reset_done(void *ud)
@@ -161,7 +164,8 @@ void mem_update(void)
     }
     /* something more at once; something less after a streak (and not too often) */
     if (!(want & ~p4.memlvl->active) &&
-        (p4.memlvl->removals >= MEM_MAX_REMOVALS || ++p4.memlvl->streak < MEM_STREAK)) return;
+        (p4.memlvl->removals >= MEM_MAX_REMOVALS || ++p4.memlvl->streak < MEM_STREAK))
+        return;
     if (flush_request()) qemu_plugin_reset(p4.run->plugin_id, flush_installed, NULL);
 }
 

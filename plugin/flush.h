@@ -10,7 +10,6 @@
 #include "counting_types.h"
 
 
-
 void lite_update(void);
 /* After a step or a switch of programming: install the memory level at once when a counter
  * that may count reads a memory-side event, remove it after MEM_STREAK steps in a row that do

@@ -45,9 +45,8 @@ int64_t lp_timeline(unsigned vi, int64_t clocks)
     uint64_t *cc = &p4.run->core_clock[vi >> 1];
     c->fold.lclk += (uint64_t)clocks;
     uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
-    while (cur < c->fold.lclk &&
-           !__atomic_compare_exchange_n(cc, &cur, c->fold.lclk, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST)) {
+    while (cur < c->fold.lclk && !__atomic_compare_exchange_n(cc, &cur, c->fold.lclk, 0,
+                                                              __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
     int64_t fresh = cur < c->fold.lclk ? (int64_t)(c->fold.lclk - cur) : 0;
     return fresh >= clocks ? 0 : clocks - fresh;
@@ -127,7 +126,10 @@ static int64_t fold_kinds(struct vcpu_counting *c, const struct p4c_out *o, int6
     }
     for (uint32_t i = 0; i < c->batch.ntouched; i++) {
         uint32_t e = c->batch.touched[i];
-        if (c->batch.acc[e] < 0) { c->fold.o_bad++; c->batch.acc[e] = 0; }
+        if (c->batch.acc[e] < 0) {
+            c->fold.o_bad++;
+            c->batch.acc[e] = 0;
+        }
         if (!c->batch.acc[e]) continue;
         out_push(c, e, c->batch.acc[e]);
         clocks += c->batch.acc[e];
@@ -137,7 +139,8 @@ static int64_t fold_kinds(struct vcpu_counting *c, const struct p4c_out *o, int6
             continue;
         }
         const int32_t *row = o->winc + (size_t)e * P4_NCOUNTERS;
-        for (int j = 0; j < ntcol; j++) tot[tcol[j]] += c->batch.acc[e] * row[tcol[j]];
+        for (int j = 0; j < ntcol; j++)
+            tot[tcol[j]] += c->batch.acc[e] * row[tcol[j]];
     }
     return clocks;
 }
@@ -146,8 +149,8 @@ static int64_t fold_kinds(struct vcpu_counting *c, const struct p4c_out *o, int6
  * bubble, same CPL first) and the batch's first clock; counts what does not add up in
  * o_bad.  `last` and `last_is_end` as for fold_close; cols[]: the execution starts left
  * unpaired per CPL (0 when all is well). */
-static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_end,
-                            int64_t clocks, int pairs, int64_t cols[2])
+static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_end, int64_t clocks,
+                            int pairs, int64_t cols[2])
 {
     if (!c->batch.next_first) {
         /* first batch (or after an access outside any known block): it starts with the
@@ -193,7 +196,10 @@ static int64_t fold_pairs(struct vcpu_counting *c, int pairs)
     for (uint32_t i = 0; i < c->batch.pairs.n && pairs; i++) {
         uint32_t s = c->batch.pairs.used[i];
         int64_t v = c->batch.pairs.val[s];
-        if (v < 0) { c->fold.o_bad++; continue; }
+        if (v < 0) {
+            c->fold.o_bad++;
+            continue;
+        }
         if (!v) continue;
         uint64_t k = c->batch.pairs.key[s] - 1;
         out_pair(c, (uint32_t)(k >> 32), (uint32_t)k, v);
@@ -204,25 +210,26 @@ static int64_t fold_pairs(struct vcpu_counting *c, int pairs)
 
 /* Inconsistent bookkeeping (never expected): say so at once (and at exit, counting_report),
  * not only in the access log's "# feeder: ... repaired"; with P4PMU_DEBUG, the details. */
-static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last,
-                            int last_is_end, int64_t clocks, int64_t npairs,
-                            const int64_t cols[2])
+static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last, int last_is_end,
+                            int64_t clocks, int64_t npairs, const int64_t cols[2])
 {
     if (!c->fold.bad_folds++) {
         p4_message("p4pmu: warning: counting bookkeeping error on vCPU %u at fold %llu "
-                "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
-                "so EDGE counts may be off)\n", vi, (unsigned long long)c->fold.folds);
+                   "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
+                   "so EDGE counts may be off)\n",
+                   vi, (unsigned long long)c->fold.folds);
     }
     if (!p4.debug) return;
     p4_message("p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
-            "first=%u(b%d) last=%u end=%d\n", vi, c->fold.o_bad, (long long)clocks,
-            (long long)npairs, (long long)cols[0], (long long)cols[1], c->batch.next_first,
-            c->batch.next_first_bubble, last, last_is_end);
+               "first=%u(b%d) last=%u end=%d\n",
+               vi, c->fold.o_bad, (long long)clocks, (long long)npairs, (long long)cols[0],
+               (long long)cols[1], c->batch.next_first, c->batch.next_first_bubble, last,
+               last_is_end);
     for (uint32_t i = 0; i < c->batch.ntouched; i++) {
         uint32_t e = c->batch.touched[i];
         if (c->batch.acc[e] || c->batch.acc_last[e])
             p4_message("p4pmu-debug:   ext %u acc %lld last-left %lld\n", e,
-                    (long long)c->batch.acc[e], (long long)c->batch.acc_last[e]);
+                       (long long)c->batch.acc[e], (long long)c->batch.acc_last[e]);
     }
 }
 
@@ -261,7 +268,7 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
     o->other_os = c->fold.oth_os;
     o->shared = lp_timeline(vi, clocks);
     c->fold.oth_active = sib >= 0 && sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init &&
-                    !lp_halted(&p4.run->per_vcpu[sib]);
+                         !lp_halted(&p4.run->per_vcpu[sib]);
     c->fold.oth_os = sib >= 0 && sib < p4.n_vcpus_max ? p4.run->per_vcpu[sib].cpl_os : 0;
     /* budget, pmi[] and start keep what Python wrote last (it rewrites them whenever they
      * may change) */
@@ -328,10 +335,12 @@ void fold_at_entry(unsigned vi, uint32_t id)
             c->fold.seq_cap = need * 2;
             c->fold.seq = realloc(c->fold.seq, sizeof(uint32_t) * c->fold.seq_cap);
         }
-        for (unsigned i = 0; i < n; i++) c->fold.seq[nseq++] = ext(s[i], b->os);
+        for (unsigned i = 0; i < n; i++)
+            c->fold.seq[nseq++] = ext(s[i], b->os);
         mem_patch_seq(c, prev, b, c->fold.seq, n);
         if (dyn_end(b)) {
-            for (int i = 0; i < c->res.n; i++) c->fold.seq[nseq++] = c->res.seq[i];
+            for (int i = 0; i < c->res.n; i++)
+                c->fold.seq[nseq++] = c->res.seq[i];
         }
     }
     if (!prev) {

@@ -12,7 +12,7 @@
 /* A vCPU's folds: the output Python reads (bridge.py Feeder), the labels of the sibling's
  * state, the core's clock timeline, totals */
 struct fold_vcpu {
-    uint32_t *seq;         /* output: a one-execution batch in clock order */
+    uint32_t *seq; /* output: a one-execution batch in clock order */
     uint32_t seq_cap;
     uint32_t *o_ext;
     int64_t *o_cnt;
@@ -22,7 +22,7 @@ struct fold_vcpu {
     uint32_t o_np, o_pcap;
     uint32_t o_first, o_last; /* ext kinds */
     int64_t o_clocks;
-    int o_bad;             /* bookkeeping repaired (should not happen) */
+    int o_bad; /* bookkeeping repaired (should not happen) */
     /* the sibling's state when the current batch started (its clocks are labelled with it;
      * a change of the sibling's halted state asks this vCPU to fold) */
     int oth_active, oth_os;
@@ -31,10 +31,10 @@ struct fold_vcpu {
     uint64_t lclk;
     int lclk_on;
     uint64_t folds;
-    uint64_t clk_total;    /* clocks folded since counting began (the trace's time) */
-    uint64_t insn_total;   /* instructions of the block executions folded (the same) */
+    uint64_t clk_total;      /* clocks folded since counting began (the trace's time) */
+    uint64_t insn_total;     /* instructions of the block executions folded (the same) */
     uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
-    uint64_t bad_folds;    /* folds whose bookkeeping was inconsistent (o_bad): a bug */
+    uint64_t bad_folds;      /* folds whose bookkeeping was inconsistent (o_bad): a bug */
 };
 
 void lp_resync(unsigned vi);

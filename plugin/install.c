@@ -48,17 +48,33 @@ static void vcpu_init(unsigned int vi, void *ud)
         p4_reg_descriptor *d = (p4_reg_descriptor *)a->data;
         for (unsigned i = 0; i < a->len; i++) {
             const char *nm = d[i].name;
-#define GRAB(field) if (!strcmp(nm, #field)) p4.regs.field = d[i].handle;
-            GRAB(rax) GRAB(rcx) GRAB(rdx) GRAB(rsp) GRAB(rip) GRAB(eflags) GRAB(cs) GRAB(ss)
-            GRAB(ds) GRAB(es) GRAB(fs) GRAB(gs) GRAB(cr0) GRAB(cr4) GRAB(efer)
+#define GRAB(field)                                           \
+    do {                                                      \
+        if (!strcmp(nm, #field)) p4.regs.field = d[i].handle; \
+    } while (0)
+            GRAB(rax);
+            GRAB(rcx);
+            GRAB(rdx);
+            GRAB(rsp);
+            GRAB(rip);
+            GRAB(eflags);
+            GRAB(cs);
+            GRAB(ss);
+            GRAB(ds);
+            GRAB(es);
+            GRAB(fs);
+            GRAB(gs);
+            GRAB(cr0);
+            GRAB(cr4);
+            GRAB(efer);
 #undef GRAB
         }
         g_array_free(a, 1);
-        if (!p4.regs.rax || !p4.regs.rcx || !p4.regs.rdx || !p4.regs.rsp || !p4.regs.rip || !p4.regs.eflags ||
-            !p4.regs.cs || !p4.regs.ss || !p4.regs.ds || !p4.regs.es || !p4.regs.fs || !p4.regs.gs || !p4.regs.cr0 ||
-            !p4.regs.cr4 || !p4.regs.efer) {
+        if (!p4.regs.rax || !p4.regs.rcx || !p4.regs.rdx || !p4.regs.rsp || !p4.regs.rip ||
+            !p4.regs.eflags || !p4.regs.cs || !p4.regs.ss || !p4.regs.ds || !p4.regs.es ||
+            !p4.regs.fs || !p4.regs.gs || !p4.regs.cr0 || !p4.regs.cr4 || !p4.regs.efer) {
             p4_message("p4pmu: this QEMU does not expose the x86 registers the bridge "
-                            "needs (rax..efer)\n");
+                       "needs (rax..efer)\n");
             exit(1);
         }
     }
@@ -87,7 +103,7 @@ static void on_idle(unsigned int vi, void *ud)
 static void on_resume(unsigned int vi, void *ud)
 {
     (void)ud;
-    control_resume(vi); /* (waits for a control request being served) */
+    control_resume(vi);          /* (waits for a control request being served) */
     counting_halt_change(vi, 0); /* running again: its LVT may change */
 }
 
@@ -98,21 +114,26 @@ static void debug_report(int i)
     typedef unsigned long long ull;
     if (c->init) {
         p4_message("p4pmu-debug: vCPU %d: %llu folds, %llu deadline callbacks "
-                "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
-                "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
-                "%llu exact-deadline callbacks\n", i, (ull)c->fold.folds, (ull)c->deadline.deadlines,
-                (ull)c->deadline.fast_deadlines, (ull)c->res.resolutions, (ull)c->res.silent, (ull)c->res.gates,
-                (ull)c->res.silent_bad, p4.blocks->n - 1, p4.kinds->n, (ull)c->exact.checks);
+                   "(%llu re-armed by the C check), %llu resolutions, %llu silent outcomes "
+                   "replayed, %llu gate callbacks, %llu bookkeeping errors; %u blocks, %u kinds; "
+                   "%llu exact-deadline callbacks\n",
+                   i, (ull)c->fold.folds, (ull)c->deadline.deadlines,
+                   (ull)c->deadline.fast_deadlines, (ull)c->res.resolutions, (ull)c->res.silent,
+                   (ull)c->res.gates, (ull)c->res.silent_bad, p4.blocks->n - 1, p4.kinds->n,
+                   (ull)c->exact.checks);
         p4_message("p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
-                "clock pairs (no EDGE detector)\n", i, (ull)c->fold.pairless_folds, (ull)c->fold.folds);
+                   "clock pairs (no EDGE detector)\n",
+                   i, (ull)c->fold.pairless_folds, (ull)c->fold.folds);
         p4_message("p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
-                "time(s), removed %u; %llu executions cut at MMIO re-executions\n", i,
-                p4.lite->active ? "on" : "off", p4.lite->installs, p4.lite->removals, (ull)c->cut.memi_cuts);
+                   "time(s), removed %u; %llu executions cut at MMIO re-executions\n",
+                   i, p4.lite->active ? "on" : "off", p4.lite->installs, p4.lite->removals,
+                   (ull)c->cut.memi_cuts);
         p4_message("p4pmu-debug: vCPU %d: %llu C deadline checks looked at %llu dirty "
-                "blocks\n", i, (ull)c->deadline.fast_checks, (ull)c->deadline.fast_scanned);
+                   "blocks\n",
+                   i, (ull)c->deadline.fast_checks, (ull)c->deadline.fast_scanned);
         p4_message("p4pmu-debug: vCPU %d: memory level %s, installed %u time(s), "
-                "removed %u\n", i, p4.memlvl->active ? "on" : "off", p4.memlvl->installs,
-                p4.memlvl->removals);
+                   "removed %u\n",
+                   i, p4.memlvl->active ? "on" : "off", p4.memlvl->installs, p4.memlvl->removals);
         mem_report((unsigned)i, c);
     }
     if (i == 0) {
@@ -123,24 +144,26 @@ static void debug_report(int i)
             if (nm > largest) largest = nm;
             full += nm >= GMAX;
         }
-        p4_message("p4pmu-debug: %u predictor entry groups, %llu silent-capable members "
-                "(largest %llu, %llu full); directions: %llu looks, %llu changes, %llu branch "
-                "bytes rewritten, %llu not made (address unknown or firmware), %llu stale blocks ran\n",
-                p4.blocks->n_groups - 1, members, largest, full, (ull)p4.directions->looks,
-                (ull)p4.directions->groups_flipped, (ull)p4.directions->rewrites,
-                (ull)p4.directions->unflippable, (ull)p4.directions->stale_runs);
+        p4_message(
+            "p4pmu-debug: %u predictor entry groups, %llu silent-capable members "
+            "(largest %llu, %llu full); directions: %llu looks, %llu changes, %llu branch "
+            "bytes rewritten, %llu not made (address unknown or firmware), %llu stale blocks ran\n",
+            p4.blocks->n_groups - 1, members, largest, full, (ull)p4.directions->looks,
+            (ull)p4.directions->groups_flipped, (ull)p4.directions->rewrites,
+            (ull)p4.directions->unflippable, (ull)p4.directions->stale_runs);
     }
     if (i == 0)
         p4_message("p4pmu-debug: exact deadlines: %s, %u signature(s) installed, "
-                "counter %d\n", p4.run->exact_on ? "on" : "off", p4.exact->flushes,
-                p4.exact->flushes ? p4.exact->sig.ctr : -1);
+                   "counter %d\n",
+                   p4.run->exact_on ? "on" : "off", p4.exact->flushes,
+                   p4.exact->flushes ? p4.exact->sig.ctr : -1);
     if (p4.mirrors) {
         const struct p4c_mirror *m = &p4.mirrors[i];
         p4_message("p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
-                "RDPMC, %llu deadlines served in C (%llu overflow walks, %llu "
-                "programming switches), %llu declined\n", i, (ull)m->n_rdmsr,
-                (ull)m->n_wrmsr, (ull)m->n_rdpmc, (ull)m->n_deadline, (ull)m->n_walks,
-                (ull)m->n_switches, (ull)m->n_declined);
+                   "RDPMC, %llu deadlines served in C (%llu overflow walks, %llu "
+                   "programming switches), %llu declined\n",
+                   i, (ull)m->n_rdmsr, (ull)m->n_wrmsr, (ull)m->n_rdpmc, (ull)m->n_deadline,
+                   (ull)m->n_walks, (ull)m->n_switches, (ull)m->n_declined);
     }
 }
 
@@ -172,8 +195,8 @@ static int claim_process(void)
     const char *mark = getenv(LOADED_MARK);
     if (mark && !strcmp(mark, pid)) {
         p4_message("p4pmu: the plugin is loaded twice in this QEMU (-plugin given twice "
-                        "with libp4pmu_plugin.so or a copy of it): load it once; not loading "
-                        "the second copy\n");
+                   "with libp4pmu_plugin.so or a copy of it): load it once; not loading "
+                   "the second copy\n");
         return -1;
     }
     setenv(LOADED_MARK, pid, 1);
@@ -197,9 +220,9 @@ static int state_setup(int max_vcpus)
     p4.lite = calloc(1, sizeof(*p4.lite));
     p4.directions = calloc(1, sizeof(*p4.directions));
     p4.cond_tab = cond_tables_new();
-    if (!p4.vcpus || !p4.trace || !p4.control || !p4.access_hist || !p4.intercept ||
-        !p4.run || !p4.kinds ||
-        !p4.blocks || !p4.memlvl || !p4.exact || !p4.lite || !p4.directions || !p4.cond_tab) {
+    if (!p4.vcpus || !p4.trace || !p4.control || !p4.access_hist || !p4.intercept || !p4.run ||
+        !p4.kinds || !p4.blocks || !p4.memlvl || !p4.exact || !p4.lite || !p4.directions ||
+        !p4.cond_tab) {
         p4_message("p4pmu: out of memory for the plugin's state\n");
         return -1;
     }

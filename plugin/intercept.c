@@ -70,8 +70,7 @@ static void watch_counter_write(unsigned vi, struct vcpu *v, uint32_t msr, uint6
         v->last_counter_write = 0;
         return;
     }
-    if (v->last_counter_write == msr && v->last_counter_value != value &&
-        !v->rewrite_reported) {
+    if (v->last_counter_write == msr && v->last_counter_value != value && !v->rewrite_reported) {
         v->rewrite_reported = 1;
         py_thread_ready();
         p4pmu_py_counter_rewritten(vi, msr, v->last_counter_value, value);
@@ -309,7 +308,8 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         int watch = control_breaks(); /* breakpoints (control.c) */
         if (watch) control_snap(vi, ovf);
         int r = pmu_rdmsr(vi, msr, &value);
-        if (watch) control_after_access(vi, P4_TR_RDMSR, msr, value, unpack_site(ud).linear, r, ovf);
+        if (watch)
+            control_after_access(vi, P4_TR_RDMSR, msr, value, unpack_site(ud).linear, r, ovf);
         after_python(vi, rest);
         access_time_end(t0);
         if (r == P4_PY_FAULT) {
@@ -551,8 +551,8 @@ static void undo_redirect(struct vcpu *v, uint64_t from)
     int k = v->redirect;
     v->redirect = RD_NONE;
     if (from != v->redirect_linear && p4.options.verbose) {
-        p4_message("p4pmu: note: #GP reported at %#llx, expected %#llx\n",
-                (unsigned long long)from, (unsigned long long)v->redirect_linear);
+        p4_message("p4pmu: note: #GP reported at %#llx, expected %#llx\n", (unsigned long long)from,
+                   (unsigned long long)v->redirect_linear);
     }
     if (k == RD_RCX || k == RD_PATCH) {
         reg_write(v, p4.regs.rcx, v->orig_rcx);
@@ -640,8 +640,7 @@ static void record_rdpmc_ud(unsigned vi, struct vcpu *v, uint64_t from)
  * unwind data; for RDPMC's #UD they were synchronised before the helper ran.  Registers
  * written here are what the exception frame and the handler see.
  */
-void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
-                  void *ud)
+void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
     (void)type;
@@ -672,8 +671,16 @@ void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint
 static int legal_prefix(uint8_t b)
 {
     switch (b) {
-    case 0x66: case 0x67: case 0xF2: case 0xF3:
-    case 0x2E: case 0x36: case 0x3E: case 0x26: case 0x64: case 0x65:
+    case 0x66:
+    case 0x67:
+    case 0xF2:
+    case 0xF3:
+    case 0x2E:
+    case 0x36:
+    case 0x3E:
+    case 0x26:
+    case 0x64:
+    case 0x65:
         return 1;
     default:
         return b >= 0x40 && b <= 0x4F; /* REX: only inside an instruction in 64-bit mode */
@@ -686,8 +693,10 @@ static int decode(const uint8_t *b, size_t n)
     if (n < 2 || n > 15 || b[n - 2] != 0x0F) {
         return K_NONE;
     }
-    int k = b[n - 1] == 0x30 ? K_WRMSR : b[n - 1] == 0x32 ? K_RDMSR : b[n - 1] == 0x33 ? K_RDPMC
-                                                                                       : K_NONE;
+    int k = b[n - 1] == 0x30   ? K_WRMSR
+            : b[n - 1] == 0x32 ? K_RDMSR
+            : b[n - 1] == 0x33 ? K_RDPMC
+                               : K_NONE;
     if (k == K_NONE) {
         return K_NONE;
     }
@@ -760,7 +769,9 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
         if (p4.options.verbose) {
             char msg[128];
             snprintf(msg, sizeof(msg), "p4pmu: %s at %#llx (insn %zu of %zu)\n",
-                     k == K_WRMSR ? "WRMSR" : k == K_RDMSR ? "RDMSR" : "RDPMC",
+                     k == K_WRMSR   ? "WRMSR"
+                     : k == K_RDMSR ? "RDMSR"
+                                    : "RDPMC",
                      (unsigned long long)lin, i, n);
             qemu_plugin_outs(msg);
         }

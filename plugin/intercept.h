@@ -33,8 +33,7 @@ struct intercept_state {
 struct intercept_state *intercept_state_new(void);
 void intercept_setup(void);
 void set_npending(unsigned int vi, struct vcpu *v);
-void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
-                  void *ud);
+void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to, void *ud);
 void translate(struct qemu_plugin_tb *tb, void *ud);
 
 #endif

@@ -42,7 +42,8 @@ static uint32_t kind_intern_locked(const uint8_t *f)
     if (p4.kinds->n >= MAX_KINDS) {
         if (!p4.kinds->full_warned++) {
             p4_message("p4pmu: more than %u distinct clock kinds; further ones are "
-                            "counted as empty clocks\n", MAX_KINDS);
+                       "counted as empty clocks\n",
+                       MAX_KINDS);
         }
         return p4.kinds->empty;
     }
@@ -83,8 +84,11 @@ static inline int microcoded(const struct insn_info *in)
 static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
 {
     int ld = in->loads > 0, st = in->stores > 0;
-#define ADDF(k, v) \
-    do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
+#define ADDF(k, v)                             \
+    do {                                       \
+        unsigned t_ = c->f[k] + (unsigned)(v); \
+        c->f[k] = t_ > 255 ? 255 : t_;         \
+    } while (0)
     ADDF(KF_INSTR, 1);
     ADDF(KF_INSTR_X, in->dup);
     ADDF(KF_MS, ms);
@@ -101,8 +105,7 @@ static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
 /* One pass of the schedule (clockmodel._schedule): ready[r] is the clock index from which
  * tracked register r may be read (0: any), updated. */
 static unsigned schedule_pass(const struct insn_info *ins, unsigned a, unsigned e,
-                              struct clock_fields *out, unsigned cap, uint16_t *at,
-                              uint32_t *ready)
+                              struct clock_fields *out, unsigned cap, uint16_t *at, uint32_t *ready)
 {
     unsigned n = 0;
     int open = 0;

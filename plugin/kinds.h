@@ -18,8 +18,8 @@ struct kind_table {
     uint32_t bubble, empty;       /* bubble clock kind, empty stall clock kind */
     uint32_t penalty[64];         /* penalty clocks (bogus retirement then empty) */
     unsigned n_penalty;
-    int full_warned;              /* the table is full: said once */
-    uint32_t rep_full;            /* REP: a clock retiring 3 uops and nothing else */
+    int full_warned;   /* the table is full: said once */
+    uint32_t rep_full; /* REP: a clock retiring 3 uops and nothing else */
 };
 
 

@@ -32,9 +32,9 @@
 static int tlb_effect(const uint8_t *p, size_t n)
 {
     size_t i = 0;
-    while (i < n && (p[i] == 0x66 || p[i] == 0x67 || p[i] == 0xF2 || p[i] == 0xF3 ||
-                     p[i] == 0x2E || p[i] == 0x3E || p[i] == 0x26 || p[i] == 0x36 ||
-                     p[i] == 0x64 || p[i] == 0x65 || (p[i] >= 0x40 && p[i] <= 0x4F))) {
+    while (i < n && (p[i] == 0x66 || p[i] == 0x67 || p[i] == 0xF2 || p[i] == 0xF3 || p[i] == 0x2E ||
+                     p[i] == 0x3E || p[i] == 0x26 || p[i] == 0x36 || p[i] == 0x64 || p[i] == 0x65 ||
+                     (p[i] >= 0x40 && p[i] <= 0x4F))) {
         i++;
     }
     if (i + 2 >= n || p[i] != 0x0F) return 0;
@@ -128,7 +128,8 @@ static __thread struct kpc_entry *tl_kpc;
 static uint32_t kind_plus(uint32_t k, const uint8_t *d)
 {
     uint64_t h = 0xcbf29ce484222325ull ^ k;
-    for (int i = KF_MEM_FIRST; i < KF_N; i++) h = (h ^ d[i]) * 0x100000001b3ull;
+    for (int i = KF_MEM_FIRST; i < KF_N; i++)
+        h = (h ^ d[i]) * 0x100000001b3ull;
     if (!tl_kpc) tl_kpc = calloc(KPC_SIZE, sizeof(struct kpc_entry));
     struct kpc_entry *e = tl_kpc ? &tl_kpc[(h >> 20) % KPC_SIZE] : NULL;
     if (e && e->k == k + 1 && !memcmp(e->d + KF_MEM_FIRST, d + KF_MEM_FIRST, KF_MEM_N))
@@ -189,8 +190,8 @@ uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct 
     return mx_is(c, id) && c->mem.mx.last_now ? c->mem.mx.last_now - 1 : b->last_k;
 }
 
-void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
-                   uint32_t *seq, unsigned n)
+void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b, uint32_t *seq,
+                   unsigned n)
 {
     if (!mx_listed(c, id)) return; /* (also once its end is resolved: the fold comes after) */
     for (unsigned j = 0; j < n && j < b->nclocks; j++) {
@@ -203,7 +204,8 @@ void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk 
 static int open_rest_first(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
                            unsigned j)
 {
-    if (c->batch.open_b != id || c->batch.open_stamp != en_total(c, id) || !c->batch.open_a) return 0;
+    if (c->batch.open_b != id || c->batch.open_stamp != en_total(c, id) || !c->batch.open_a)
+        return 0;
     uint16_t at = b->iclk[c->batch.open_a - 1];
     return at != ICLK_FINAL && j == (unsigned)at + 1;
 }
@@ -368,7 +370,8 @@ void cb_fetch(unsigned int vi, void *ud)
     if (!(level & P4_MEM_FETCH)) return;
     uint64_t p0 = b->vaddr >> 12, p1 = (last->addr + last->len - 1) >> 12;
     unsigned lookups = 0, misses = 0;
-    for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++) misses += mm_fetch(m, p << 12);
+    for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++)
+        misses += mm_fetch(m, p << 12);
     uint8_t d[KF_N];
     memset(d, 0, KF_N);
     d[KF_ITLB_HIT] = (uint8_t)(lookups - misses);
@@ -506,9 +509,9 @@ void mem_report(unsigned vi, const struct vcpu_counting *c)
 {
     if (!c->mem.accesses) return;
     p4_message("p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
-            "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
-            "%llu TLB flushes, %llu stall clocks\n", vi,
-            (unsigned long long)c->mem.accesses, (unsigned long long)c->mem.fixes,
-            (unsigned long long)c->mem.dropped, (unsigned long long)c->mem.elsewhere,
-            (unsigned long long)c->mem.tlb_flushes, (unsigned long long)c->mem.stall_clocks);
+               "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
+               "%llu TLB flushes, %llu stall clocks\n",
+               vi, (unsigned long long)c->mem.accesses, (unsigned long long)c->mem.fixes,
+               (unsigned long long)c->mem.dropped, (unsigned long long)c->mem.elsewhere,
+               (unsigned long long)c->mem.tlb_flushes, (unsigned long long)c->mem.stall_clocks);
 }

@@ -14,7 +14,7 @@
 
 /* the memory level of the run (switched by a flush: flush.c mem_update) */
 struct memory_level_state {
-    volatile int active;   /* what blocks translated now feed the model: P4_MEM_DATA (memory
+    volatile int active; /* what blocks translated now feed the model: P4_MEM_DATA (memory
                             * callbacks) | P4_MEM_FETCH (an ITLB look-up per execution) |
                             * P4_MEM_CODE (the lines of each execution's code recorded, and
                             * stores looked up in the record) | P4_MEM_SB (stores buffered,
@@ -51,8 +51,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id);
 uint32_t mem_kind_at(const struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j);
 uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct blk *b);
 /* seq[0..n) = the ext kinds of a whole execution of b (block id) from its bubble: as corrected */
-void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
-                   uint32_t *seq, unsigned n);
+void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b, uint32_t *seq,
+                   unsigned n);
 
 /* the dynamic end of block pid resolved as variant v (its default final clock and the pairs
  * with it are, or will be at the fold, in the batch): the final clock's memory fields and the

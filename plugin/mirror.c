@@ -195,7 +195,8 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     }
     int64_t b = nw ? (best > 1 ? best : 1) : 0;
     uint32_t tm = 0;
-    for (int n = 0; n < P4_NCOUNTERS; n++) tm |= m->run[n] ? 1u << n : 0u;
+    for (int n = 0; n < P4_NCOUNTERS; n++)
+        tm |= m->run[n] ? 1u << n : 0u;
     o->tmask = tm; /* the next batch's totals: of the running counters */
     o->budget = b;
     o->tot_ok = 0;
@@ -306,8 +307,9 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
         return 0;
     }
     uint32_t counting = c >= 0 && m->run[c] ? P4_TR_COUNTING : 0;
-    uint64_t old = c >= 0 ? m->ctr[c] : k >= 0 ?
-        (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0) : m->escr[s];
+    uint64_t old = c >= 0   ? m->ctr[c]
+                   : k >= 0 ? (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0)
+                            : m->escr[s];
     if (c >= 0) {
         m->ctr[c] = value;
     } else if (k >= 0) {

@@ -34,7 +34,8 @@ uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create)
     }
     uint64_t kk = k + 1;
     uint32_t i = (uint32_t)((kk * 0x9E3779B97F4A7C15ull) >> 32) & (m->cap - 1);
-    while (m->key[i] && m->key[i] != kk) i = (i + 1) & (m->cap - 1);
+    while (m->key[i] && m->key[i] != kk)
+        i = (i + 1) & (m->cap - 1);
     if (!m->key[i]) {
         if (!create) return NULL;
         m->key[i] = kk;

@@ -30,8 +30,10 @@
 static uint64_t prog_hash(const uint64_t *cccr, const uint64_t *escr, uint32_t nescr)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (int n = 0; n < P4_NCOUNTERS; n++) h = (h ^ cccr[n]) * 0x100000001b3ull;
-    for (uint32_t s = 0; s < nescr; s++) h = (h ^ escr[s]) * 0x100000001b3ull;
+    for (int n = 0; n < P4_NCOUNTERS; n++)
+        h = (h ^ cccr[n]) * 0x100000001b3ull;
+    for (uint32_t s = 0; s < nescr; s++)
+        h = (h ^ escr[s]) * 0x100000001b3ull;
     return h ? h : 1;
 }
 
@@ -48,7 +50,8 @@ void p4c_prog_commit(unsigned vi, int slot)
 int prog_find(const struct p4c_mirror *m, int k, int s, uint64_t value)
 {
     uint64_t cccr[P4_NCOUNTERS], escr[P4_NESCRS];
-    for (int n = 0; n < P4_NCOUNTERS; n++) cccr[n] = m->cccr[n] & ~m->ovf_mask;
+    for (int n = 0; n < P4_NCOUNTERS; n++)
+        cccr[n] = m->cccr[n] & ~m->ovf_mask;
     memcpy(escr, m->escr, sizeof(escr));
     if (k >= 0) cccr[k] = value & ~m->ovf_mask;
     if (s >= 0) escr[s] = value;

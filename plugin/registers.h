@@ -10,8 +10,8 @@
 
 /* handles of the x86 registers the plugin reads and writes (QEMU's names) */
 struct x86_registers {
-    struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs,
-        *gs, *cr0, *cr4, *efer;
+    struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs, *gs,
+        *cr0, *cr4, *efer;
 };
 
 

@@ -22,8 +22,8 @@
 /* The clock kind of a REP execution's final clock f (no memory fields): the last one
  * again when block, uops and end are the same (a REP run one iteration per execution),
  * else interned */
-static uint32_t rep_kind(struct rep_state *rs, const struct blk *pb, uint64_t iters,
-                         uint64_t uops, int done, const uint8_t *f)
+static uint32_t rep_kind(struct rep_state *rs, const struct blk *pb, uint64_t iters, uint64_t uops,
+                         int done, const uint8_t *f)
 {
     if (rs->memo_b == pb && rs->memo_iters == iters && rs->memo_uops == uops &&
         rs->memo_done == done) {
@@ -109,14 +109,16 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     c->res.last = ext(fk, os) + 1;
     if (nfull + 1 <= 64) {
         c->res.n = 0;
-        for (uint64_t i = 0; i < nfull; i++) c->res.seq[c->res.n++] = ext(p4.kinds->rep_full, os);
+        for (uint64_t i = 0; i < nfull; i++)
+            c->res.seq[c->res.n++] = ext(p4.kinds->rep_full, os);
         c->res.seq[c->res.n++] = ext(fk, os);
     } else {
         c->res.n = -1;
     }
     scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += nfull + 1;
     if (c->exact.on) {
-        int64_t events = exact_increment(&p4.exact->sig, ext(p4.kinds->rep_full, os), (int64_t)nfull) +
+        int64_t events = exact_increment(&p4.exact->sig, ext(p4.kinds->rep_full, os),
+                                         (int64_t)nfull) +
                          exact_increment(&p4.exact->sig, ext(fk, os), 1);
         scoreboard_of(vi)[SB_EXACT_EVENTS] += (uint64_t)events;
     }
@@ -177,8 +179,8 @@ static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred,
     const struct insn_info *last = &b->ins[b->n - 1];
     fprintf(p4.run->branch_trace, "%u %#llx %#llx %#llx %#llx %d %d %#llx %llu\n", b->end,
             (unsigned long long)last->addr, (unsigned long long)last->target,
-            (unsigned long long)(last->addr + last->len), (unsigned long long)a_new, taken,
-            pred, (unsigned long long)b->vaddr, (unsigned long long)n);
+            (unsigned long long)(last->addr + last->len), (unsigned long long)a_new, taken, pred,
+            (unsigned long long)b->vaddr, (unsigned long long)n);
 }
 
 /*
@@ -215,9 +217,8 @@ static inline struct group_state *group_state_of(struct vcpu_counting *c, uint32
 }
 
 /* this vCPU's state of b's group (the pointer is kept in b's per-vCPU record) */
-static inline struct group_state *block_group_state(struct vcpu_counting *c,
-                                                     const struct blk *b,
-                                                     struct block_outcomes *r)
+static inline struct group_state *block_group_state(struct vcpu_counting *c, const struct blk *b,
+                                                    struct block_outcomes *r)
 {
     if (__builtin_expect(!r->g, 0)) r->g = group_state_of(c, b->gid);
     return r->g;
@@ -354,7 +355,7 @@ static void group_change(struct vcpu_counting *c, const struct blk *pb, struct g
 }
 
 static __attribute__((noinline, cold)) void trace_fast(const struct blk *pb, uint64_t a_new,
-                     int64_t k, unsigned u, int taken)
+                                                       int64_t k, unsigned u, int taken)
 {
     if (k) trace_silent(pb, REPLAY_MISPREDICTED(u), k);
     trace_line(pb, a_new, taken, (int)REPLAY_LAST_PREDICTED(u), 1);
@@ -480,7 +481,8 @@ void group_counts_reset(unsigned vi)
     for (uint32_t k = 0; k < MAX_GROUPS / GCHUNK; k++) {
         struct group_state *ch = c->res.group_chunks[k];
         if (!ch) continue;
-        for (uint32_t i = 0; i < GCHUNK; i++) ch[i].dir[0] = ch[i].dir[1] = 0;
+        for (uint32_t i = 0; i < GCHUNK; i++)
+            ch[i].dir[0] = ch[i].dir[1] = 0;
     }
 }
 
@@ -493,8 +495,8 @@ const struct group_state *group_state_peek(unsigned vi, uint32_t gid)
 
 /* The outcome of a call, return or indirect branch end of block pid, which is on the dirty
  * list: counted per variant in its outcome record (expanded at the fold). */
-static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid,
-                           const struct blk *pb, uint64_t a_new)
+static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
+                           uint64_t a_new)
 {
     const struct insn_info *last = &pb->ins[pb->n - 1];
     struct block_outcomes *r = &pb->res[vi];
@@ -668,8 +670,7 @@ void cb_first(unsigned int vi, void *ud)
         int listed = *bank_w(c, b) != 0;
         if (__builtin_expect(b->gen != p4.blocks->groups[b->gid]->flips, 0))
             stale_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
-        else
-            member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
+        else member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
         if (listed) return;
     }
     if (c->batch.ndirty == MAX_DIRTY) {
@@ -692,8 +693,7 @@ static struct xcache *xcache_of(unsigned vi, struct blk *b)
     struct xcache *v = __atomic_load_n(&b->xcv, __ATOMIC_ACQUIRE);
     if (!v) {
         struct xcache *n = calloc((size_t)p4.n_vcpus_max, sizeof(*n));
-        if (!__atomic_compare_exchange_n(&b->xcv, &v, n, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE)) {
+        if (!__atomic_compare_exchange_n(&b->xcv, &v, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
             free(n); /* another vCPU was first: v holds its array */
         } else {
             v = n;
@@ -713,7 +713,8 @@ void cb_xcheck(unsigned int vi, void *ud)
     c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
     if (x == X_ACCOUNTED) return;
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
-    if (__builtin_expect(c->res.resolutions >= c->dir.look_at, 0)) p4.up.directions_update(vi, b, prev);
+    if (__builtin_expect(c->res.resolutions >= c->dir.look_at, 0))
+        p4.up.directions_update(vi, b, prev);
     if (!prev) return;
     const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
     if (__builtin_expect(xc && xc->prev == prev, 1)) {
@@ -726,8 +727,8 @@ void cb_xcheck(unsigned int vi, void *ud)
         if (pb->gate && vaddr != (pb->silent_t ? pb->btarget : pb->bnext)) {
             struct xcache *w = xcache_of(vi, b);
             struct block_outcomes *r = &pb->res[vi];
-            *w = (struct xcache){prev, pb->silent_t, pb->back, {0, 0}, pb->btarget, pb->bnext,
-                                 r, block_group_state(c, pb, r)};
+            *w = (struct xcache){prev,        pb->silent_t, pb->back, {0, 0},
+                                 pb->btarget, pb->bnext,    r,        block_group_state(c, pb, r)};
             resolve_cond_fast(vi, c, prev, w, vaddr);
         } else {
             resolve_cond(vi, c, prev, pb, vaddr);

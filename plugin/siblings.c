@@ -54,7 +54,9 @@ static void sibling_relabel(unsigned vi)
 {
     if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init || lp_halted(&p4.run->per_vcpu[sib])) return;
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init ||
+        lp_halted(&p4.run->per_vcpu[sib]))
+        return;
     if (lp_same_thread(sib)) {
         fold_between_blocks(sib);
         if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
@@ -166,8 +168,9 @@ void sibling_sync(unsigned vi, uint64_t addr)
             DBG("sync vCPU %u: vCPU %u did not fold within 20 ms\n", vi, sib);
             if (!p4.run->sibling_wait_warned++) {
                 p4_message("p4pmu: note: vCPU %u did not fold its activity within 20 ms "
-                                "for a PMU access of its sibling (it may be blocked); reads "
-                                "may miss its latest events\n", sib);
+                           "for a PMU access of its sibling (it may be blocked); reads "
+                           "may miss its latest events\n",
+                           sib);
             }
             break;
         }
@@ -188,7 +191,10 @@ void cb_hlt(unsigned int vi, void *ud)
     /* the HLT is the last instruction of its block (it ends the block in QEMU) */
     addr = b->ins[b->n - 1].addr;
     for (unsigned j = 0; j < b->n; j++) {
-        if (b->ins[j].flags & CI_HLT) { addr = b->ins[j].addr; break; }
+        if (b->ins[j].flags & CI_HLT) {
+            addr = b->ins[j].addr;
+            break;
+        }
     }
     int64_t rest = fold_at_access(vi, addr);
     DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)p4.run->fold_out[vi].clocks);
@@ -221,7 +227,9 @@ void counting_halt_change(unsigned vi, int halted)
     }
     if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init || lp_halted(&p4.run->per_vcpu[sib])) return;
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init ||
+        lp_halted(&p4.run->per_vcpu[sib]))
+        return;
     /* only a request: QEMU holds the BQL here, Python must not be called */
     __atomic_store_n(&p4.run->per_vcpu[sib].ht.fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);

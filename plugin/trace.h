@@ -15,7 +15,7 @@
 
 /* per run: set once at install */
 struct trace_run {
-    struct p4c_trace *per_vcpu;  /* [max_vcpus] */
+    struct p4c_trace *per_vcpu; /* [max_vcpus] */
 };
 
 int trace_setup(int max_vcpus);

@@ -47,7 +47,8 @@ static void exact_weight(struct blk *b)
 {
     const struct exact_signature *g = &p4.exact->sig;
     int64_t n = 0;
-    for (uint32_t k = 0; k < b->nk; k++) n += exact_increment(g, ext(b->hk[k], b->os), b->hc[k]);
+    for (uint32_t k = 0; k < b->nk; k++)
+        n += exact_increment(g, ext(b->hk[k], b->os), b->hc[k]);
     int64_t fin = 0, pen = 0;
     for (unsigned v = 0; v < 4 && b->res; v++) {
         int64_t x = exact_increment(g, ext(b->var[v], b->os), 1);
@@ -91,17 +92,28 @@ static int mode_candidates(struct vcpu *v, int *os, int cands[3])
     int nc = 0;
     if (!(cr0 & CR0_PE)) {
         *os = 1;
-        cands[nc++] = 0; cands[nc++] = 1;
+        cands[nc++] = 0;
+        cands[nc++] = 1;
     } else if (efl & EFL_VM) {
         *os = 0;
         cands[nc++] = 0;
     } else {
         *os = (reg_read(v, p4.regs.cs) & 3) == 0;
-        if (efer & EFER_LMA) { cands[nc++] = 2; cands[nc++] = 1; cands[nc++] = 0; }
-        else { cands[nc++] = 1; cands[nc++] = 0; }
+        if (efer & EFER_LMA) {
+            cands[nc++] = 2;
+            cands[nc++] = 1;
+            cands[nc++] = 0;
+        } else {
+            cands[nc++] = 1;
+            cands[nc++] = 0;
+        }
     }
     for (int i = 1; i < nc && tl_mode_pref >= 0; i++) {
-        if (cands[i] == tl_mode_pref) { int t = cands[0]; cands[0] = cands[i]; cands[i] = t; }
+        if (cands[i] == tl_mode_pref) {
+            int t = cands[0];
+            cands[0] = cands[i];
+            cands[i] = t;
+        }
     }
     return nc;
 }
@@ -111,7 +123,7 @@ static int mode_candidates(struct vcpu *v, int *os, int cands[3])
 static int classify_block(struct qemu_plugin_tb *tb, size_t n, const int *cands, int nc,
                           struct insn_info *ins)
 {
-    uint8_t (*bytes)[16] = malloc(16 * n);
+    uint8_t(*bytes)[16] = malloc(16 * n);
     uint8_t *lens = malloc(n);
     uint64_t *addrs = malloc(8 * n);
     for (size_t i = 0; i < n; i++) {
@@ -119,7 +131,7 @@ static int classify_block(struct qemu_plugin_tb *tb, size_t n, const int *cands,
         lens[i] = (uint8_t)qemu_plugin_insn_data(insn, bytes[i], 16);
         addrs[i] = qemu_plugin_insn_vaddr(insn);
     }
-    const uint8_t (*cbytes)[16] = (const uint8_t (*)[16])bytes;
+    const uint8_t(*cbytes)[16] = (const uint8_t(*)[16])bytes;
     int best = -1;
     for (int ci = 0; ci < nc && best < 0; ci++) {
         if (classify_all(cands[ci], n, cbytes, lens, addrs, ins) == n) best = cands[ci];
@@ -147,9 +159,8 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
                   sibling = {sb, SB_SIBLING_REQUEST * 8}, silent_next = {sb, SB_SILENT_NEXT * 8},
                   execs = {sb, (SB_HDR + id) * 8}, exact_events = {sb, SB_EXACT_EVENTS * 8};
     /* the previous block's outcome unless it is the silent one (or none is needed) */
-    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE,
-                                              silent_next, lt ? X_OUTCOME_FREE : b->vaddr,
-                                              (void *)b);
+    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE, silent_next,
+                                              lt ? X_OUTCOME_FREE : b->vaddr, (void *)b);
     /* fires when this block might cross the deadline */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_sched, P4_CB_RW_REGS_PC, P4_COND_GE, clocks,
                                               SB_FIRES_AT - maxclk(b), ud);
@@ -166,8 +177,7 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
                                                   P4_COND_GE, exact_events,
                                                   SB_FIRES_AT - b->exact_max, ud);
     }
-    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, clocks,
-                                                      b->clocks_add);
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, clocks, b->clocks_add);
     if (b->exact_add) {
         qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, exact_events,
                                                           b->exact_add);
@@ -191,8 +201,8 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
     }
     for (size_t i = 0; i < n && p4.run->threads == 2; i++) {
         if (b->ins[i].flags & CI_HLT) {
-            DBG("HLT hook at %#llx (block %#llx, %zu insns)\n",
-                (unsigned long long)b->ins[i].addr, (unsigned long long)b->vaddr, n);
+            DBG("HLT hook at %#llx (block %#llx, %zu insns)\n", (unsigned long long)b->ins[i].addr,
+                (unsigned long long)b->vaddr, n);
             qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, i), cb_hlt,
                                                    P4_CB_RW_REGS, ud);
         }
