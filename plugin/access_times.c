@@ -11,12 +11,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "messages.h"
 #include "access_times.h"
-#include "install.h"
+#include "state.h"
 
 #define ACCESS_BUCKETS 4096 /* 1 us each; the last one holds everything from 4.095 ms on */
 
-static uint64_t access_hist[ACCESS_BUCKETS];
+/* the histogram (state.h p4.access_hist) */
+uint64_t *access_times_new(void)
+{
+    return calloc(ACCESS_BUCKETS, sizeof(uint64_t));
+}
 
 uint64_t access_time_start(void)
 {
@@ -29,7 +34,7 @@ void access_time_end(uint64_t start)
 {
     uint64_t us = (access_time_start() - start) / 1000;
     if (us >= ACCESS_BUCKETS) us = ACCESS_BUCKETS - 1;
-    __atomic_fetch_add(&access_hist[us], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&p4.access_hist[us], 1, __ATOMIC_RELAXED);
 }
 
 /* the bucket (us) at which `frac` of the n accesses are reached */
@@ -37,7 +42,7 @@ static unsigned access_quantile(uint64_t n, double frac)
 {
     uint64_t want = (uint64_t)(frac * (double)n), seen = 0;
     for (unsigned b = 0; b < ACCESS_BUCKETS; b++) {
-        seen += access_hist[b];
+        seen += p4.access_hist[b];
         if (seen > want) return b;
     }
     return ACCESS_BUCKETS - 1;
@@ -46,15 +51,16 @@ static unsigned access_quantile(uint64_t n, double frac)
 void access_times_report(void)
 {
     const char *want = getenv("P4PMU_ACCESS_TIMES");
-    if (!debug && !(want && strcmp(want, "0"))) return;
+    if (!p4.debug && !(want && strcmp(want, "0"))) return;
     uint64_t n = 0;
     unsigned top = 0;
     for (unsigned b = 0; b < ACCESS_BUCKETS; b++) {
-        n += access_hist[b];
-        if (access_hist[b]) top = b;
+        n += p4.access_hist[b];
+        if (p4.access_hist[b]) top = b;
     }
     if (!n) return;
-    fprintf(stderr, "p4pmu-debug: access times: %llu PMU accesses, median < %u us, 90%% < %u "
-            "us, largest < %u us%s\n", (unsigned long long)n, access_quantile(n, 0.5) + 1,
-            access_quantile(n, 0.9) + 1, top + 1, top == ACCESS_BUCKETS - 1 ? " (or more)" : "");
+    p4_message("p4pmu-debug: access times: %llu PMU accesses, median < %u us, 90%% < %u "
+               "us, largest < %u us%s\n",
+               (unsigned long long)n, access_quantile(n, 0.5) + 1, access_quantile(n, 0.9) + 1,
+               top + 1, top == ACCESS_BUCKETS - 1 ? " (or more)" : "");
 }

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+uint64_t *access_times_new(void);
 uint64_t access_time_start(void);
 void access_time_end(uint64_t start);
 void access_times_report(void);

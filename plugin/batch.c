@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "batch.h"
+#include "counting.h"
 #include "kinds.h"
 
 static void pair_hash_init(struct pair_hash *h, uint32_t cap)
@@ -67,7 +68,7 @@ static void acc_seq(struct vcpu_counting *c, const uint32_t *s, unsigned n, int 
 {
     for (unsigned i = 0; i < n; i++) {
         acc_add(c, ext(s[i], os), sign);
-        if (i) pair_hash_add(&c->pairs, ext(s[i - 1], os), ext(s[i], os), sign);
+        if (i) pair_hash_add(&c->batch.pairs, ext(s[i - 1], os), ext(s[i], os), sign);
     }
 }
 
@@ -79,7 +80,7 @@ void acc_portion(struct vcpu_counting *c, const struct blk *b, unsigned a, unsig
     const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
     acc_seq(c, s, n, b->os, sign);
-    if (a == 0) c->firsts[b->os ? 1 : 0] += sign;
+    if (a == 0) c->batch.firsts[b->os ? 1 : 0] += sign;
     if (ends && n) acc_last_add(c, ext(s[n - 1], b->os), sign);
 }
 
@@ -87,17 +88,17 @@ void vcpu_counting_init(struct vcpu_counting *c)
 {
     if (c->init) return;
     c->init = 1;
-    c->dirty = malloc(sizeof(uint32_t) * MAX_DIRTY);
-    c->acc = calloc(NEXT, sizeof(int64_t));
-    c->acc_last = calloc(NEXT, sizeof(int64_t));
-    c->touched = malloc(sizeof(uint32_t) * NEXT);
-    c->tmark = calloc(NEXT, 1);
-    pair_hash_init(&c->pairs, 1u << 12);
-    c->o_cap = 1024;
-    c->o_ext = malloc(sizeof(uint32_t) * c->o_cap);
-    c->o_cnt = malloc(sizeof(int64_t) * c->o_cap);
-    c->o_pcap = 1024;
-    c->o_pa = malloc(sizeof(uint32_t) * c->o_pcap);
-    c->o_pb = malloc(sizeof(uint32_t) * c->o_pcap);
-    c->o_pn = malloc(sizeof(int64_t) * c->o_pcap);
+    c->batch.dirty = malloc(sizeof(uint32_t) * MAX_DIRTY);
+    c->batch.acc = calloc(NEXT, sizeof(int64_t));
+    c->batch.acc_last = calloc(NEXT, sizeof(int64_t));
+    c->batch.touched = malloc(sizeof(uint32_t) * NEXT);
+    c->batch.tmark = calloc(NEXT, 1);
+    pair_hash_init(&c->batch.pairs, 1u << 12);
+    c->fold.o_cap = 1024;
+    c->fold.o_ext = malloc(sizeof(uint32_t) * c->fold.o_cap);
+    c->fold.o_cnt = malloc(sizeof(int64_t) * c->fold.o_cap);
+    c->fold.o_pcap = 1024;
+    c->fold.o_pa = malloc(sizeof(uint32_t) * c->fold.o_pcap);
+    c->fold.o_pb = malloc(sizeof(uint32_t) * c->fold.o_pcap);
+    c->fold.o_pn = malloc(sizeof(int64_t) * c->fold.o_pcap);
 }

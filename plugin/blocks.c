@@ -9,14 +9,21 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "blocks.h"
 #include "counting.h"
 #include "kinds.h"
 #include "memory.h"
 #include "predictor.h"
-#include "registers.h"
+#include "state.h"
 
-struct block_table blocks = {.n = 1, .n_groups = 1};
+/* An empty block table (id 0 and group 0 mean "none") */
+struct block_table *block_table_new(void)
+{
+    struct block_table *t = calloc(1, sizeof(*t));
+    if (t) t->n = t->n_groups = 1;
+    return t;
+}
 
 /* most clocks one execution of b can add (W): static clocks, the dynamic final clock and a
  * misprediction penalty; REP: unbounded (its iterations), taken as 2^20 */
@@ -24,7 +31,7 @@ static uint64_t maxclk_calc(const struct blk *b)
 {
     uint64_t m = b->nclocks;
     if (b->end == END_REP) m += 1u << 20;
-    else if (dyn_end(b)) m += 1 + kinds.n_penalty;
+    else if (dyn_end(b)) m += 1 + p4.kinds->n_penalty;
     return m;
 }
 
@@ -51,24 +58,24 @@ static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
     const struct insn_info *last = &b->ins[b->n - 1];
     uint64_t key = P4P_COND_ENTRIES ? last->addr % (P4P_COND_ENTRIES ? P4P_COND_ENTRIES : 1)
                                     : last->addr;
-    uint64_t *gv = u64_map_get(&blocks.group_of_key, key, 1);
+    uint64_t *gv = u64_map_get(&p4.blocks->group_of_key, key, 1);
     if (!*gv) {
         /* cannot run out: every group is created by a new block (MAX_GROUPS = MAX_BLOCKS) */
         struct pred_group *g = calloc(1, sizeof(*g));
         g->key = key;
         g->silent_t = b->back;
-        blocks.groups[blocks.n_groups] = g;
-        *gv = blocks.n_groups++;
+        p4.blocks->groups[p4.blocks->n_groups] = g;
+        *gv = p4.blocks->n_groups++;
     }
     b->gid = (uint32_t)*gv;
-    struct pred_group *g = blocks.groups[b->gid];
+    struct pred_group *g = p4.blocks->groups[b->gid];
     b->silent_t = g->silent_t;
     b->gen = g->flips;
-    if (last->target == nxt || g->nmem >= GMAX || blocks.n_gates >= MAX_GATES) return;
+    if (last->target == nxt || g->nmem >= GMAX || p4.blocks->n_gates >= MAX_GATES) return;
     int level = memory_level_active(); /* (memory.c) */
     if ((b->mem_final && (level & P4_MEM_DATA)) || (b->fetch_final && (level & P4_MEM_FETCH)))
         return;
-    b->gate = ++blocks.n_gates;
+    b->gate = ++p4.blocks->n_gates;
     b->xval = g->silent_t ? last->target : nxt;
     (void)id; /* listed in the group once published (block_new) */
 }
@@ -118,12 +125,21 @@ static void static_schedule(struct blk *b)
     b->pc = b->pb + m;
     for (unsigned i = 0; i < m; i++) {
         unsigned j;
-        for (j = 0; j < b->nk && b->hk[j] != s[i]; j++) {}
-        if (j == b->nk) { b->hk[b->nk] = s[i]; b->hc[b->nk++] = 0; }
+        for (j = 0; j < b->nk && b->hk[j] != s[i]; j++) {
+        }
+        if (j == b->nk) {
+            b->hk[b->nk] = s[i];
+            b->hc[b->nk++] = 0;
+        }
         b->hc[j]++;
         if (i) {
-            for (j = 0; j < b->np && !(b->pa[j] == s[i - 1] && b->pb[j] == s[i]); j++) {}
-            if (j == b->np) { b->pa[b->np] = s[i - 1]; b->pb[b->np] = s[i]; b->pc[b->np++] = 0; }
+            for (j = 0; j < b->np && !(b->pa[j] == s[i - 1] && b->pb[j] == s[i]); j++) {
+            }
+            if (j == b->np) {
+                b->pa[b->np] = s[i - 1];
+                b->pb[b->np] = s[i];
+                b->pc[b->np++] = 0;
+            }
             b->pc[j]++;
         }
     }
@@ -134,7 +150,7 @@ static void static_schedule(struct blk *b)
  * outcome variant (taken * 2 + mispredicted) */
 static void dynamic_end_variants(struct blk *b)
 {
-    size_t rsz = (size_t)n_vcpus_max * sizeof(struct block_outcomes);
+    size_t rsz = (size_t)p4.n_vcpus_max * sizeof(struct block_outcomes);
     b->res = aligned_alloc(64, rsz);
     memset(b->res, 0, rsz);
     struct clock_fields f;
@@ -184,26 +200,32 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, in
     b->back = last->target < last->addr;
     b->btarget = last->target;
     b->bnext = nxt;
-    pthread_mutex_lock(&run.lock);
-    uint32_t id = blocks.n;
+    pthread_mutex_lock(&p4.run->lock);
+    uint32_t id = p4.blocks->n;
     if (id >= MAX_BLOCKS) {
-        pthread_mutex_unlock(&run.lock);
-        if (!blocks.full_warned++) {
-            fprintf(stderr, "p4pmu: more than %u translated blocks: later blocks are not "
-                            "counted (see docs/guest-events.md, limits)\n", MAX_BLOCKS);
+        pthread_mutex_unlock(&p4.run->lock);
+        if (!p4.blocks->full_warned++) {
+            p4_message("p4pmu: more than %u translated blocks: later blocks are not "
+                       "counted (see docs/guest-events.md, limits)\n",
+                       MAX_BLOCKS);
         }
-        free(b->hk); free(b->pa); free(b->seq); free(b->iclk); free(ins); free(b);
+        free(b->hk);
+        free(b->pa);
+        free(b->seq);
+        free(b->iclk);
+        free(ins);
+        free(b);
         return 0;
     }
     if (b->end == BRK_COND) group_join_locked(b, id, nxt);
-    blocks.by_id[id] = b;
+    p4.blocks->by_id[id] = b;
     if (b->gate) {
-        struct pred_group *g = blocks.groups[b->gid];
+        struct pred_group *g = p4.blocks->groups[b->gid];
         g->mem[g->nmem] = id;
         __atomic_store_n(&g->nmem, g->nmem + 1, __ATOMIC_RELEASE);
     }
-    __atomic_store_n(&blocks.n, id + 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&run.lock);
+    __atomic_store_n(&p4.blocks->n, id + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&p4.run->lock);
     return id;
 }
 
@@ -230,4 +252,38 @@ int find_insn_in(const struct blk *b, uint64_t addr)
         }
     }
     return hit;
+}
+
+/* The next instruction is at `a`, an instruction of block b (which ran last) other than
+ * its first, and not where that block's last instruction goes: QEMU left the block there
+ * without a discontinuity callback and went on at that instruction in a new block.  That
+ * happens when an instruction in the middle of a block accesses MMIO (e.g. the local APIC):
+ * QEMU stops, runs the instructions up to the access in a block built for that alone
+ * (CF_MEMI_ONLY, which plugins see no block callbacks of) and continues after it.  The
+ * block's execution is then cut there (the instructions before `a` retired, the rest did
+ * not: it runs again as the new block).  Returns the index of `a` in b if so (>= 1), else 0. */
+int abandoned_insn(const struct blk *b, uint64_t a)
+{
+    if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
+    if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
+    const struct insn_info *last = &b->ins[b->n - 1];
+    switch (b->end) {
+    case BRK_COND:
+        if (a == b->btarget || a == b->bnext) return 0;
+        break;
+    case BRK_JMP:
+    case BRK_CALL:
+        if (a == last->target) return 0;
+        break;
+    case BRK_JMP_IND:
+    case BRK_CALL_IND:
+        return 0; /* may go anywhere, also into its own block: taken as its outcome */
+    case END_REP:
+        if (a == last->addr) return 0; /* the REP itself again (left for an interrupt) */
+        break;
+    default:
+        break;
+    }
+    int j = find_insn(b, a);
+    return j < 1 ? 0 : j;
 }

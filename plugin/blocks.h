@@ -7,6 +7,7 @@
 #define P4PMU_BLOCKS_H
 
 #include "counting_types.h"
+#include "state.h"
 
 /* The translated blocks of the run (id 0 = none) and the conditional predictor entry groups;
  * appended under run.lock, read lock-free (an entry is published before its id is). */
@@ -20,17 +21,20 @@ struct block_table {
     struct u64_map group_of_key; /* predictor key -> group id */
 };
 
-extern struct block_table blocks;
 
+struct block_table *block_table_new(void);
 uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, int mode,
                    int lite_lvl);
 int find_insn(const struct blk *b, uint64_t addr);
+int abandoned_insn(const struct blk *b, uint64_t a);
 int find_insn_in(const struct blk *b, uint64_t addr);
+
+#include "counting.h"
 
 /* the executions of block id in the current batch */
 static inline uint64_t en_total(const struct vcpu_counting *c, uint32_t id)
 {
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     return c->sbase[SB_HDR + id] + (b->gate ? c->sbase[SB_BANK0 + b->gate - 1] : 0);
 }
 
@@ -38,13 +42,13 @@ static inline uint64_t en_total(const struct vcpu_counting *c, uint32_t id)
 static inline void gate_close(struct vcpu_counting *c, uint32_t id)
 {
     uint64_t *sb = c->sbase;
-    *bank_w(c, blocks.by_id[id]) += sb[SB_HDR + id];
+    *bank_w(c, p4.blocks->by_id[id]) += sb[SB_HDR + id];
     sb[SB_HDR + id] = 0;
 }
 
 static inline void gate_open(struct vcpu_counting *c, uint32_t id)
 {
-    uint64_t *sb = c->sbase, *bk = bank_w(c, blocks.by_id[id]);
+    uint64_t *sb = c->sbase, *bk = bank_w(c, p4.blocks->by_id[id]);
     sb[SB_HDR + id] += *bk;
     *bk = 0;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "messages.h"
 #include "qemu_plugin_api.h"
 #include "p4pmu_plugin.h"
 #include "p4c_api.h"
@@ -42,7 +43,7 @@ struct rec {
     /* REC_RDPMC_UD: the state before QEMU delivered #UD */
     uint64_t eip, len, eflags, cs, ss, seg[4];
     int frame64, frame16, seg_saved;
-    int fault; /* RDPMC with #GP at CPL 0: restart it at a block start (fault_by_patch) */
+    int fault;         /* RDPMC with #GP at CPL 0: restart it at a block start (fault_by_patch) */
     uint64_t rax, rdx; /* as they were before the exception callback wrote EDX:EAX */
     uint8_t stack[64];
     int stack_ok;
@@ -75,8 +76,11 @@ struct vcpu {
     int nrec;
 };
 
-/* P4PMU_DEBUG=1 in the environment: trace the plugin's decisions on stderr (install.c) */
-extern int debug;
-#define DBG(...) do { if (debug) fprintf(stderr, "p4pmu-debug: " __VA_ARGS__); } while (0)
+/* P4PMU_DEBUG=1 in the environment: trace the plugin's decisions (install.c), printed like
+ * every message (messages.c) */
+#define DBG(...)                                               \
+    do {                                                       \
+        if (p4.debug) p4_message("p4pmu-debug: " __VA_ARGS__); \
+    } while (0)
 
 #endif

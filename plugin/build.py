@@ -40,15 +40,15 @@ MODULE_NAME = "_p4pmu_bridge"
 # Each .c is its own translation unit; docs/plugin.md says what each one does.
 C_SOURCES = (
     # headers
-    "qemu_plugin_api.h", "p4pmu_plugin.h", "p4c_api.h", "bridge_types.h", "counting_types.h",
-    "registers.h", "python_calls.h", "intercept.h", "install.h", "mirror.h", "programs.h",
-    "access_times.h", "pmi.h", "trace.h", "control.h",
+    "messages.h", "state.h", "qemu_plugin_api.h", "p4pmu_plugin.h", "p4c_api.h", "bridge_types.h",
+    "counting_types.h", "registers.h", "python_calls.h", "intercept.h", "install.h", "mirror.h",
+    "programs.h", "access_times.h", "pmi.h", "trace.h", "control.h",
     "counting.h", "kinds.h", "batch.h", "classify.h", "predictor.h", "blocks.h", "resolve.h",
     "cuts.h", "fold.h", "deadline.h", "siblings.h", "translate.h", "flush.h", "options.h",
     "memmodel.h", "memory.h", "directions.h",
     # units
-    "install.c", "registers.c", "python_calls.c", "intercept.c", "mirror.c", "programs.c",
-    "access_times.c", "pmi.c", "trace.c", "control.c",
+    "messages.c", "state.c", "install.c", "registers.c", "python_calls.c", "intercept.c",
+    "mirror.c", "programs.c", "access_times.c", "pmi.c", "trace.c", "control.c",
     "counting.c", "kinds.c", "batch.c", "classify.c", "predictor.c", "blocks.c", "resolve.c",
     "cuts.c", "fold.c", "deadline.c", "siblings.c", "translate.c", "flush.c", "options.c",
     "memmodel.c", "memory.c", "directions.c",
@@ -330,13 +330,28 @@ def is_stale(path: Path | None = None) -> bool:
     return not _stamp_ok(path, stamp, _stamp(python_build_info()))
 
 
+def write_generated_headers(gen: Path) -> None:
+    """p4_tables.h and p4_options_gen.h into the folder `gen` (made if missing)."""
+    gen.mkdir(exist_ok=True)
+    (gen / GENERATED_HEADER).write_text(generated_header())
+    (gen / OPTIONS_HEADER).write_text(options_header())
+
+
+def unit_compile_options(info: dict, gen: Path) -> dict:
+    """How each C unit is compiled: include_dirs, define_macros, extra_compile_args (the
+    generated headers in `gen`: write_generated_headers)."""
+    return {
+        "include_dirs": [str(PLUGIN_DIR), str(gen), capstone_info()["include"]],
+        "define_macros": [("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
+        "extra_compile_args": ["-O2", "-flto=auto", "-fvisibility=hidden"] + WARNINGS,
+    }
+
+
 def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
     import cffi
     cs = capstone_info()
     gen = workdir / "gen"
-    gen.mkdir(exist_ok=True)
-    (gen / GENERATED_HEADER).write_text(generated_header())
-    (gen / OPTIONS_HEADER).write_text(options_header())
+    write_generated_headers(gen)
     ffi = cffi.FFI()
     ffi.embedding_api(_embedding_api())
     ffi.cdef(_python_api())
@@ -347,9 +362,7 @@ def _compile(info: dict, workdir: Path, progress: bool, outdir: Path) -> Path:
         MODULE_NAME,
         f'#include "{PYTHON_API_HEADER}"\n',
         sources=[str(PLUGIN_DIR / name) for name in C_UNITS],
-        include_dirs=[str(PLUGIN_DIR), str(gen), cs["include"]],
-        define_macros=[("P4PMU_LIBPYTHON", '"%s"' % info["libpython"])],
-        extra_compile_args=["-O2", "-flto=auto", "-fvisibility=hidden"] + WARNINGS,
+        **unit_compile_options(info, gen),
         # -flto at both steps: the hot callbacks inline helpers of other units, as in one unit
         extra_link_args=["-O2", "-flto=auto", f"-Wl,-rpath,{info['libdir']}",
                          f"-Wl,-rpath,{outdir}", "-Wl,--enable-new-dtags", f"-L{cs['lib']}",

@@ -9,21 +9,10 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "classify.h"
-#include "blocks.h"
+#include "state.h"
 
-/* Capstone instruction id -> the table row (by name), per SSE-ness; the measured uops of
- * the run's core per form, and its REP uops (base, per iteration in tenths) */
-static struct {
-    struct p4_row *rows[2];
-    unsigned short (*uops)[P4_NFORMS];
-    unsigned short (*rep)[2];
-    unsigned short (*timing)[2]; /* result latency, stall (timing.table_timing) */
-    unsigned n_ids;
-    unsigned char regbit[X86_REG_ENDING]; /* Capstone register id -> tracked bit + 1, 0 */
-    unsigned l1_load, lock;              /* the core's (timing.CoreTiming) */
-    unsigned cmp_id[4]; /* cmpps cmppd cmpss cmpsd (insn_classes.sse_compare_name) */
-} capstone;
 
 static const char *const cmp_names[4] = {"cmpps", "cmppd", "cmpss", "cmpsd"};
 
@@ -48,8 +37,9 @@ static void map_registers(csh h)
     for (unsigned id = 1; id < X86_REG_ENDING; id++) {
         const char *nm = cs_reg_name(h, id);
         const struct p4_reg_bit *r = nm ? bsearch(nm, p4_reg_bits, P4_REG_NAMES,
-                                                  sizeof(p4_reg_bits[0]), reg_cmp) : NULL;
-        capstone.regbit[id] = r ? (unsigned char)(r->bit + 1) : 0;
+                                                  sizeof(p4_reg_bits[0]), reg_cmp)
+                                        : NULL;
+        p4.capstone->regbit[id] = r ? (unsigned char)(r->bit + 1) : 0;
     }
 }
 
@@ -58,46 +48,50 @@ int cs_setup(unsigned core)
     int major = 0, minor = 0;
     cs_version(&major, &minor);
     if (major != CS_API_MAJOR) {
-        fprintf(stderr, "p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major,
-                minor, CS_API_MAJOR);
+        p4_message("p4pmu: Capstone %d.%d loaded, the plugin was built for %d.x\n", major, minor,
+                   CS_API_MAJOR);
         return -1;
     }
     csh h;
     if (cs_open(CS_ARCH_X86, CS_MODE_32, &h) != CS_ERR_OK) {
-        fprintf(stderr, "p4pmu: cs_open failed\n");
+        p4_message("p4pmu: cs_open failed\n");
         return -1;
     }
+    p4.capstone = calloc(1, sizeof(*p4.capstone));
+    if (!p4.capstone) return -1;
     unsigned n = 1;
-    while (n < 100000 && cs_insn_name(h, n)) n++;
-    capstone.n_ids = n;
+    while (n < 100000 && cs_insn_name(h, n))
+        n++;
+    p4.capstone->n_ids = n;
     for (int s = 0; s < 2; s++) {
-        capstone.rows[s] = calloc(n, sizeof(struct p4_row));
+        p4.capstone->rows[s] = calloc(n, sizeof(struct p4_row));
     }
-    capstone.uops = calloc(n, sizeof(*capstone.uops));
-    capstone.rep = calloc(n, sizeof(*capstone.rep));
-    capstone.timing = calloc(n, sizeof(*capstone.timing));
+    p4.capstone->uops = calloc(n, sizeof(*p4.capstone->uops));
+    p4.capstone->rep = calloc(n, sizeof(*p4.capstone->rep));
+    p4.capstone->timing = calloc(n, sizeof(*p4.capstone->timing));
     if (core >= P4_NCORES) core = 0;
-    capstone.l1_load = p4_core_timing[core][1];
-    capstone.lock = p4_core_timing[core][5];
+    p4.capstone->l1_load = p4_core_timing[core][1];
+    p4.capstone->lock = p4_core_timing[core][5];
     map_registers(h);
     for (unsigned id = 0; id < n; id++) {
         const char *nm = id ? cs_insn_name(h, id) : NULL;
         const struct p4_named_row *r = nm ? bsearch(nm, p4_named_rows, P4_NAMED_ROWS,
-                                                    sizeof(p4_named_rows[0]), row_cmp) : NULL;
+                                                    sizeof(p4_named_rows[0]), row_cmp)
+                                          : NULL;
         for (int k = 0; nm && k < 4; k++) {
-            if (!strcmp(nm, cmp_names[k])) capstone.cmp_id[k] = id;
+            if (!strcmp(nm, cmp_names[k])) p4.capstone->cmp_id[k] = id;
         }
         if (r) {
-            memcpy(capstone.uops[id], r->u[core], sizeof(capstone.uops[id]));
-            memcpy(capstone.rep[id], r->rep[core], sizeof(capstone.rep[id]));
-            memcpy(capstone.timing[id], r->t[core], sizeof(capstone.timing[id]));
+            memcpy(p4.capstone->uops[id], r->u[core], sizeof(p4.capstone->uops[id]));
+            memcpy(p4.capstone->rep[id], r->rep[core], sizeof(p4.capstone->rep[id]));
+            memcpy(p4.capstone->timing[id], r->t[core], sizeof(p4.capstone->timing[id]));
         }
         for (int s = 0; s < 2; s++) {
             if (r) {
-                capstone.rows[s][id] = r->r[s];
+                p4.capstone->rows[s][id] = r->r[s];
             } else {
                 struct p4_row d = {1, s ? CLS_SIMDINT : CLS_NONE, BRK_NONE, 0, 0};
-                capstone.rows[s][id] = d;
+                p4.capstone->rows[s][id] = d;
             }
         }
     }
@@ -123,8 +117,14 @@ static int is_sse_group(const cs_detail *d)
 {
     for (int i = 0; i < d->groups_count; i++) {
         switch (d->groups[i]) {
-        case X86_GRP_MMX: case X86_GRP_SSE1: case X86_GRP_SSE2: case X86_GRP_SSE3:
-        case X86_GRP_SSSE3: case X86_GRP_SSE41: case X86_GRP_SSE42: case X86_GRP_3DNOW:
+        case X86_GRP_MMX:
+        case X86_GRP_SSE1:
+        case X86_GRP_SSE2:
+        case X86_GRP_SSE3:
+        case X86_GRP_SSSE3:
+        case X86_GRP_SSE41:
+        case X86_GRP_SSE42:
+        case X86_GRP_3DNOW:
             return 1;
         default:
             break;
@@ -136,9 +136,9 @@ static int is_sse_group(const cs_detail *d)
 /* what the operands of an instruction say (insn_classes._classify_one) */
 struct operand_scan {
     unsigned loads, stores;
-    int xmm;       /* an XMM register operand */
-    int ctl;       /* a control or debug register operand */
-    int indirect;  /* a register or memory operand (an indirect branch, for branches) */
+    int xmm;      /* an XMM register operand */
+    int ctl;      /* a control or debug register operand */
+    int indirect; /* a register or memory operand (an indirect branch, for branches) */
     uint64_t target;
 };
 
@@ -162,7 +162,8 @@ static struct operand_scan scan_operands(const cs_x86 *x, const struct p4_row *r
             unsigned reg = op->reg;
             if (reg >= X86_REG_XMM0 && reg <= X86_REG_XMM31) r.xmm = 1;
             else if ((reg >= X86_REG_CR0 && reg <= X86_REG_CR15) ||
-                     (reg >= X86_REG_DR0 && reg <= X86_REG_DR15)) r.ctl = 1;
+                     (reg >= X86_REG_DR0 && reg <= X86_REG_DR15))
+                r.ctl = 1;
             r.indirect = 1;
         } else if (op->type == X86_OP_IMM) {
             r.target = (uint64_t)op->imm;
@@ -190,7 +191,10 @@ static void set_fp_fields(struct insn_info *o, unsigned cls, unsigned opu, unsig
         if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
         if (!loads && !stores) o->fp[FPI_MOVST] = (uint8_t)opu;
         break;
-    case CLS_PSP: case CLS_PDP: case CLS_SSP: case CLS_SDP:
+    case CLS_PSP:
+    case CLS_PDP:
+    case CLS_SSP:
+    case CLS_SDP:
         o->fp[FPI_PSP + (cls - CLS_PSP)] = (uint8_t)opu;
         if (loads) o->fp[FPI_MOVLD] = (uint8_t)loads;
         if (stores) o->fp[FPI_MOVST] = (uint8_t)stores;
@@ -240,7 +244,7 @@ static unsigned row_id(const cs_insn *ci)
         size_t n = strlen(ci->mnemonic);
         const char *sfx = n >= 2 ? ci->mnemonic + n - 2 : "";
         for (int k = 0; k < 4; k++) {
-            if (!strcmp(sfx, cmp_names[k] + 3)) return capstone.cmp_id[k];
+            if (!strcmp(sfx, cmp_names[k] + 3)) return p4.capstone->cmp_id[k];
         }
     }
     return ci->id;
@@ -257,8 +261,8 @@ static uint64_t reg_mask(const uint16_t *regs, unsigned n)
 {
     uint64_t m = 0;
     for (unsigned i = 0; i < n; i++) {
-        if (regs[i] < X86_REG_ENDING && capstone.regbit[regs[i]]) {
-            m |= 1ull << (capstone.regbit[regs[i]] - 1);
+        if (regs[i] < X86_REG_ENDING && p4.capstone->regbit[regs[i]]) {
+            m |= 1ull << (p4.capstone->regbit[regs[i]] - 1);
         }
     }
     return m;
@@ -268,10 +272,10 @@ static uint64_t reg_mask(const uint16_t *regs, unsigned n)
 static void set_timing(csh h, const cs_insn *ci, unsigned id, unsigned cls, int locked,
                        struct insn_info *o)
 {
-    unsigned lat = id < capstone.n_ids ? capstone.timing[id][0] : 0;
-    unsigned stall = id < capstone.n_ids ? capstone.timing[id][1] : 0;
-    if (o->loads) lat += capstone.l1_load;
-    if (locked && stall < capstone.lock - 1) stall = capstone.lock - 1;
+    unsigned lat = id < p4.capstone->n_ids ? p4.capstone->timing[id][0] : 0;
+    unsigned stall = id < p4.capstone->n_ids ? p4.capstone->timing[id][1] : 0;
+    if (o->loads) lat += p4.capstone->l1_load;
+    if (locked && stall < p4.capstone->lock - 1) stall = p4.capstone->lock - 1;
     cs_regs rd, wr;
     uint8_t nr = 0, nw = 0;
     if (cs_regs_access(h, ci, rd, &nr, wr, &nw) == CS_ERR_OK) {
@@ -304,8 +308,8 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     const cs_x86 *x = &ci->detail->x86;
     int sse = is_sse_group(ci->detail);
     unsigned id = row_id(ci);
-    struct p4_row row = (id < capstone.n_ids) ? capstone.rows[sse][id]
-                                              : (struct p4_row){1, CLS_NONE, BRK_NONE, 0, 0};
+    struct p4_row row = (id < p4.capstone->n_ids) ? p4.capstone->rows[sse][id]
+                                                  : (struct p4_row){1, CLS_NONE, BRK_NONE, 0, 0};
     struct operand_scan ops = scan_operands(x, &row);
     unsigned loads = ops.loads, stores = ops.stores;
     int rep = x->prefix[0] == 0xF2 || x->prefix[0] == 0xF3;
@@ -317,7 +321,7 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
         flags = RF_MOVE;
     }
     if (flags & RF_NOMEM) loads = stores = 0;
-    unsigned measured = id < capstone.n_ids ? capstone.uops[id][form_of(loads, stores)] : 0;
+    unsigned measured = id < p4.capstone->n_ids ? p4.capstone->uops[id][form_of(loads, stores)] : 0;
     if (flags & RF_ILOAD) loads++;
     if (flags & RF_ISTORE) stores++;
     if ((flags & RF_MOVE) && (loads || stores)) op = 0;
@@ -329,7 +333,7 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     unsigned uops;
     if (rep && (flags & RF_STRING)) {
         o->flags |= CI_REP | CI_ALIGN;
-        const unsigned short *m = id < capstone.n_ids ? capstone.rep[id] : NULL;
+        const unsigned short *m = id < p4.capstone->n_ids ? p4.capstone->rep[id] : NULL;
         int known = m && (m[0] || m[1]);
         o->rep_iter10 = (uint16_t)(known ? m[1] : 10 * (1 + loads + 2 * stores));
         o->addr_size = x->addr_size;

@@ -12,6 +12,19 @@
 #include "counting_types.h"
 
 /* the rows of core `core` (insn_classes.CORES index; CpuModel.core) */
+/* Capstone instruction id -> the table row (by name), per SSE-ness; the measured uops of
+ * the run's core per form, and its REP uops (base, per iteration in tenths) */
+struct insn_table {
+    struct p4_row *rows[2];
+    unsigned short (*uops)[P4_NFORMS];
+    unsigned short (*rep)[2];
+    unsigned short (*timing)[2]; /* result latency, stall (timing.table_timing) */
+    unsigned n_ids;
+    unsigned char regbit[X86_REG_ENDING]; /* Capstone register id -> tracked bit + 1, 0 */
+    unsigned l1_load, lock;               /* the core's (timing.CoreTiming) */
+    unsigned cmp_id[4]; /* cmpps cmppd cmpss cmpsd (insn_classes.sse_compare_name) */
+};
+
 int cs_setup(unsigned core);
 cs_insn *cs_get(int mi, csh *hp);
 void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o);

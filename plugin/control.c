@@ -34,34 +34,31 @@
 #include <unistd.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "control.h"
 #include "counting.h"
 #include "fold.h"
-#include "mirror.h"
-#include "pmi.h"
-#include "python_calls.h"
 #include "registers.h"
+#include "state.h"
 
-#define HOLD_SLEEP_NS 200000ull            /* between two entries of the held block */
-#define HOLD_TIMEOUT_NS 3000000000ull       /* no stop came: the vCPU goes on (a warning) */
+#define HOLD_SLEEP_NS 200000ull       /* between two entries of the held block */
+#define HOLD_TIMEOUT_NS 3000000000ull /* no stop came: the vCPU goes on (a warning) */
 
-struct control_vcpu {
-    int parked;          /* between the idle and the resume callback */
-    int hold;            /* hold at the next block entry (a stop was asked for) */
-    uint64_t hold_since; /* CLOCK_MONOTONIC ns */
-    int lvt_valid;
-    uint32_t lvt;        /* the LVT performance-counter entry read at the last idle */
-};
-
-static struct p4c_control ctl = {.wake_fd = -1};
-static struct control_vcpu *cv;
-static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The control channel's state, no vCPU parked or held, no breakpoint */
+struct control_state *control_state_new(void)
+{
+    struct control_state *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->ctl.wake_fd = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    return s;
+}
 
 int control_setup(int max_vcpus)
 {
-    cv = calloc((size_t)max_vcpus, sizeof(*cv));
-    if (!cv) {
-        fprintf(stderr, "p4pmu: out of memory for the control channel\n");
+    p4.control->cv = calloc((size_t)max_vcpus, sizeof(*p4.control->cv));
+    if (!p4.control->cv) {
+        p4_message("p4pmu: out of memory for the control channel\n");
         return -1;
     }
     return 0;
@@ -76,43 +73,44 @@ static uint64_t now_ns(void)
 
 int control_breaks(void)
 {
-    return __atomic_load_n(&ctl.nbreaks, __ATOMIC_ACQUIRE) > 0 && ctl.on;
+    return __atomic_load_n(&p4.control->ctl.nbreaks, __ATOMIC_ACQUIRE) > 0 && p4.control->ctl.on;
 }
 
 /* make the next block entry call cb_sched (deadline.c arm keeps SB_FORCE_FIRE while
  * force_fold is set) */
 static void force_entry(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (!c->init || !c->sbase || c->force_fold) return;
-    c->force_fold = 1;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (!c->init || !c->sbase || c->deadline.force_fold) return;
+    c->deadline.force_fold = 1;
     c->sbase[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
 }
 
 /* a breakpoint matched on vCPU vi: record the first stop, ask the channel to stop the VM */
 static void control_stop(unsigned vi, const struct p4c_break *b, const struct p4c_stop *what)
 {
-    pthread_mutex_lock(&ctl_lock);
+    pthread_mutex_lock(&p4.control->lock);
     __atomic_add_fetch(&((struct p4c_break *)b)->hits, 1, __ATOMIC_RELAXED);
-    if (cv[vi].hold || __atomic_load_n(&ctl.holding, __ATOMIC_ACQUIRE)) {
-        ctl.stop.later++; /* a stop is on its way already */
-        pthread_mutex_unlock(&ctl_lock);
+    if (p4.control->cv[vi].hold || __atomic_load_n(&p4.control->ctl.holding, __ATOMIC_ACQUIRE)) {
+        p4.control->ctl.stop.later++; /* a stop is on its way already */
+        pthread_mutex_unlock(&p4.control->lock);
         return;
     }
-    uint64_t seq = ctl.stop.seq + 1;
-    ctl.stop = *what;
-    ctl.stop.seq = seq;
-    ctl.stop.vcpu = (int32_t)vi;
-    ctl.stop.number = (int32_t)b->number;
-    ctl.stop.later = 0;
-    cv[vi].hold = 1;
-    cv[vi].hold_since = now_ns();
-    __atomic_add_fetch(&ctl.holding, 1, __ATOMIC_ACQ_REL);
+    uint64_t seq = p4.control->ctl.stop.seq + 1;
+    p4.control->ctl.stop = *what;
+    p4.control->ctl.stop.seq = seq;
+    p4.control->ctl.stop.vcpu = (int32_t)vi;
+    p4.control->ctl.stop.number = (int32_t)b->number;
+    p4.control->ctl.stop.later = 0;
+    p4.control->cv[vi].hold = 1;
+    p4.control->cv[vi].hold_since = now_ns();
+    __atomic_add_fetch(&p4.control->ctl.holding, 1, __ATOMIC_ACQ_REL);
     force_entry(vi);
-    pthread_mutex_unlock(&ctl_lock);
+    pthread_mutex_unlock(&p4.control->lock);
     char one = 's';
-    if (ctl.wake_fd >= 0 && write(ctl.wake_fd, &one, 1) != 1 && errno != EAGAIN) {
-        fprintf(stderr, "p4pmu: control channel: cannot ask for a stop: %s\n", strerror(errno));
+    if (p4.control->ctl.wake_fd >= 0 && write(p4.control->ctl.wake_fd, &one, 1) != 1 &&
+        errno != EAGAIN) {
+        p4_message("p4pmu: control channel: cannot ask for a stop: %s\n", strerror(errno));
     }
 }
 
@@ -120,7 +118,7 @@ static void control_stop(unsigned vi, const struct p4c_break *b, const struct p4
 static const struct p4c_break *find_break(int kind, int counter, uint32_t msr)
 {
     for (int i = 0; i < P4_BREAKS; i++) {
-        const struct p4c_break *b = &ctl.brk[i];
+        const struct p4c_break *b = &p4.control->ctl.brk[i];
         if (__atomic_load_n(&b->kind, __ATOMIC_ACQUIRE) != kind) continue;
         if (kind == P4_BRK_OVERFLOW && b->counter >= 0 && b->counter != counter) continue;
         if (kind == P4_BRK_ACCESS && b->msr && b->msr != msr) continue;
@@ -132,8 +130,8 @@ static const struct p4c_break *find_break(int kind, int counter, uint32_t msr)
 /* the OVF flags of vCPU vi's PMU (its core's first vCPU's register file: Feeder.storage) */
 static const uint8_t *ovf_flags(unsigned vi)
 {
-    unsigned first = vi - vi % (unsigned)run.threads;
-    return mirrors ? mirrors[first].ovf : NULL;
+    unsigned first = vi - vi % (unsigned)p4.run->threads;
+    return p4.mirrors ? p4.mirrors[first].ovf : NULL;
 }
 
 void control_snap(unsigned vi, uint8_t snap[P4_NCOUNTERS])
@@ -161,19 +159,22 @@ void control_after_access(unsigned vi, uint32_t op, uint32_t reg, uint64_t value
                           int r, const uint8_t snap[P4_NCOUNTERS])
 {
     /* the MSRs of the counters and CCCRs, from the tables (written once by Python) */
-    const struct p4c_mirror *m = &mirrors[vi - vi % (unsigned)run.threads];
+    const struct p4c_mirror *m = &p4.mirrors[vi - vi % (unsigned)p4.run->threads];
     int skip = -1; /* a write to a CCCR may set its own OVF: not an overflow */
     for (int n = 0; n < P4_NCOUNTERS && op == P4_TR_WRMSR; n++) {
         if (m->cccr_msr[n] == reg) skip = n;
     }
     control_overflows(vi, snap, skip, pc);
     if (r != P4_PY_OK && r != P4_PY_FAULT) return; /* not the PMU's (left to QEMU) */
-    uint32_t index = reg & 0x7FFFFFFFu; /* RDPMC: ECX[30:0] (SDM Vol. 2B, RDPMC) */
+    uint32_t index = reg & 0x7FFFFFFFu;            /* RDPMC: ECX[30:0] (SDM Vol. 2B, RDPMC) */
     uint32_t msr = op != P4_TR_RDPMC ? reg : index < P4_NCOUNTERS ? m->ctr_msr[index] : 0;
     const struct p4c_break *b = find_break(P4_BRK_ACCESS, -1, msr);
     if (!b) return;
-    struct p4c_stop s = {.kind = P4_BRK_ACCESS, .op = op, .msr = reg,
-                         .value = r == P4_PY_FAULT ? 0 : value, .pc = pc,
+    struct p4c_stop s = {.kind = P4_BRK_ACCESS,
+                         .op = op,
+                         .msr = reg,
+                         .value = r == P4_PY_FAULT ? 0 : value,
+                         .pc = pc,
                          .fault = r == P4_PY_FAULT};
     control_stop(vi, b, &s);
 }
@@ -190,51 +191,51 @@ void control_pmi(unsigned vi, uint32_t vector, uint64_t pc)
  * return while holding (qemu_plugin_set_pc re-enters the block from its start). */
 void control_hold(unsigned vi)
 {
-    struct control_vcpu *h = &cv[vi];
+    struct control_vcpu *h = &p4.control->cv[vi];
     if (!h->hold) return;
     if (now_ns() - h->hold_since > HOLD_TIMEOUT_NS) {
-        fprintf(stderr, "p4pmu: control channel: QEMU did not stop vCPU %u within %llu s of "
-                "its breakpoint; it goes on\n", vi,
-                (unsigned long long)(HOLD_TIMEOUT_NS / 1000000000ull));
+        p4_message("p4pmu: control channel: QEMU did not stop vCPU %u within %llu s of "
+                   "its breakpoint; it goes on\n",
+                   vi, (unsigned long long)(HOLD_TIMEOUT_NS / 1000000000ull));
         control_release(vi);
         return;
     }
     uint32_t lvt; /* (with one TCG thread there is no idle callback to read it) */
-    cv[vi].lvt_valid = apic_rd(bridge_vcpu(vi), APIC_LVT_PERF, &lvt);
-    cv[vi].lvt = lvt;
+    p4.control->cv[vi].lvt_valid = apic_rd(bridge_vcpu(vi), APIC_LVT_PERF, &lvt);
+    p4.control->cv[vi].lvt = lvt;
     struct timespec ts = {0, (long)HOLD_SLEEP_NS};
     nanosleep(&ts, NULL);
     /* (force_fold stays set, so W keeps firing at this entry) */
-    qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+    qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
 }
 
 void control_release(unsigned vi)
 {
-    if (!cv[vi].hold) return;
-    cv[vi].hold = 0;
-    __atomic_sub_fetch(&ctl.holding, 1, __ATOMIC_ACQ_REL);
+    if (!p4.control->cv[vi].hold) return;
+    p4.control->cv[vi].hold = 0;
+    __atomic_sub_fetch(&p4.control->ctl.holding, 1, __ATOMIC_ACQ_REL);
 }
 
 /* QEMU's idle callback (BQL held): the vCPU is parked; its LVT entry read now */
 void control_idle(unsigned vi)
 {
-    if (!ctl.on || !cv) return;
+    if (!p4.control->ctl.on || !p4.control->cv) return;
     struct vcpu *v = bridge_vcpu(vi);
     uint32_t lvt;
-    cv[vi].lvt_valid = apic_rd(v, APIC_LVT_PERF, &lvt);
-    cv[vi].lvt = lvt;
-    __atomic_store_n(&cv[vi].parked, 1, __ATOMIC_RELEASE);
+    p4.control->cv[vi].lvt_valid = apic_rd(v, APIC_LVT_PERF, &lvt);
+    p4.control->cv[vi].lvt = lvt;
+    __atomic_store_n(&p4.control->cv[vi].parked, 1, __ATOMIC_RELEASE);
 }
 
 /* QEMU's resume callback (BQL held): wait for a request being served, then run; the hold
  * ends (QEMU stopped the vCPU, gdb continues it) */
 void control_resume(unsigned vi)
 {
-    if (!ctl.on || !cv) return;
-    pthread_mutex_lock(&ctl_lock);
-    __atomic_store_n(&cv[vi].parked, 0, __ATOMIC_RELEASE);
+    if (!p4.control->ctl.on || !p4.control->cv) return;
+    pthread_mutex_lock(&p4.control->lock);
+    __atomic_store_n(&p4.control->cv[vi].parked, 0, __ATOMIC_RELEASE);
     control_release(vi);
-    pthread_mutex_unlock(&ctl_lock);
+    pthread_mutex_unlock(&p4.control->lock);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -243,17 +244,17 @@ void control_resume(unsigned vi)
 
 struct p4c_control *p4c_control(void)
 {
-    return &ctl;
+    return &p4.control->ctl;
 }
 
 int p4c_control_enter(int vm_stopped)
 {
-    pthread_mutex_lock(&ctl_lock);
+    pthread_mutex_lock(&p4.control->lock);
     if (vm_stopped) return 1; /* QMP says so: every vCPU is out of translated code */
-    for (int i = 0; i < n_vcpus_max; i++) {
-        if (run.per_vcpu && run.per_vcpu[i].init &&
-            !__atomic_load_n(&cv[i].parked, __ATOMIC_ACQUIRE)) {
-            pthread_mutex_unlock(&ctl_lock);
+    for (int i = 0; i < p4.n_vcpus_max; i++) {
+        if (p4.run->per_vcpu && p4.run->per_vcpu[i].init &&
+            !__atomic_load_n(&p4.control->cv[i].parked, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_unlock(&p4.control->lock);
             return 0;
         }
     }
@@ -262,14 +263,14 @@ int p4c_control_enter(int vm_stopped)
 
 void p4c_control_leave(void)
 {
-    pthread_mutex_unlock(&ctl_lock);
+    pthread_mutex_unlock(&p4.control->lock);
 }
 
 /* between two blocks, as a sibling's request folds (fold.c fold_between_blocks); Python then
  * consumes the batch (Bridge.deadline) */
 int p4c_control_fold(unsigned vi)
 {
-    if ((int)vi >= n_vcpus_max || !run.instrument || !run.per_vcpu[vi].init) return 0;
+    if ((int)vi >= p4.n_vcpus_max || !p4.run->instrument || !p4.run->per_vcpu[vi].init) return 0;
     fold_between_blocks(vi);
     force_entry(vi);
     return 1;
@@ -283,13 +284,14 @@ void p4c_control_changed(unsigned vi)
 /* QEMU reported the VM stopped (QMP event STOP): every hold has done its job */
 void p4c_control_stopped(void)
 {
-    pthread_mutex_lock(&ctl_lock);
-    for (int i = 0; i < n_vcpus_max; i++) control_release((unsigned)i);
-    pthread_mutex_unlock(&ctl_lock);
+    pthread_mutex_lock(&p4.control->lock);
+    for (int i = 0; i < p4.n_vcpus_max; i++)
+        control_release((unsigned)i);
+    pthread_mutex_unlock(&p4.control->lock);
 }
 
 int p4c_control_lvt(unsigned vi, uint32_t *lvt)
 {
-    *lvt = cv[vi].lvt;
-    return cv[vi].lvt_valid;
+    *lvt = p4.control->cv[vi].lvt;
+    return p4.control->cv[vi].lvt_valid;
 }

@@ -8,7 +8,26 @@
 
 #include <stdint.h>
 
+#include <pthread.h>
+
 #include "p4c_api.h"
+
+struct control_vcpu {
+    int parked;          /* between the idle and the resume callback */
+    int hold;            /* hold at the next block entry (a stop was asked for) */
+    uint64_t hold_since; /* CLOCK_MONOTONIC ns */
+    int lvt_valid;
+    uint32_t lvt; /* the LVT performance-counter entry read at the last idle */
+};
+
+/* the control channel's C half (state.h p4.control) */
+struct control_state {
+    struct p4c_control ctl;  /* what Python reads and writes (p4c_api.h) */
+    struct control_vcpu *cv; /* [max_vcpus] */
+    pthread_mutex_t lock;    /* requests of the channel against resumed vCPUs */
+};
+
+struct control_state *control_state_new(void);
 
 int control_setup(int max_vcpus);
 /* 1 while some breakpoint is set: the vCPU threads check their events */

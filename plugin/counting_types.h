@@ -31,7 +31,10 @@
  * threads=2 requests from the sibling; SB_SILENT_NEXT, X: the address the last block's
  * "silent" outcome continues at (resolve.c, "Silent branch outcomes"). */
 enum {
-    SB_DEADLINE_CLOCKS = 0, SB_CURRENT_BLOCK = 1, SB_EXACT_EVENTS = 2, SB_SIBLING_REQUEST = 3,
+    SB_DEADLINE_CLOCKS = 0,
+    SB_CURRENT_BLOCK = 1,
+    SB_EXACT_EVENTS = 2,
+    SB_SIBLING_REQUEST = 3,
     SB_SILENT_NEXT = 4
 };
 
@@ -62,10 +65,10 @@ enum {
 struct insn_info {
     uint64_t addr;
     uint64_t target;
-    uint16_t uops;      /* REP: the base uops (insn_classes.Insn.rep_uops) */
-    uint16_t rep_iter10; /* REP: uops per iteration, in tenths */
-    uint16_t stall;     /* empty clocks before it (timing.insn_timing) */
-    uint16_t rlat;      /* result latency in clocks (< 2: no constraint) */
+    uint16_t uops;         /* REP: the base uops (insn_classes.Insn.rep_uops) */
+    uint16_t rep_iter10;   /* REP: uops per iteration, in tenths */
+    uint16_t stall;        /* empty clocks before it (timing.insn_timing) */
+    uint16_t rlat;         /* result latency in clocks (< 2: no constraint) */
     uint64_t rmask, wmask; /* tracked registers read / written (timing.reg_mask) */
     uint8_t len, loads, stores, br, flags;
     uint8_t addr_size; /* REP: 2, 4 or 8 bytes of RCX */
@@ -77,8 +80,8 @@ struct insn_info {
  * block it resolved last and what resolving it again needs, so that the usual explicit
  * outcome (the same branch going the same non-silent way again) reads no block structure */
 struct xcache {
-    uint32_t prev;              /* 0: empty */
-    uint8_t t, back, pad[2];    /* the silent direction, the branch goes backward */
+    uint32_t prev;           /* 0: empty */
+    uint8_t t, back, pad[2]; /* the silent direction, the branch goes backward */
     uint64_t btarget, bnext;
     struct block_outcomes *r;
     struct group_state *g;
@@ -91,10 +94,10 @@ struct xcache {
  * the iterations' uop tenths between executions; the memo keeps the last resolved
  * outcome's clock kind (no memory fields). */
 struct rep_state {
-    uint64_t rcx;         /* RCX before the current execution */
-    uint64_t known_addr;  /* the REP whose next execution starts with RCX = known_rcx (0: none) */
+    uint64_t rcx;        /* RCX before the current execution */
+    uint64_t known_addr; /* the REP whose next execution starts with RCX = known_rcx (0: none) */
     uint64_t known_rcx;
-    uint64_t carry10;     /* tenths of a uop of the iterations so far not yet counted */
+    uint64_t carry10;         /* tenths of a uop of the iterations so far not yet counted */
     const struct blk *memo_b; /* the block, iterations, uops and end of the memoised kind */
     uint64_t memo_iters, memo_uops;
     uint32_t memo_fk;
@@ -109,8 +112,8 @@ struct blk {
      * silent-capable); back: the branch goes backward (static prediction); silent_t: the
      * group's silent direction */
     uint32_t gate;
-    struct xcache xc0;          /* vCPU 0 */
-    struct xcache *xcv;         /* vCPUs 1.. (allocated when first needed) */
+    struct xcache xc0;  /* vCPU 0 */
+    struct xcache *xcv; /* vCPUs 1.. (allocated when first needed) */
     /* what an explicit resolution of this block's own outcome reads */
     uint64_t btarget, bnext;    /* the last instruction's branch target and next address */
     struct block_outcomes *res; /* per vCPU: outcomes since the last fold, predictor slot */
@@ -119,27 +122,27 @@ struct blk {
     /* the rest */
     uint32_t n;
     uint8_t mode;
-    uint8_t lite_cond;          /* translated at the outcome-free level, ends in a conditional
+    uint8_t lite_cond; /* translated at the outcome-free level, ends in a conditional
                                  * branch: accounted as a static end (not taken, predicted) */
-    uint8_t gen;                /* silent-capable: its group's direction changes (flips) when
+    uint8_t gen;       /* silent-capable: its group's direction changes (flips) when
                                  * it joined; another value now: a stale block (directions.c) */
     uint8_t pad;
     struct insn_info *ins;
     /* full static portion [0, n) incl. bubble, excluding the final clock of a dynamic end */
     uint32_t nk, np;
-    uint32_t *hk, *hc;          /* histogram: kind ids, counts */
-    uint32_t *pa, *pb, *pc;     /* internal adjacent pairs */
-    uint32_t first_k, last_k;   /* bubble kind; last static clock kind */
-    uint32_t nclocks;           /* static clocks (W increment) */
-    uint32_t maxclk;            /* most clocks one execution can add (maxclk()) */
-    uint32_t final_k;           /* the final clock before the outcome (dynamic ends) */
-    uint32_t clocks_add;              /* W increment per execution (static clocks + final clock) */
-    uint32_t exact_add;         /* W2 increment per execution: the most events of the exact-
+    uint32_t *hk, *hc;        /* histogram: kind ids, counts */
+    uint32_t *pa, *pb, *pc;   /* internal adjacent pairs */
+    uint32_t first_k, last_k; /* bubble kind; last static clock kind */
+    uint32_t nclocks;         /* static clocks (W increment) */
+    uint32_t maxclk;          /* most clocks one execution can add (maxclk()) */
+    uint32_t final_k;         /* the final clock before the outcome (dynamic ends) */
+    uint32_t clocks_add;      /* W increment per execution (static clocks + final clock) */
+    uint32_t exact_add;       /* W2 increment per execution: the most events of the exact-
                                  * deadline counter one execution can add without a
                                  * misprediction's penalty (added when the outcome is known) */
-    uint32_t exact_max;         /* W2 margin of the check at entry: exact_add and this block's
+    uint32_t exact_max;       /* W2 margin of the check at entry: exact_add and this block's
                                  * own possible penalty (0: no W2 operations) */
-    uint64_t xval;              /* SB_SILENT_NEXT stored at entry: where the silent outcome goes */
+    uint64_t xval;            /* SB_SILENT_NEXT stored at entry: where the silent outcome goes */
     /* the memory side (memory.c): the full static portion's kinds in order (seq[0] the
      * bubble, nclocks of them) and per instruction the index in seq of the clock it
      * retires in, or ICLK_FINAL for the dynamic final clock (REP: its clocks); mem_final:
@@ -149,7 +152,7 @@ struct blk {
     uint32_t *seq;
     uint16_t *iclk;
     uint8_t mem_final, fetch_final;
-    uint64_t br_hw;             /* silent-capable: the guest-physical address of its branch
+    uint64_t br_hw; /* silent-capable: the guest-physical address of its branch
                                  * instruction (NO_HW: unknown), where directions.c rewrites a
                                  * byte to have the block translated again */
 };
@@ -165,7 +168,7 @@ struct blk {
 struct block_outcomes {
     uint64_t n[4];
     int64_t acc;
-    struct group_state *g;  /* this vCPU's state of the block's group (looked up once) */
+    struct group_state *g; /* this vCPU's state of the block's group (looked up once) */
     uint32_t pidx;
     uint32_t pad;
 } __attribute__((aligned(64)));
@@ -176,8 +179,8 @@ struct block_outcomes {
 struct pred_group {
     uint64_t key;
     uint8_t silent_t;
-    uint8_t flips;   /* direction changes while the guest ran (directions.c) */
-    uint8_t stale;   /* a block that joined before a change ran after it: the group may
+    uint8_t flips; /* direction changes while the guest ran (directions.c) */
+    uint8_t stale; /* a block that joined before a change ran after it: the group may
                       * not open until the next flush (directions.c) */
     volatile uint32_t nmem;
     uint32_t mem[GMAX];
@@ -197,7 +200,12 @@ struct group_state {
                                 * chosen (directions.c) */
 };
 
-struct pair_hash { uint64_t *key; int64_t *val; uint32_t cap, n; uint32_t *used; };
+struct pair_hash {
+    uint64_t *key;
+    int64_t *val;
+    uint32_t cap, n;
+    uint32_t *used;
+};
 
 /* The memory side (memory.c, docs/memory-model.md).  One correction ("fix") of a block
  * execution: static clock j changed from kind `old` to `nw` (both without the CPL bit); what
@@ -221,154 +229,29 @@ struct mem_exec {
     uint64_t stamp, folds;
     unsigned n;
     struct mem_fix fix[MX_MAX];
-    uint32_t last_now;     /* the last static clock's kind now (0: unchanged; else kind + 1) */
+    uint32_t last_now; /* the last static clock's kind now (0: unchanged; else kind + 1) */
     int has_fin;
     uint8_t fin[KF_N];
-    int resolved;          /* its end was resolved: nothing of it is left to fix, but a fold
+    int resolved; /* its end was resolved: nothing of it is left to fix, but a fold
                             * of that one execution still lists its fixed clocks (mx_listed) */
 };
 
 struct mm_state;
 
 /* a growable map uint64 -> uint64 (predictor entries; key stored + 1) */
-struct u64_map { uint64_t *key, *val; uint32_t cap, n; };
+struct u64_map {
+    uint64_t *key, *val;
+    uint32_t cap, n;
+};
 
-struct vcpu_counting {
-    /* what an explicit resolution touches first: one cache line */
-    uint64_t *sbase;       /* this vCPU's scoreboard element (refreshed at every vCPU init) */
-    uint64_t w_resv;       /* penalties reserved in W for silent outcomes (silent_reserve) */
-    uint64_t resolutions, silent;
-    uint64_t dir_look_at;  /* resolutions at which directions.c looks next */
-    uint32_t res_b;        /* the block resolved last ... */
-    uint32_t res_last;     /* ... ext kind +1 of the last clock of that execution */
-    int res_n;             /* res_seq's length, -1: too many to list (long REP), RES_LAZY */
-    int res_v;             /* res_n == RES_LAZY: the variant of res_b's last outcome */
-    volatile int cpl_os;   /* CPL 0 (seen by the sibling: its clocks' label) */
-    int init;
-    uint32_t exact_pen[2]; /* W2 events of a misprediction penalty at CPL 1-3 / 0 (the
-                            * signature's pen[]) while exact_on, else 0 */
-    /* predictor (clockmodel.Predictor): address -> entry (index + 1 into the arena, stable
-     * addresses: chunks of PCHUNK); entry value 0 = invalid, else state + 1 (conditional:
-     * the 2-bit counter; indirect: the target); conditional entries: per group (group_chunks) */
-    struct u64_map btb;
-    uint64_t *pchunk[4096];
-    uint32_t pn;
-    uint64_t rsb[P4P_RSB_DEPTH];
-    int rsb_n;
-    struct rep_state rep;
-    /* dirty blocks since the last fold */
-    uint32_t *dirty;
-    uint32_t ndirty;
-    int force_fold;
-    /* signed accumulators of the current batch (dynamic parts and corrections) */
-    int64_t *acc;          /* [NEXT] clocks per ext kind */
-    int64_t *acc_last;     /* [NEXT] execution ends per ext kind */
-    uint32_t *touched;     /* ext kinds with acc or acc_last possibly non-zero */
-    uint8_t *tmark;
-    uint32_t ntouched;
-    int64_t firsts[2];     /* execution starts (bubbles) per os, from dynamic parts */
-    struct pair_hash pairs;
-    /* the open block execution split by an access (its rest is credited to the batch) */
-    uint32_t open_b, open_a;
-    uint64_t open_stamp;
-    /* batch boundaries */
-    uint32_t next_first;   /* ext kind of the first clock of the current batch (+1; 0 none) */
-    int next_first_bubble;
-    uint32_t cut_last;     /* ext kind +1 of the last clock of an execution that is no whole
-                            * block execution: cut (exception, abandoned block), or the
-                            * enabling WRMSR's credited clocks (counting_credit_wrmsr) */
-    uint32_t res_seq[64];  /* the clocks the last resolution added (ext kinds), in order */
-    uint32_t batch_entry_b;/* the current batch started at the entry of this block (0: no) */
-    uint32_t *seq;         /* output: a one-execution batch in clock order */
-    uint32_t seq_cap;
-    /* output of a fold, read by Python (bridge.py Feeder) */
-    uint32_t *o_ext;
-    int64_t *o_cnt;
-    uint32_t o_n, o_cap;
-    uint32_t *o_pa, *o_pb;
-    int64_t *o_pn;
-    uint32_t o_np, o_pcap;
-    uint32_t o_first, o_last; /* ext kinds */
-    int64_t o_clocks;
-    int o_bad;             /* bookkeeping repaired (should not happen) */
-    /* state seen by the sibling */
-    volatile int halted;
-    /* PMI requests for this vCPU raised by the sibling (threads=2) */
-    volatile int pmi_pending;
-    /* deadline scheduling: W was armed at w_base (W >= SB_FIRES_AT fires); py_left = clocks
-     * until Python must fold (-1: no Python deadline); pmi_level: this LP's interrupt
-     * request is asserted (look at the LVT every PMI_RECHECK clocks until it is cleared) */
-    uint64_t w_base;
-    int64_t py_left;
-    int pmi_level;
-    /* the exact deadline (W2, "Exact deadlines"): on for this vCPU, the counter's watch
-     * slot, its events left before it may overflow (fresh: computed since W2 was last
-     * armed), the verdict's cache key (the increment table it was made for), and the
-     * candidate for the next signature with how many steps in a row it was the same */
-    int exact_on, exact_slot, exact_fresh;
-    int64_t exact_left;
-    const int32_t *exact_key_winc;
-    uint32_t exact_key_nk;
-    uint32_t exact_key_match; /* counters whose column is the signature's */
-    int exact_cand;
-    const int32_t *exact_cand_winc;
-    uint32_t exact_cand_nk, exact_streak;
-    uint32_t w2_votes[P4_NCOUNTERS], w2_steps; /* deadline checks per counter (exact_vote) */
-    int w_driver;          /* the counter that set W's clock budget, -1: none */
-    uint64_t exact_checks;
-    uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
-    uint64_t memi_cuts;      /* executions cut by cb_memi (outcome-free level) */
-    /* threads=2: the sibling asks this vCPU to fold (fold_req, then SB_SIBLING_REQUEST);
-     * fold_seq counts the folds this vCPU handed to Python; at HLT the vCPU snapshots its LVT
-     * entry and APIC ID so that the sibling can interrupt it while it is halted (mask_pending:
-     * set the LVT mask bit at the next block entry, the interrupt was sent from the sibling) */
-    volatile int fold_req;
-    volatile uint32_t fold_seq;
-    volatile int hlt_valid;
-    volatile uint32_t hlt_lvt, hlt_apic;
-    volatile int mask_pending;
-    /* the sibling's state when the current batch started (its clocks are labelled with it;
-     * a change of the sibling's halted state asks this vCPU to fold) */
-    int oth_active, oth_os;
-    /* threads=2, the core's clock timeline (lp_timeline): this LP's local clock, valid once
-     * lclk_on is set */
-    uint64_t lclk;
-    int lclk_on;
-    /* halted by its own HLT (set just before the HLT, cleared at its next block entry):
-     * covers single-threaded TCG, where no idle callback runs while another vCPU runs */
-    volatile int hlt_halted;
-    pthread_t thread;      /* the host thread running this vCPU */
-    uint64_t folds, deadlines, fast_deadlines;
-    uint64_t fast_checks, fast_scanned; /* C deadline checks, dirty blocks they looked at */
-    uint64_t clk_total;    /* clocks folded since counting began (the trace's time) */
-    uint64_t insn_total;   /* instructions of the block executions folded (the same) */
-    /* silent branch outcomes: per-group state, the block whose outcome was pending at the
-     * last fold (carried into this batch) */
-    struct group_state *group_chunks[MAX_GROUPS / GCHUNK];
-    uint32_t carry_b;
-    uint64_t gates, silent_bad;
-    uint64_t bad_folds;    /* folds whose bookkeeping was inconsistent (o_bad): a bug */
-    /* the exception seen last, until its delivery (counting_discon) */
-    uint64_t exc_from;
-    int exc_seen;
-    /* the memory side (memory.c): this vCPU's memory model, the corrections of the block
-     * execution under way, the final clock of the last resolution as corrected (ext kind
-     * + 1, 0: as its variant; res_fill), statistics */
-    struct mm_state *mm;
-    struct mem_exec mx;
-    uint32_t res_fin;
-    uint64_t mem_accesses, mem_fixes, mem_dropped, mem_elsewhere, mem_tlb_flushes;
-    uint64_t mem_stall_clocks; /* timing=memory: the clocks loads' misses added */
-} __attribute__((aligned(64)));
+/* the per-vCPU counting state, composed of the units' parts (counting.h) */
+struct vcpu_counting;
 
 #define RES_LAZY (-2)
 
-static inline int lp_halted(const struct vcpu_counting *c)
-{
-    return c->halted || c->hlt_halted;
-}
-
-struct clock_fields { uint8_t f[KF_N]; };
+struct clock_fields {
+    uint8_t f[KF_N];
+};
 
 /*
  * The kind sequence of instructions [a, e) of b, with the bubble if a == 0; for a dynamic
@@ -382,9 +265,15 @@ static inline int dyn_end(const struct blk *b)
 
 /* A position in a block execution: 0 = its start (the bubble, then instruction 0); p >= 1 =
  * just before instruction p - 1 (after the bubble). */
-static inline unsigned pos_insn(unsigned p) { return p ? p - 1 : 0; }
+static inline unsigned pos_insn(unsigned p)
+{
+    return p ? p - 1 : 0;
+}
 
-static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
+static inline uint32_t ext(uint32_t k, int os)
+{
+    return k * 2 + (os ? 1 : 0);
+}
 
 /* Exact deadlines (docs/guest-events.md "Exact deadlines").  W counts clocks, and a deadline
  * in clocks must assume the most events per clock (3 instructions, say): a counter armed to
@@ -400,9 +289,9 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
  * another counter caused at least 2/3 of the last W2_WINDOW deadline checks (a sampling
  * counter after a counting run; deadline.c exact_vote).  A vCPU whose programming does not
  * match the signature keeps W2 idle (0) and its deadlines in clocks. */
-#define W2_STREAK 4        /* steps in a row with the same candidate before the first flush */
-#define W2_WINDOW 512      /* deadline checks over which a replacement needs 2/3 of them */
-#define W2_MAX_FLUSHES 16  /* signatures installed per run at most */
+#define W2_STREAK 4       /* steps in a row with the same candidate before the first flush */
+#define W2_WINDOW 512     /* deadline checks over which a replacement needs 2/3 of them */
+#define W2_MAX_FLUSHES 16 /* signatures installed per run at most */
 
 /* The outcome-free level (docs/guest-events.md "The outcome-free level").  When no enabled
  * counter reads anything that depends on a branch's outcome or on the clocks a misprediction
@@ -428,34 +317,34 @@ static inline uint32_t ext(uint32_t k, int os) { return k * 2 + (os ? 1 : 0); }
 
 /* the exact-deadline signature: a counter and its increments per ext kind */
 struct exact_signature {
-    int ctr;           /* counter 0-17 */
-    uint32_t nk;       /* increments known for ext kinds < nk */
-    const int32_t *col;/* [ext] increment per clock of that kind (malloc'ed, kept) */
-    int64_t rate;      /* the most per clock (ext kinds >= nk) */
-    int64_t pen[2];    /* the penalty clocks after a misprediction, summed, per CPL */
+    int ctr;            /* counter 0-17 */
+    uint32_t nk;        /* increments known for ext kinds < nk */
+    const int32_t *col; /* [ext] increment per clock of that kind (malloc'ed, kept) */
+    int64_t rate;       /* the most per clock (ext kinds >= nk) */
+    int64_t pen[2];     /* the penalty clocks after a misprediction, summed, per CPL */
 };
 
 /* the exact deadlines of the run (flush.c) */
 struct exact_deadline_state {
-    volatile int active;   /* blocks translated now carry W2 operations for the signature */
-    volatile int req;      /* the pending flush (flush_pending) installs `next` */
+    volatile int active; /* blocks translated now carry W2 operations for the signature */
+    volatile int req;    /* the pending flush (flush_pending) installs `next` */
     unsigned flushes;
     struct exact_signature sig, next;
 };
 
 /* the changes of silent direction of the run (directions.c), for P4PMU_DEBUG */
 struct direction_state {
-    uint64_t looks;           /* windows looked at */
-    uint64_t groups_flipped;  /* direction changes */
-    uint64_t rewrites;        /* branch bytes rewritten (blocks dropped) */
-    uint64_t unflippable;     /* changes not made: a member's physical address unknown or
+    uint64_t looks;          /* windows looked at */
+    uint64_t groups_flipped; /* direction changes */
+    uint64_t rewrites;       /* branch bytes rewritten (blocks dropped) */
+    uint64_t unflippable;    /* changes not made: a member's physical address unknown or
                                * read-only (firmware) */
-    uint64_t stale_runs;      /* blocks that ran with a previous direction (each: a flush) */
+    uint64_t stale_runs;     /* blocks that ran with a previous direction (each: a flush) */
 };
 
 /* the outcome-free level of the run (flush.c) */
 struct lite_level_state {
-    volatile int active;   /* blocks translated now are at the outcome-free level */
+    volatile int active; /* blocks translated now are at the outcome-free level */
     unsigned installs, removals, streak;
 };
 
@@ -464,46 +353,13 @@ static inline int64_t exact_increment(const struct exact_signature *g, uint32_t 
     return e < g->nk ? (int64_t)g->col[e] * clocks : g->rate * clocks;
 }
 
-static inline void touch(struct vcpu_counting *c, uint32_t e)
-{
-    if (!c->tmark[e]) {
-        c->tmark[e] = 1;
-        c->touched[c->ntouched++] = e;
-    }
-}
-
-static inline void acc_add(struct vcpu_counting *c, uint32_t e, int64_t n)
-{
-    touch(c, e);
-    c->acc[e] += n;
-}
-
-static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
-{
-    touch(c, e);
-    c->acc_last[e] += n;
-}
-
-#define REPLAY_ENTRY(r) ((r) & 7u)
+#define REPLAY_ENTRY(r) ((r)&7u)
 #define REPLAY_MISPREDICTED(r) (((r) >> 3) & 3u)
 #define REPLAY_LAST_PREDICTED(r) (((r) >> 5) & 1u)
 
 static inline uint64_t maxclk(const struct blk *b)
 {
     return b->maxclk;
-}
-
-/* a silent-capable block's bank word */
-static inline uint64_t *bank_w(struct vcpu_counting *c, const struct blk *b)
-{
-    return &c->sbase[SB_BANK0 + b->gate - 1];
-}
-
-/* Is the outcome of the last execution of the current block still to come?  (Callers at a
- * block entry settle the previous block first: entry_settle.) */
-static inline int cur_pending(struct vcpu_counting *c, uint32_t id)
-{
-    return id && c->sbase[SB_CURRENT_BLOCK] == id && c->sbase[SB_SILENT_NEXT] != X_ACCOUNTED;
 }
 
 #define PMI_RECHECK 64 /* clocks between looks at the LVT while a request is asserted */

@@ -12,19 +12,19 @@
 #include "batch.h"
 #include "blocks.h"
 #include "counting.h"
-#include "flush.h"
 #include "kinds.h"
 #include "memory.h"
-#include "resolve.h"
 #include "registers.h"
+#include "resolve.h"
+#include "state.h"
 
 /* start index of the open execution of block id in the current batch, and whether it is
  * represented by the block's counter (else by a credited portion) */
 unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
 {
     (void)sb;
-    if (c->open_b == id && c->open_stamp == en_total(c, id)) {
-        return c->open_a;
+    if (c->batch.open_b == id && c->batch.open_stamp == en_total(c, id)) {
+        return c->batch.open_a;
     }
     return 0;
 }
@@ -36,15 +36,15 @@ unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
 static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t last)
 {
     if (!last) return;
-    uint32_t t = ext(kind_with_return_tail(kinds.empty), 0);
+    uint32_t t = ext(kind_with_return_tail(p4.kinds->empty), 0);
     acc_add(c, t, 1);
-    pair_hash_add(&c->pairs, last - 1, t, 1);
+    pair_hash_add(&c->batch.pairs, last - 1, t, 1);
     acc_last_add(c, last - 1, -1);
     acc_last_add(c, t, 1);
-    c->cut_last = t + 1;
+    c->batch.cut_last = t + 1;
     uint64_t *sb = scoreboard_of(vi);
     sb[SB_DEADLINE_CLOCKS] += 1;
-    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&exact.sig, t, 1);
+    if (c->exact.on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, t, 1);
 }
 
 /* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
@@ -54,9 +54,9 @@ static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t la
  * abandoned blocks). */
 static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     if (e >= b->n) return;
     mem_cut(c, id); /* (before the portions: the fixes are of whole-execution clocks) */
     unsigned a = open_start(c, id, sb);
@@ -65,22 +65,22 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail
     acc_portion(c, b, a, e, 1, +1);
     const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
-    c->cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
+    c->batch.cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;
     if (a) {
         /* the rest of an execution split by an access began this batch: it now begins with
          * what retired of it, or (nothing did: the access instruction faulted) with the
          * next block execution, found at the fold */
-        c->next_first = n ? ext(s[0], b->os) + 1 : 0;
-        c->next_first_bubble = 0;
+        c->batch.next_first = n ? ext(s[0], b->os) + 1 : 0;
+        c->batch.next_first_bubble = 0;
     }
     if (pending && b->end == BRK_COND) {
         b->res[vi].acc++; /* this execution has no outcome (not a silent one either) */
     }
     sb[SB_SILENT_NEXT] = X_ACCOUNTED;
     sb[SB_CURRENT_BLOCK] = 0;
-    c->open_b = 0;
-    c->batch_entry_b = 0;
-    if (tail) append_return_tail(vi, c, c->cut_last);
+    c->batch.open_b = 0;
+    c->batch.entry_b = 0;
+    if (tail) append_return_tail(vi, c, c->batch.cut_last);
 }
 
 static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
@@ -88,54 +88,31 @@ static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
     cut_exec(vi, id, e, scoreboard_of(vi)[SB_SILENT_NEXT] != X_ACCOUNTED, tail);
 }
 
-/* The next instruction is at `a`, an instruction of the block `id` that ran last other than
- * its first, and not where that block's last instruction goes: QEMU left the block there
- * without a discontinuity callback and went on at that instruction in a new block.  That
- * happens when an instruction in the middle of a block accesses MMIO (e.g. the local APIC):
- * QEMU stops, runs the instructions up to the access in a block built for that alone
- * (CF_MEMI_ONLY, which plugins see no block callbacks of) and continues after it.  The
- * block's execution is then cut there (the instructions before `a` retired, the rest did
- * not: it runs again as the new block).  Returns 1 if so. */
-int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+/* Block `id`, whose outcome was pending, was abandoned before its instruction j
+ * (blocks.c abandoned_insn): its execution is cut there. */
+void cut_abandoned(unsigned vi, uint32_t id, unsigned j)
 {
-    const struct blk *b = blocks.by_id[id];
-    if (a <= b->vaddr || a > b->ins[b->n - 1].addr) return 0;
-    if (b->lite_cond && (a == b->btarget || a == b->bnext)) return 0; /* its branch went there */
-    const struct insn_info *last = &b->ins[b->n - 1];
-    switch (b->end) {
-    case BRK_COND:
-        if (a == b->btarget || a == b->bnext) return 0;
-        break;
-    case BRK_JMP:
-    case BRK_CALL:
-        if (a == last->target) return 0;
-        break;
-    case BRK_JMP_IND:
-    case BRK_CALL_IND:
-        return 0; /* may go anywhere, also into its own block: taken as its outcome */
-    case END_REP:
-        if (a == last->addr) return 0; /* the REP itself again (left for an interrupt) */
-        break;
-    default:
-        break;
-    }
-    int j = find_insn(b, a);
-    if (j < 1) return 0;
-    /* (callers: its outcome was pending, SB_SILENT_NEXT != X_ACCOUNTED) */
-    cut_exec(vi, id, (unsigned)j, 1, 0);
-    return 1;
+    cut_exec(vi, id, j, 1, 0);
+}
+
+/* Was block `id`, whose outcome was pending, abandoned before `a`?  Cut it there if so. */
+static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+{
+    int j = abandoned_insn(p4.blocks->by_id[id], a);
+    if (j) cut_abandoned(vi, id, (unsigned)j);
+    return j != 0;
 }
 
 /* The end (ext + 1) of the execution of block id (0: none) that ran last and completed, as a
  * fold takes it (0: not known) */
 static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
 {
-    if (!id) return c->cut_last;
-    const struct blk *b = blocks.by_id[id];
+    if (!id) return c->batch.cut_last;
+    const struct blk *b = p4.blocks->by_id[id];
     if (!dyn_end(b)) return ext(mem_last_kind(c, id, b), b->os) + 1;
-    if (c->res_b != id) return 0;
+    if (c->res.b != id) return 0;
     res_fill(c);
-    return c->res_last;
+    return c->res.last;
 }
 
 /* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
@@ -145,22 +122,22 @@ static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
  * ran): its execution stops there. */
 void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
 {
-    if (!run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    if (!p4.run->instrument || !p4.run->per_vcpu || !p4.run->per_vcpu[vi].init) return;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
-    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     if (!interrupt) {
-        c->exc_from = from;
-        c->exc_seen = 1;
-    } else if (c->exc_seen) {
+        c->cut.exc_from = from;
+        c->cut.exc_seen = 1;
+    } else if (c->cut.exc_seen) {
         /* QEMU 11.1 calls the exception callback when an exception is raised and then the
          * interrupt callback when it delivers it, with the same address: that exception was
          * accounted when it was raised (its block cut, or complete when its last instruction
          * traps: INT n, a served RDPMC); this is no interrupt between blocks.  (Taken as one,
          * a trapping last instruction was cut as if QEMU had left its block there.) */
-        c->exc_seen = 0;
-        if (from == c->exc_from) return;
+        c->cut.exc_seen = 0;
+        if (from == c->cut.exc_from) return;
     }
     /* an exception at an instruction of the current block: it is inside it (the block's
      * entry operations ran); a hardware interrupt is taken between blocks.  A block whose
@@ -188,12 +165,12 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
     }
     /* an exception raised in user code before any instruction of its block ran (an
      * instruction fetch's page fault): its return follows the execution that ran last */
-    if (!interrupt && !retires && current_cpl(&vcpus[vi]) != 0) {
+    if (!interrupt && !retires && current_cpl(&p4.vcpus[vi]) != 0) {
         append_return_tail(vi, c, last_end(c, id));
         sb[SB_CURRENT_BLOCK] = 0;
         sb[SB_SILENT_NEXT] = X_ACCOUNTED;
-        c->open_b = 0;
-        c->batch_entry_b = 0;
+        c->batch.open_b = 0;
+        c->batch.entry_b = 0;
     }
 }
 
@@ -201,11 +178,11 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
  * that instruction retired (`retired`) or not, the rest of the block does not run. */
 void counting_abandon(int vi, uint64_t addr, int retired)
 {
-    if (vi < 0 || !run.instrument || !run.per_vcpu || !run.per_vcpu[vi].init) return;
+    if (vi < 0 || !p4.run->instrument || !p4.run->per_vcpu || !p4.run->per_vcpu[vi].init) return;
     uint64_t *sb = scoreboard_of((unsigned)vi);
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (!id) return;
-    int j = find_insn(blocks.by_id[id], addr);
+    int j = find_insn(p4.blocks->by_id[id], addr);
     if (j < 0) return;
     counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0), 0);
 }
@@ -222,12 +199,12 @@ void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
     (void)info;
     (void)vaddr;
     uint32_t self = (uint32_t)(uintptr_t)ud;
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (!cur || cur == self) return;
-    int j = find_insn(blocks.by_id[cur], blocks.by_id[self]->vaddr);
+    int j = find_insn(p4.blocks->by_id[cur], p4.blocks->by_id[self]->vaddr);
     if (j < 0) return;
-    c->memi_cuts++;
+    c->cut.memi_cuts++;
     cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED, 0);
 }

@@ -8,8 +8,15 @@
 
 #include "counting_types.h"
 
+/* a vCPU's cut executions: the exception seen last, until its delivery (counting_discon) */
+struct cuts_vcpu {
+    uint64_t exc_from;
+    int exc_seen;
+    uint64_t memi_cuts; /* executions cut by cb_memi (outcome-free level) */
+};
+
 unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb);
-int abandoned_at(unsigned vi, uint32_t id, uint64_t a);
+void cut_abandoned(unsigned vi, uint32_t id, unsigned j);
 void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt);
 void counting_abandon(int vi, uint64_t addr, int retired);
 void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud);

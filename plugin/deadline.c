@@ -21,8 +21,8 @@
 #include "python_calls.h"
 #include "registers.h"
 #include "resolve.h"
-#include "siblings.h"
 #include "trace.h"
+#include "state.h"
 
 /* the clocks before watched counter w may have received `events` more: at its largest
  * per-clock increment (the clock budget of W) */
@@ -38,7 +38,7 @@ static inline int64_t watch_clocks(const struct p4c_out *o, int w, int64_t event
  * counters: Linux's P4 driver gives thread 1 counter 14 where thread 0 has 12). */
 static int exact_matches(const struct p4c_out *o, int ctr)
 {
-    const struct exact_signature *g = &exact.sig;
+    const struct exact_signature *g = &p4.exact->sig;
     if (!o->winc) return 0;
     uint32_t nk = o->nkext < g->nk ? o->nkext : g->nk;
     for (uint32_t e = 0; e < nk; e++) {
@@ -59,25 +59,25 @@ static int exact_matches(const struct p4c_out *o, int ctr)
 static inline void exact_note(struct vcpu_counting *c, int n)
 {
     if (n >= 0 && n < P4_NCOUNTERS) {
-        c->w2_votes[n]++;
-        c->w2_steps++;
+        c->exact.votes[n]++;
+        c->exact.steps++;
     }
 }
 
 /* The first signature: the same candidate W2_STREAK steps in a row (with the same table). */
 static void exact_first(struct vcpu_counting *c, const struct p4c_out *o, int cand)
 {
-    if (c->exact_cand == o->widx[cand] && c->exact_cand_winc == o->winc &&
-        c->exact_cand_nk == o->nkext) {
-        c->exact_streak++;
+    if (c->exact.cand == o->widx[cand] && c->exact.cand_winc == o->winc &&
+        c->exact.cand_nk == o->nkext) {
+        c->exact.streak++;
     } else {
-        c->exact_cand = o->widx[cand];
-        c->exact_cand_winc = o->winc;
-        c->exact_cand_nk = o->nkext;
-        c->exact_streak = 1;
+        c->exact.cand = o->widx[cand];
+        c->exact.cand_winc = o->winc;
+        c->exact.cand_nk = o->nkext;
+        c->exact.streak = 1;
     }
-    if (c->exact_streak >= W2_STREAK) {
-        c->exact_streak = 0;
+    if (c->exact.streak >= W2_STREAK) {
+        c->exact.streak = 0;
         exact_request(o, cand);
     }
 }
@@ -85,12 +85,13 @@ static void exact_first(struct vcpu_counting *c, const struct p4c_out *o, int ca
 /* P4PMU_DEBUG: a vCPU replaces the signature with counter `top`: where its column differs */
 static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out *o, int top)
 {
-    const struct exact_signature *g = &exact.sig;
+    const struct exact_signature *g = &p4.exact->sig;
     uint32_t e = 0, nk = o->nkext < g->nk ? o->nkext : g->nk;
-    while (e < nk && o->winc[(size_t)e * P4_NCOUNTERS + top] == g->col[e]) e++;
+    while (e < nk && o->winc[(size_t)e * P4_NCOUNTERS + top] == g->col[e])
+        e++;
     DBG("exact: a vCPU replaces the signature (counter %d) with counter %d (counters with the "
         "signature's column %#x; kinds %u and %u, first difference at %u: %d and %d)\n",
-        g->ctr, top, c->exact_key_match, o->nkext, g->nk, e,
+        g->ctr, top, c->exact.key_match, o->nkext, g->nk, e,
         e < nk ? o->winc[(size_t)e * P4_NCOUNTERS + top] : -1, e < nk ? g->col[e] : -1);
 }
 
@@ -101,21 +102,21 @@ static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out 
  * so another counter (a watchdog's) drives the steps in between, but it costs no checks. */
 static void exact_vote(struct vcpu_counting *c, const struct p4c_out *o)
 {
-    if (c->w2_steps < W2_WINDOW) return;
+    if (c->exact.steps < W2_WINDOW) return;
     int top = 0;
     for (int n = 1; n < P4_NCOUNTERS; n++) {
-        if (c->w2_votes[n] > c->w2_votes[top]) top = n;
+        if (c->exact.votes[n] > c->exact.votes[top]) top = n;
     }
     int slot = -1;
     for (int w = 0; w < o->nwatch; w++) {
         if (o->widx[w] == top && !(o->wmem >> top & 1)) slot = w;
     }
     /* (a counter with the signature's column is watched by W2 already: exact_take_up) */
-    int move = !(c->exact_key_match >> top & 1) && slot >= 0 &&
-               c->w2_votes[top] * 3 >= 2 * c->w2_steps;
-    memset(c->w2_votes, 0, sizeof(c->w2_votes));
-    c->w2_steps = 0;
-    if (move && debug) exact_move_note(c, o, top);
+    int move = !(c->exact.key_match >> top & 1) && slot >= 0 &&
+               c->exact.votes[top] * 3 >= 2 * c->exact.steps;
+    memset(c->exact.votes, 0, sizeof(c->exact.votes));
+    c->exact.steps = 0;
+    if (move && p4.debug) exact_move_note(c, o, top);
     if (move) exact_request(o, slot);
 }
 
@@ -124,29 +125,29 @@ static void exact_vote(struct vcpu_counting *c, const struct p4c_out *o)
  * or -1.  Which counters match is cached per increment table (a flush clears the cache). */
 static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
 {
-    if (c->exact_key_winc != o->winc || c->exact_key_nk != o->nkext) {
-        c->exact_key_winc = o->winc;
-        c->exact_key_nk = o->nkext;
-        c->exact_key_match = 0;
+    if (c->exact.key_winc != o->winc || c->exact.key_nk != o->nkext) {
+        c->exact.key_winc = o->winc;
+        c->exact.key_nk = o->nkext;
+        c->exact.key_match = 0;
         for (int n = 0; n < P4_NCOUNTERS; n++) {
-            if (exact_matches(o, n)) c->exact_key_match |= 1u << n;
+            if (exact_matches(o, n)) c->exact.key_match |= 1u << n;
         }
     }
     int slot = -1;
     for (int w = 0; w < o->nwatch; w++) {
         /* (a counter whose increments memory outcomes change gets no W2) */
         int n = o->widx[w];
-        int usable = (c->exact_key_match >> n & 1) && !(o->wmem >> n & 1);
+        int usable = (c->exact.key_match >> n & 1) && !(o->wmem >> n & 1);
         if (usable && (slot < 0 || o->whead[w] < o->whead[slot])) slot = w;
     }
     if (slot < 0) return -1;
-    c->exact_on = 1;
+    c->exact.on = 1;
     for (int os = 0; os < 2; os++) {
-        c->exact_pen[os] = (uint32_t)(exact.sig.pen[os] > 0 ? exact.sig.pen[os] : 0);
+        c->exact.pen[os] = (uint32_t)(p4.exact->sig.pen[os] > 0 ? p4.exact->sig.pen[os] : 0);
     }
-    c->exact_slot = slot;
-    c->exact_left = o->whead[slot];
-    c->exact_fresh = 1;
+    c->exact.slot = slot;
+    c->exact.left = o->whead[slot];
+    c->exact.fresh = 1;
     return slot;
 }
 
@@ -156,26 +157,27 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
  * counter (cb_sched, fast_check). */
 void exact_drop(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
-    if (c->exact_on && c->py_left > 0) {
-        c->py_left = 1;
+    if (c->exact.on && c->deadline.py_left > 0) {
+        c->deadline.py_left = 1;
         if (sb[SB_DEADLINE_CLOCKS] < SB_FIRES_AT) sb[SB_DEADLINE_CLOCKS] = SB_FIRES_AT;
     }
-    c->exact_on = 0;
-    c->exact_pen[0] = c->exact_pen[1] = 0;
-    c->exact_key_winc = NULL;
+    c->exact.on = 0;
+    c->exact.pen[0] = c->exact.pen[1] = 0;
+    c->exact.key_winc = NULL;
     sb[SB_EXACT_EVENTS] = 0;
 }
 
 void exact_update(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    const struct p4c_out *o = &run.fold_out[vi];
-    c->exact_on = 0;
-    c->exact_pen[0] = c->exact_pen[1] = 0;
-    c->w_driver = -1;
-    if (!run.exact_on || !run.instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0) return;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    const struct p4c_out *o = &p4.run->fold_out[vi];
+    c->exact.on = 0;
+    c->exact.pen[0] = c->exact.pen[1] = 0;
+    c->deadline.w_driver = -1;
+    if (!p4.run->exact_on || !p4.run->instrument || o->nwatch <= 0 || !o->winc || o->budget <= 0)
+        return;
     /* the counter that drives the clock deadline (one whose increments memory outcomes
      * change is no W2 candidate: W2's weights are fixed at translation) */
     int cand = -1;
@@ -183,19 +185,25 @@ void exact_update(unsigned vi)
     for (int w = 0; w < o->nwatch; w++) {
         if (o->wmem >> o->widx[w] & 1) continue;
         int64_t clk = watch_clocks(o, w, o->whead[w]);
-        if (clk < best) { best = clk; cand = w; }
+        if (clk < best) {
+            best = clk;
+            cand = w;
+        }
     }
-    int slot = exact.active ? exact_take_up(c, o) : -1;
+    int slot = p4.exact->active ? exact_take_up(c, o) : -1;
     /* the counter that sets W's clock budget (W2's is left out: exact_budget) */
     int drv = -1;
     best = INT64_MAX;
     for (int w = 0; w < o->nwatch; w++) {
         int64_t clk = watch_clocks(o, w, o->whead[w]);
-        if (w != slot && clk < best) { best = clk; drv = w; }
+        if (w != slot && clk < best) {
+            best = clk;
+            drv = w;
+        }
     }
-    c->w_driver = drv >= 0 ? o->widx[drv] : -1;
-    if (cand < 0 || run.flush_pending || exact.flushes >= W2_MAX_FLUSHES) return;
-    if (exact.active) {
+    c->deadline.w_driver = drv >= 0 ? o->widx[drv] : -1;
+    if (cand < 0 || p4.run->flush_pending || p4.exact->flushes >= W2_MAX_FLUSHES) return;
+    if (p4.exact->active) {
         exact_vote(c, o);
     } else {
         exact_first(c, o, cand);
@@ -206,42 +214,43 @@ void exact_update(unsigned vi)
  * counters (what fast_check leaves in py_left), not W2's at its most events per clock */
 static void exact_budget(struct vcpu_counting *c, const struct p4c_out *o)
 {
-    if (!c->exact_on || c->py_left <= 0) return;
+    if (!c->exact.on || c->deadline.py_left <= 0) return;
     int64_t best = INT64_MAX;
     for (int w = 0; w < o->nwatch; w++) {
-        if (w == c->exact_slot) continue;
+        if (w == c->exact.slot) continue;
         int64_t clk = watch_clocks(o, w, o->whead[w]);
         if (clk < best) best = clk;
     }
-    c->py_left = best > 0 ? best : 1;
+    c->deadline.py_left = best > 0 ? best : 1;
 }
 
 /* Arm W: fire after min(py_left, PMI_RECHECK if a request is asserted) clocks from now;
  * `rest` clocks already added to W belong after this point. */
 void arm(unsigned vi, int64_t rest)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
-    int64_t h = c->py_left > 0 ? c->py_left : (int64_t)(SB_FIRES_AT >> 2);
-    if (c->pmi_level && run.pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
+    int64_t h = c->deadline.py_left > 0 ? c->deadline.py_left : (int64_t)(SB_FIRES_AT >> 2);
+    if (c->deadline.pmi_level && p4.run->pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
     if (h > (int64_t)(SB_FIRES_AT >> 2)) h = (int64_t)(SB_FIRES_AT >> 2);
-    c->w_base = SB_FIRES_AT - (uint64_t)h;
+    c->deadline.w_base = SB_FIRES_AT - (uint64_t)h;
     /* + the penalties reserved for silent branch outcomes not yet replayed; + SB_FORCE_FIRE while
      * cb_first's fold request is pending (cb_sched takes it off again) */
-    sb[SB_DEADLINE_CLOCKS] = c->w_base + (uint64_t)rest + c->w_resv * kinds.n_penalty +
-               (c->force_fold ? SB_FORCE_FIRE : 0);
-    if (!c->exact_on) {
+    sb[SB_DEADLINE_CLOCKS] = c->deadline.w_base + (uint64_t)rest +
+                             c->res.w_resv * p4.kinds->n_penalty +
+                             (c->deadline.force_fold ? SB_FORCE_FIRE : 0);
+    if (!c->exact.on) {
         sb[SB_EXACT_EVENTS] = 0; /* idle: 2^62 events away */
-    } else if (c->exact_fresh) {
+    } else if (c->exact.fresh) {
         /* exact_left counts from the fold or check just made; after an access inside a block
          * (rest > 0), the rest of that block runs in the next batch but its W2 increment
          * is in already: add the whole increment again (it may only fire early) */
         uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
-        int64_t h = c->exact_left > 0 ? c->exact_left : 0;
+        int64_t h = c->exact.left > 0 ? c->exact.left : 0;
         if (h > (int64_t)(SB_FIRES_AT >> 2)) h = (int64_t)(SB_FIRES_AT >> 2);
         sb[SB_EXACT_EVENTS] = SB_FIRES_AT - (uint64_t)h +
-                              (rest > 0 && cur ? blocks.by_id[cur]->exact_add : 0);
-        c->exact_fresh = 0;
+                              (rest > 0 && cur ? p4.blocks->by_id[cur]->exact_add : 0);
+        c->exact.fresh = 0;
     }
     /* else: W2 keeps counting from its last arming */
 }
@@ -249,29 +258,29 @@ void arm(unsigned vi, int64_t rest)
 /* Returns 1 if an interrupt was delivered to this vCPU. */
 int after_python(unsigned vi, int64_t rest_clocks)
 {
-    struct p4c_out *o = &run.fold_out[vi];
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (o->start) {
         o->start = 0;
-        if (run.count_mode && !run.instrument && !run.start_requested) counting_start();
+        if (p4.run->count_mode && !p4.run->instrument && !p4.run->start_requested) counting_start();
     }
-    c->py_left = o->budget > 0 ? o->budget : -1;
-    int lp = run.threads == 2 ? (int)(vi & 1) : 0;
-    c->pmi_level = o->pmi[lp] != 0;
+    c->deadline.py_left = o->budget > 0 ? o->budget : -1;
+    int lp = p4.run->threads == 2 ? (int)(vi & 1) : 0;
+    c->deadline.pmi_level = o->pmi[lp] != 0;
     exact_update(vi);
     exact_budget(c, o);
     lite_update();
     mem_update();
     arm(vi, rest_clocks);
     int delivered = 0;
-    if (run.pmi_on) {
-        for (int t = 0; t < run.threads; t++) {
+    if (p4.run->pmi_on) {
+        for (int t = 0; t < p4.run->threads; t++) {
             if (!o->pmi[t]) continue;
             if (t == lp) {
                 delivered |= pmi_deliver_here(vi) == 1;
             } else {
                 unsigned sib = vi ^ 1;
-                if ((int)sib < n_vcpus_max && run.per_vcpu[sib].init) {
+                if ((int)sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init) {
                     sibling_pmi(vi, sib);
                 }
             }
@@ -281,21 +290,24 @@ int after_python(unsigned vi, int64_t rest_clocks)
 }
 
 
-
 static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
 {
-    struct pensum *p = &run.penalty_sums[vi];
+    struct pensum *p = &p4.run->penalty_sums[vi];
     if (p->winc != o->winc || p->nkext != o->nkext) {
         p->winc = o->winc;
         p->nkext = o->nkext;
         p->ok = 1;
         memset(p->v, 0, sizeof(p->v));
         for (int os = 0; os < 2; os++) {
-            for (unsigned q = 0; q < kinds.n_penalty; q++) {
-                uint32_t pe = ext(kinds.penalty[q], os);
-                if (pe >= o->nkext) { p->ok = 0; break; }
+            for (unsigned q = 0; q < p4.kinds->n_penalty; q++) {
+                uint32_t pe = ext(p4.kinds->penalty[q], os);
+                if (pe >= o->nkext) {
+                    p->ok = 0;
+                    break;
+                }
                 const int32_t *row = o->winc + (size_t)pe * P4_NCOUNTERS;
-                for (int k = 0; k < P4_NCOUNTERS; k++) p->v[os][k] += row[k];
+                for (int k = 0; k < P4_NCOUNTERS; k++)
+                    p->v[os][k] += row[k];
             }
         }
     }
@@ -307,16 +319,16 @@ static const struct pensum *pen_sum(unsigned vi, const struct p4c_out *o)
 static struct dirty_sums *dirty_sums_for(unsigned vi, const struct vcpu_counting *c,
                                          const struct p4c_out *o)
 {
-    struct dirty_sums *d = &run.dirty_sums[vi];
+    struct dirty_sums *d = &p4.run->dirty_sums[vi];
     int same = d->winc == o->winc && d->nkext == o->nkext && d->nw == o->nwatch &&
-               d->folds == c->folds &&
+               d->folds == c->fold.folds &&
                !memcmp(d->widx, o->widx, sizeof(int32_t) * (size_t)o->nwatch);
     if (!same) {
         d->winc = o->winc;
         d->nkext = o->nkext;
         d->nw = o->nwatch;
         memcpy(d->widx, o->widx, sizeof(int32_t) * (size_t)o->nwatch);
-        d->folds = c->folds;
+        d->folds = c->fold.folds;
         d->n = 0;
     }
     return d;
@@ -334,7 +346,8 @@ static int dirty_sums_fill(struct dirty_sums *d, uint32_t i, const struct blk *b
     size_t need = stride * ((size_t)i + 1);
     if (need > d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 4096;
-        while (cap < need) cap *= 2;
+        while (cap < need)
+            cap *= 2;
         int64_t *v = realloc(d->v, sizeof(int64_t) * cap);
         if (!v) return 0;
         d->v = v;
@@ -350,7 +363,8 @@ static int dirty_sums_fill(struct dirty_sums *d, uint32_t i, const struct blk *b
             break;
         }
         const int32_t *row = inc + (size_t)x * P4_NCOUNTERS;
-        for (int w = 0; w < nw; w++) e[w] += (int64_t)b->hc[k] * row[d->widx[w]];
+        for (int w = 0; w < nw; w++)
+            e[w] += (int64_t)b->hc[k] * row[d->widx[w]];
     }
     for (unsigned v = 0; v < 4 && b->res; v++) {
         uint32_t x = ext(b->var[v], b->os);
@@ -379,9 +393,9 @@ static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const str
     const int nw = o->nwatch;
     const uint32_t nk = o->nkext;
     struct dirty_sums *d = dirty_sums_for(vi, c, o);
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        uint32_t id = c->dirty[i];
-        const struct blk *b = blocks.by_id[id];
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        uint32_t id = c->batch.dirty[i];
+        const struct blk *b = p4.blocks->by_id[id];
         if (i >= d->n) {
             if (!dirty_sums_fill(d, i, b, o, pen)) return 0;
             d->n = i + 1;
@@ -391,7 +405,8 @@ static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const str
         int64_t n = (int64_t)en_total(c, id);
         if (n) {
             if (beyond & 16) return 0;
-            for (int w = 0; w < nw; w++) U[w] += n * e[w];
+            for (int w = 0; w < nw; w++)
+                U[w] += n * e[w];
         }
         if (!b->res) continue;
         const struct block_outcomes *r = &b->res[vi];
@@ -399,15 +414,16 @@ static int unfolded_events(unsigned vi, const struct vcpu_counting *c, const str
             int64_t m = (int64_t)r->n[v];
             if (!m) continue;
             if (beyond & (1 << v)) return 0;
-            for (int w = 0; w < nw; w++) U[w] += m * e[nw * (1 + v) + w];
+            for (int w = 0; w < nw; w++)
+                U[w] += m * e[nw * (1 + v) + w];
         }
     }
-    for (uint32_t i = 0; i < c->ntouched; i++) {
-        uint32_t e = c->touched[i];
-        if (!c->acc[e]) continue;
+    for (uint32_t i = 0; i < c->batch.ntouched; i++) {
+        uint32_t e = c->batch.touched[i];
+        if (!c->batch.acc[e]) continue;
         if (e >= nk) return 0;
         for (int w = 0; w < nw; w++)
-            U[w] += c->acc[e] * inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
+            U[w] += c->batch.acc[e] * inc[(size_t)e * P4_NCOUNTERS + o->widx[w]];
     }
     return 1;
 }
@@ -452,12 +468,12 @@ static int next_block_events(const struct blk *next, const struct p4c_out *o,
  * unknown kinds, or the next block may overflow). */
 static int64_t fast_check(unsigned vi, const struct blk *next)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    struct p4c_out *o = &run.fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     int nw = o->nwatch;
     if (nw <= 0 || !o->winc) return 0;
-    c->fast_checks++;
-    c->fast_scanned += c->ndirty;
+    c->deadline.fast_checks++;
+    c->deadline.fast_scanned += c->batch.ndirty;
     silent_catch_up_all(vi); /* the silent branch outcomes so far */
     const struct pensum *pen = pen_sum(vi, o);
     if (!pen->ok) return 0;
@@ -473,16 +489,16 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
          * have happened.  Its head is one event, so the clock budget below is one clock
          * and the next block's entry is checked again */
         if (o->wfree >> o->widx[w] & 1 ? r <= 0 : r <= N[w]) return 0;
-        if (c->exact_on && w == c->exact_slot) {
+        if (c->exact.on && w == c->exact.slot) {
             /* W2 watches it exactly: events left before `next` runs */
-            c->exact_left = r;
-            c->exact_fresh = 1;
+            c->exact.left = r;
+            c->exact.fresh = 1;
             continue;
         }
         int64_t clk = watch_clocks(o, w, r);
         if (clk < best) best = clk;
     }
-    c->fast_deadlines++;
+    c->deadline.fast_deadlines++;
     return best > 0 ? best : 1;
 }
 
@@ -492,16 +508,16 @@ static void deadline_step(unsigned vi, uint32_t id);
 
 void cb_sched(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     uint32_t id = (uint32_t)(uintptr_t)ud;
-    const struct blk *b = blocks.by_id[id];
-    if (__builtin_expect(c->force_fold, 0)) control_hold(vi); /* a stop on its way */
+    const struct blk *b = p4.blocks->by_id[id];
+    if (__builtin_expect(c->deadline.force_fold, 0)) control_hold(vi); /* a stop on its way */
     c->cpl_os = b->os;
     if (trace_of(vi)) trace_block_entry(vi, b->vaddr);
     int need = 0;
-    if (c->force_fold) {
-        c->force_fold = 0;
+    if (c->deadline.force_fold) {
+        c->deadline.force_fold = 0;
         sb[SB_DEADLINE_CLOCKS] -= SB_FORCE_FIRE;
         need = 1;
     }
@@ -509,15 +525,15 @@ void cb_sched(unsigned int vi, void *ud)
     if (sb[SB_DEADLINE_CLOCKS] + mx < SB_FIRES_AT && !need) return;
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     /* clocks since the last arm; this block might take the deadline */
-    int64_t elapsed = (int64_t)(sb[SB_DEADLINE_CLOCKS] - c->w_base);
-    c->w_base = sb[SB_DEADLINE_CLOCKS];
-    if (c->py_left > 0) {
-        c->py_left -= elapsed;
-        if (c->py_left <= (int64_t)mx && !need) {
-            exact_note(c, c->w_driver);
+    int64_t elapsed = (int64_t)(sb[SB_DEADLINE_CLOCKS] - c->deadline.w_base);
+    c->deadline.w_base = sb[SB_DEADLINE_CLOCKS];
+    if (c->deadline.py_left > 0) {
+        c->deadline.py_left -= elapsed;
+        if (c->deadline.py_left <= (int64_t)mx && !need) {
+            exact_note(c, c->deadline.w_driver);
             int64_t ok = fast_check(vi, b);
             if (ok > 0) {
-                c->py_left = ok;
+                c->deadline.py_left = ok;
             } else {
                 need = 1;
             }
@@ -525,11 +541,11 @@ void cb_sched(unsigned int vi, void *ud)
     }
     if (!need) {
         /* only a look at the LVT: the request is still asserted */
-        int got = c->pmi_level && run.pmi_on ? pmi_deliver_here(vi) : 0;
+        int got = c->deadline.pmi_level && p4.run->pmi_on ? pmi_deliver_here(vi) : 0;
         arm(vi, 0);
         if (got == 1) {
-            c->batch_entry_b = 0;
-            qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+            c->batch.entry_b = 0;
+            qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
         }
         return;
     }
@@ -540,22 +556,22 @@ void cb_sched(unsigned int vi, void *ud)
  * limit in this block (W2's increments are upper bounds): decide exactly */
 void cb_exact_deadline(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)(uintptr_t)ud;
-    const struct blk *b = blocks.by_id[id];
-    if (!c->exact_on) {
+    const struct blk *b = p4.blocks->by_id[id];
+    if (!c->exact.on) {
         c->sbase[SB_EXACT_EVENTS] = 0;
         return;
     }
     c->cpl_os = b->os;
-    c->exact_checks++;
-    exact_note(c, run.fold_out[vi].widx[c->exact_slot]);
+    c->exact.checks++;
+    exact_note(c, p4.run->fold_out[vi].widx[c->exact.slot]);
     entry_settle(vi, c);
     int64_t ok = fast_check(vi, b);
     if (ok > 0) {
         /* not yet: fast_check re-computed the events left (and the clock budget of the
          * other watched counters) */
-        c->py_left = ok;
+        c->deadline.py_left = ok;
         arm(vi, 0);
         return;
     }
@@ -566,8 +582,8 @@ void cb_exact_deadline(unsigned int vi, void *ud)
  * the PMU, and an interrupt it raises is taken before the block */
 static void deadline_step(unsigned vi, uint32_t id)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    c->deadlines++;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    c->deadline.deadlines++;
     fold_at_entry(vi, id);
     uint8_t ovf[P4_NCOUNTERS];
     int watch = control_breaks();
@@ -575,14 +591,14 @@ static void deadline_step(unsigned vi, uint32_t id)
     if (!mirror_deadline(vi) && py_deadline(vi) != P4_PY_OK) {
         /* (reported by the bridge) tried again later: a passing failure loses no interrupt
          * for longer, a lasting one costs a call per retry */
-        run.fold_out[vi].budget = P4_DEADLINE_RETRY;
+        p4.run->fold_out[vi].budget = P4_DEADLINE_RETRY;
     }
-    if (watch) control_overflows(vi, ovf, -1, blocks.by_id[id]->vaddr);
+    if (watch) control_overflows(vi, ovf, -1, p4.blocks->by_id[id]->vaddr);
     if (after_python(vi, 0)) {
         /* take the interrupt before this block runs (its counting ops have not run yet);
          * the next batch starts with the handler's first block, not this one */
-        c->next_first = 0;
-        c->batch_entry_b = 0;
-        qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), regs.rip));
+        c->batch.next_first = 0;
+        c->batch.entry_b = 0;
+        qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
     }
 }

@@ -30,9 +30,41 @@ struct dirty_sums {
     int nw;
     int32_t widx[P4_NCOUNTERS];
     uint64_t folds;
-    uint32_t n;    /* entries filled */
-    size_t cap;    /* int64_t values allocated at v */
+    uint32_t n; /* entries filled */
+    size_t cap; /* int64_t values allocated at v */
     int64_t *v;
+};
+
+/* A vCPU's exact deadline (W2, "Exact deadlines"): on for this vCPU, the counter's watch
+ * slot, its events left before it may overflow (fresh: computed since W2 was last armed), the
+ * verdict's cache key (the increment table it was made for), and the candidate for the next
+ * signature with how many steps in a row it was the same */
+struct exact_vcpu {
+    int on, slot, fresh;
+    int64_t left;
+    const int32_t *key_winc;
+    uint32_t key_nk;
+    uint32_t key_match; /* counters whose column is the signature's */
+    int cand;
+    const int32_t *cand_winc;
+    uint32_t cand_nk, streak;
+    uint32_t votes[P4_NCOUNTERS], steps; /* deadline checks per counter (exact_vote) */
+    uint32_t pen[2];                     /* W2 events of a misprediction penalty at CPL 1-3 / 0 (the
+                            * signature's pen[]) while on, else 0 */
+    uint64_t checks;
+};
+
+/* A vCPU's deadline scheduling: W was armed at w_base (W >= SB_FIRES_AT fires); py_left =
+ * clocks until Python must fold (-1: no Python deadline); pmi_level: this LP's interrupt
+ * request is asserted (look at the LVT every PMI_RECHECK clocks until it is cleared) */
+struct deadline_vcpu {
+    uint64_t w_base;
+    int64_t py_left;
+    int pmi_level;
+    int force_fold; /* a fold is wanted at the next block entry (SB_FORCE_FIRE) */
+    int w_driver;   /* the counter that set W's clock budget, -1: none */
+    uint64_t deadlines, fast_deadlines;
+    uint64_t fast_checks, fast_scanned; /* C deadline checks, dirty blocks they looked at */
 };
 
 void exact_update(unsigned vi);

@@ -25,13 +25,13 @@
 #include "flush.h"
 #include "registers.h"
 #include "resolve.h"
+#include "state.h"
 
-struct direction_state directions;
 
 enum {
-    DIR_MAX_GROUP_FLIPS = 4,   /* direction changes per group (a branch that keeps changing
+    DIR_MAX_GROUP_FLIPS = 4, /* direction changes per group (a branch that keeps changing
                                 * its majority is left alone) */
-    DIR_LEAD_SHIFT = 8,        /* a change needs a lead of 1/2^8 of the window (4,096
+    DIR_LEAD_SHIFT = 8,      /* a change needs a lead of 1/2^8 of the window (4,096
                                 * outcomes at 2^20): a few translations' cost */
     DIR_MIN_LEAD = 2,
 };
@@ -60,7 +60,7 @@ static void group_tally(unsigned vi, uint32_t gid, uint64_t *against, uint64_t *
     *against = *with = 0;
     const struct group_state *g = group_state_peek(vi, gid);
     if (!g) return;
-    int t = blocks.groups[gid]->silent_t;
+    int t = p4.blocks->groups[gid]->silent_t;
     *against = g->dir[!t];
     *with = g->dir[t];
 }
@@ -81,22 +81,22 @@ static int rewrite_byte(unsigned vi, uint64_t hw)
  * blocks translated again join it).  0 when a member's physical address is unknown. */
 static int group_flip(unsigned vi, uint32_t gid)
 {
-    struct pred_group *gr = blocks.groups[gid];
+    struct pred_group *gr = p4.blocks->groups[gid];
     uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < nm; i++) {
-        if (blocks.by_id[gr->mem[i]]->br_hw == NO_HW) {
-            directions.unflippable++;
+        if (p4.blocks->by_id[gr->mem[i]]->br_hw == NO_HW) {
+            p4.directions->unflippable++;
             return 0;
         }
     }
     group_retire(vi, gid);
     gr->silent_t ^= 1;
     gr->flips++;
-    for (uint32_t i = 0; i < nm && run.dir_rewrite; i++) {
-        directions.rewrites += (uint64_t)rewrite_byte(vi, blocks.by_id[gr->mem[i]]->br_hw);
+    for (uint32_t i = 0; i < nm && p4.run->dir_rewrite; i++) {
+        p4.directions->rewrites += (uint64_t)rewrite_byte(vi, p4.blocks->by_id[gr->mem[i]]->br_hw);
     }
     __atomic_store_n(&gr->nmem, 0, __ATOMIC_RELEASE);
-    directions.groups_flipped++;
+    p4.directions->groups_flipped++;
     return 1;
 }
 
@@ -105,26 +105,26 @@ static int group_flip(unsigned vi, uint32_t gid)
  * (its outcome is about to be resolved), then start a new window. */
 void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (!run.dir_first_look || n_vcpus_max != 1) {
-        c->dir_look_at = UINT64_MAX; /* (directions=0, or several vCPUs: never) */
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (!p4.run->dir_first_look || p4.n_vcpus_max != 1) {
+        c->dir.look_at = UINT64_MAX; /* (directions=0, or several vCPUs: never) */
         return;
     }
-    c->dir_look_at = c->resolutions + run.dir_first_look;
-    directions.looks++;
-    if (!run.instrument || lite.active) {
+    c->dir.look_at = c->res.resolutions + p4.run->dir_first_look;
+    p4.directions->looks++;
+    if (!p4.run->instrument || p4.lite->active) {
         group_counts_reset(vi);
         return;
     }
     uint32_t skip1 = cur->end == BRK_COND ? cur->gid : 0;
-    uint32_t skip2 = prev ? blocks.by_id[prev]->gid : 0;
-    uint64_t lead = run.dir_first_look >> DIR_LEAD_SHIFT, changed = 0;
+    uint32_t skip2 = prev ? p4.blocks->by_id[prev]->gid : 0;
+    uint64_t lead = p4.run->dir_first_look >> DIR_LEAD_SHIFT, changed = 0;
     if (lead < DIR_MIN_LEAD) lead = DIR_MIN_LEAD;
-    for (uint32_t gid = 1; gid < blocks.n_groups; gid++) {
+    for (uint32_t gid = 1; gid < p4.blocks->n_groups; gid++) {
         uint64_t a, w;
         group_tally(vi, gid, &a, &w);
         if (a < w + lead || gid == skip1 || gid == skip2 ||
-            blocks.groups[gid]->flips >= DIR_MAX_GROUP_FLIPS) {
+            p4.blocks->groups[gid]->flips >= DIR_MAX_GROUP_FLIPS) {
             continue;
         }
         changed += (uint64_t)group_flip(vi, gid);
@@ -132,9 +132,10 @@ void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
     group_counts_reset(vi);
     if (changed) {
         DBG("directions: vCPU %u at %llu resolutions: %llu groups changed direction (%llu in "
-            "all, %llu branch bytes rewritten)\n", vi, (unsigned long long)c->resolutions,
-            (unsigned long long)changed, (unsigned long long)directions.groups_flipped,
-            (unsigned long long)directions.rewrites);
+            "all, %llu branch bytes rewritten)\n",
+            vi, (unsigned long long)c->res.resolutions, (unsigned long long)changed,
+            (unsigned long long)p4.directions->groups_flipped,
+            (unsigned long long)p4.directions->rewrites);
     }
 }
 
@@ -142,12 +143,12 @@ void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
  * translation was not dropped.  A flush drops it. */
 void directions_stale_ran(uint32_t id)
 {
-    directions.stale_runs++;
-    const struct blk *b = blocks.by_id[id];
+    p4.directions->stale_runs++;
+    const struct blk *b = p4.blocks->by_id[id];
     DBG("directions: block %u (%#llx, branch at physical %#llx, mode %u, %u instructions, "
-        "group %u changed %u times) ran after its group changed direction: flushing\n", id,
-        (unsigned long long)b->vaddr, (unsigned long long)b->br_hw, b->mode, b->n, b->gid,
-        blocks.groups[b->gid]->flips);
+        "group %u changed %u times) ran after its group changed direction: flushing\n",
+        id, (unsigned long long)b->vaddr, (unsigned long long)b->br_hw, b->mode, b->n, b->gid,
+        p4.blocks->groups[b->gid]->flips);
     flush_for_stale_block();
 }
 
@@ -160,15 +161,15 @@ void directions_stale_ran(uint32_t id)
  * the direction it ran with.  No stale block is left. */
 void groups_after_flush(void)
 {
-    for (int vi = 0; vi < n_vcpus_max; vi++) {
-        if (run.per_vcpu[vi].init) silent_catch_up_all((unsigned)vi);
+    for (int vi = 0; vi < p4.n_vcpus_max; vi++) {
+        if (p4.run->per_vcpu[vi].init) silent_catch_up_all((unsigned)vi);
     }
-    for (uint32_t gid = 1; gid < blocks.n_groups; gid++) {
-        struct pred_group *gr = blocks.groups[gid];
+    for (uint32_t gid = 1; gid < p4.blocks->n_groups; gid++) {
+        struct pred_group *gr = p4.blocks->groups[gid];
         gr->stale = 0;
         if (!gr->nmem) continue;
-        for (int vi = 0; vi < n_vcpus_max; vi++) {
-            if (run.per_vcpu[vi].init && group_state_peek((unsigned)vi, gid))
+        for (int vi = 0; vi < p4.n_vcpus_max; vi++) {
+            if (p4.run->per_vcpu[vi].init && group_state_peek((unsigned)vi, gid))
                 group_release((unsigned)vi, gid);
         }
         __atomic_store_n(&gr->nmem, 0, __ATOMIC_RELEASE);

@@ -9,7 +9,11 @@
 
 #include "counting_types.h"
 
-extern struct direction_state directions;
+
+/* a vCPU's next look at the directions */
+struct directions_vcpu {
+    uint64_t look_at; /* resolutions at which directions.c looks next */
+};
 
 void directions_update(unsigned vi, const struct blk *cur, uint32_t prev);
 void directions_stale_ran(uint32_t id);

@@ -12,35 +12,24 @@
 
 #include "flush.h"
 #include "counting.h"
-#include "deadline.h"
-#include "directions.h"
-#include "install.h"
 #include "kinds.h"
 #include "memory.h"
-#include "registers.h"
+#include "state.h"
 
-
-struct exact_deadline_state exact;
 
 /* One translation-cache flush at a time (qemu_plugin_reset drops a second request while one
- * is under way): it installs what is wanted when it runs (a W2 signature, the level). */
-
-
-struct lite_level_state lite;
-
-/* the memory level of the run (memory.h; switched here: mem_update, mem_set) */
-struct memory_level_state memlvl;
+ * is under way): it installs what is wanted when it runs (a W2 signature, the levels). */
 
 /* The level the programming wants: 1 outcome-free, 0 full, -1 either (no counter may count:
  * the level in force is kept, so that a driver that disables everything around its idle
  * loop or scheduling costs no flushes) */
 static int lite_wanted(void)
 {
-    if (!run.lite_on || run.threads != 1 || n_vcpus_max != 1 || run.branch_trace ||
-        !run.fold_out || !run.per_vcpu[0].init) {
+    if (!p4.run->lite_on || p4.run->threads != 1 || p4.n_vcpus_max != 1 || p4.run->branch_trace ||
+        !p4.run->fold_out || !p4.run->per_vcpu[0].init) {
         return 0;
     }
-    int w = run.fold_out[0].lite;
+    int w = p4.run->fold_out[0].lite;
     return w == P4_LITE_EITHER ? -1 : w != 0;
 }
 
@@ -48,17 +37,17 @@ static int lite_wanted(void)
 static int lite_choice(void)
 {
     int w = lite_wanted();
-    return w < 0 ? lite.active : w;
+    return w < 0 ? p4.lite->active : w;
 }
 
 /* the translation level for the blocks translated from now on (all vCPUs are stopped) */
 static void lite_set(int on)
 {
-    if (on == lite.active) return;
-    if (on) lite.installs++;
-    else lite.removals++;
-    lite.streak = 0;
-    __atomic_store_n(&lite.active, on, __ATOMIC_RELEASE);
+    if (on == p4.lite->active) return;
+    if (on) p4.lite->installs++;
+    else p4.lite->removals++;
+    p4.lite->streak = 0;
+    __atomic_store_n(&p4.lite->active, on, __ATOMIC_RELEASE);
     DBG("counting: %s level (translation cache flushed)\n", on ? "outcome-free" : "full");
 }
 
@@ -67,11 +56,11 @@ static void lite_set(int on)
  * counter may count anywhere (keep the level) */
 static int mem_wanted(void)
 {
-    if (!run.fold_out) return -1;
+    if (!p4.run->fold_out) return -1;
     int want = -1;
-    for (int i = 0; i < n_vcpus_max; i++) {
-        if (!run.per_vcpu[i].init) continue;
-        int w = run.fold_out[i].mem;
+    for (int i = 0; i < p4.n_vcpus_max; i++) {
+        if (!p4.run->per_vcpu[i].init) continue;
+        int w = p4.run->fold_out[i].mem;
         if (w == P4_LITE_EITHER) continue;
         want = (want < 0 ? 0 : want) | (w & P4_MEM_ALL);
     }
@@ -81,21 +70,24 @@ static int mem_wanted(void)
 static int mem_choice(void)
 {
     int w = mem_wanted();
-    return w < 0 ? memlvl.active : w;
+    return w < 0 ? p4.memlvl->active : w;
 }
 
 static void mem_set(int on)
 {
-    if (on == memlvl.active) return;
-    int added = on & ~memlvl.active;
-    if (added) memlvl.installs++;
+    if (on == p4.memlvl->active) return;
+    int added = on & ~p4.memlvl->active;
+    if (added) p4.memlvl->installs++;
     mem_models_reset(added, on);
-    if (memlvl.active & ~on) memlvl.removals++;
-    memlvl.streak = 0;
-    __atomic_store_n(&memlvl.active, on, __ATOMIC_RELEASE);
+    if (p4.memlvl->active & ~on) p4.memlvl->removals++;
+    p4.memlvl->streak = 0;
+    __atomic_store_n(&p4.memlvl->active, on, __ATOMIC_RELEASE);
     DBG("counting: memory level %s%s%s%s (translation cache flushed)\n",
         on & P4_MEM_DATA ? "data " : "", on & P4_MEM_FETCH ? "fetch " : "",
-        on & P4_MEM_CODE ? "code " : "", on & P4_MEM_SB ? "stores" : on ? "" : "off");
+        on & P4_MEM_CODE ? "code " : "",
+        on & P4_MEM_SB ? "stores"
+        : on           ? ""
+                       : "off");
 }
 
 static void reset_done(void *ud)
@@ -103,8 +95,8 @@ static void reset_done(void *ud)
     (void)ud;
     lite_set(lite_choice());
     mem_set(mem_choice());
-    __atomic_store_n(&run.instrument, 1, __ATOMIC_SEQ_CST);
-    register_callbacks();
+    __atomic_store_n(&p4.run->instrument, 1, __ATOMIC_SEQ_CST);
+    p4.up.register_callbacks();
     DBG("counting: instrumentation on (translation cache flushed)\n");
 }
 
@@ -114,25 +106,25 @@ static void reset_done(void *ud)
 static void flush_installed(void *ud)
 {
     (void)ud;
-    if (run.instrument) groups_after_flush();
+    if (p4.run->instrument) p4.up.groups_after_flush();
     lite_set(lite_choice());
     mem_set(mem_choice());
-    if (!exact.req) {
-        __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
-        register_callbacks();
+    if (!p4.exact->req) {
+        __atomic_store_n(&p4.run->flush_pending, 0, __ATOMIC_RELEASE);
+        p4.up.register_callbacks();
         return;
     }
-    exact.req = 0;
-    exact.sig = exact.next;
-    exact.flushes++;
-    for (int i = 0; i < n_vcpus_max; i++) {
-        if (run.per_vcpu[i].init) exact_drop((unsigned)i);
+    p4.exact->req = 0;
+    p4.exact->sig = p4.exact->next;
+    p4.exact->flushes++;
+    for (int i = 0; i < p4.n_vcpus_max; i++) {
+        if (p4.run->per_vcpu[i].init) p4.up.exact_drop((unsigned)i);
     }
-    __atomic_store_n(&exact.active, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&run.flush_pending, 0, __ATOMIC_RELEASE);
-    register_callbacks();
+    __atomic_store_n(&p4.exact->active, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&p4.run->flush_pending, 0, __ATOMIC_RELEASE);
+    p4.up.register_callbacks();
     DBG("counting: exact deadlines for counter %d (signature %u; translation cache flushed)\n",
-        exact.sig.ctr, exact.flushes);
+        p4.exact->sig.ctr, p4.exact->flushes);
 }
 
 /* Ask for a flush (no-op while one is under way: it installs what is wanted when it runs).
@@ -140,7 +132,7 @@ static void flush_installed(void *ud)
 static int flush_request(void)
 {
     int idle = 0; /* one request at a time, whichever vCPU thread asks first */
-    if (!__atomic_compare_exchange_n(&run.flush_pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
+    if (!__atomic_compare_exchange_n(&p4.run->flush_pending, &idle, 1, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
         return 0;
     }
@@ -152,34 +144,35 @@ static int flush_request(void)
  * a row that want it. */
 void lite_update(void)
 {
-    if (!run.instrument) return; /* not started: reset_done chooses */
+    if (!p4.run->instrument) return; /* not started: reset_done chooses */
     int want = lite_wanted();
-    if (want < 0 || want == lite.active) {
-        lite.streak = 0;
+    if (want < 0 || want == p4.lite->active) {
+        p4.lite->streak = 0;
         return;
     }
-    if (want && (lite.installs >= LITE_MAX_INSTALLS || ++lite.streak < LITE_STREAK)) return;
-    if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+    if (want && (p4.lite->installs >= LITE_MAX_INSTALLS || ++p4.lite->streak < LITE_STREAK)) return;
+    if (flush_request()) qemu_plugin_reset(p4.run->plugin_id, flush_installed, NULL);
 }
 
 void mem_update(void)
 {
-    if (!run.instrument) return; /* not started: reset_done chooses */
+    if (!p4.run->instrument) return; /* not started: reset_done chooses */
     int want = mem_wanted();
-    if (want < 0 || want == memlvl.active) {
-        memlvl.streak = 0;
+    if (want < 0 || want == p4.memlvl->active) {
+        p4.memlvl->streak = 0;
         return;
     }
     /* something more at once; something less after a streak (and not too often) */
-    if (!(want & ~memlvl.active) &&
-        (memlvl.removals >= MEM_MAX_REMOVALS || ++memlvl.streak < MEM_STREAK)) return;
-    if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+    if (!(want & ~p4.memlvl->active) &&
+        (p4.memlvl->removals >= MEM_MAX_REMOVALS || ++p4.memlvl->streak < MEM_STREAK))
+        return;
+    if (flush_request()) qemu_plugin_reset(p4.run->plugin_id, flush_installed, NULL);
 }
 
 /* A block that should have been dropped ran (directions.c): a flush drops it */
 void flush_for_stale_block(void)
 {
-    if (flush_request()) qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+    if (flush_request()) qemu_plugin_reset(p4.run->plugin_id, flush_installed, NULL);
 }
 
 /* Ask for counter widx[slot] of fold output `o` as the exact-deadline signature (a flush). */
@@ -197,14 +190,14 @@ void exact_request(const struct p4c_out *o, int slot)
     if (o->wrate[slot] > rate) rate = o->wrate[slot];
     struct exact_signature g = {ctr, nk, col, rate, {0, 0}};
     for (int os = 0; os < 2; os++) {
-        for (unsigned q = 0; q < kinds.n_penalty; q++) {
-            g.pen[os] += exact_increment(&g, ext(kinds.penalty[q], os), 1);
+        for (unsigned q = 0; q < p4.kinds->n_penalty; q++) {
+            g.pen[os] += exact_increment(&g, ext(p4.kinds->penalty[q], os), 1);
         }
     }
-    exact.next = g; /* (the previous signature's column stays allocated: blocks were weighted
+    p4.exact->next = g; /* (the previous signature's column stays allocated: blocks were weighted
                   * with it until the flush) */
-    exact.req = 1;
-    qemu_plugin_reset(run.plugin_id, flush_installed, NULL);
+    p4.exact->req = 1;
+    qemu_plugin_reset(p4.run->plugin_id, flush_installed, NULL);
 }
 
 /* count=auto: the guest enabled a counter for the first time.  qemu_plugin_reset flushes the
@@ -212,6 +205,6 @@ void exact_request(const struct p4c_out *o, int slot)
  * reset_done registers them again with instrumentation on. */
 void counting_start(void)
 {
-    run.start_requested = 1;
-    qemu_plugin_reset(run.plugin_id, reset_done, NULL);
+    p4.run->start_requested = 1;
+    qemu_plugin_reset(p4.run->plugin_id, reset_done, NULL);
 }

@@ -9,9 +9,6 @@
 
 #include "counting_types.h"
 
-extern struct exact_deadline_state exact;
-extern struct lite_level_state lite;
-
 
 void lite_update(void);
 /* After a step or a switch of programming: install the memory level at once when a counter

@@ -1,7 +1,8 @@
 /*
  * p4pmu: folds: the activity since the last fold closed into a vCPU's p4c_out (joint
  * histogram over (kind, CPL), adjacent pairs, totals) at a block entry, a PMU access or
- * between blocks (docs/guest-events.md).
+ * between blocks (docs/guest-events.md); with threads=2, the core's clock timeline the folded
+ * clocks join (SDM Vol. 3B 18.16).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -9,40 +10,70 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "fold.h"
 #include "batch.h"
 #include "blocks.h"
 #include "counting.h"
 #include "cuts.h"
-#include "install.h"
 #include "kinds.h"
 #include "memory.h"
-#include "registers.h"
 #include "resolve.h"
-#include "siblings.h"
+#include "state.h"
+
+/* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local
+ * clock that its own clocks advance; the core's clock is the larger of the two.  A clock of
+ * an LP at or before the core's clock coincides with a clock the sibling already put on the
+ * timeline (both LPs ran in it: one core clock, SDM 18.16 -- the LPs share the core's clock);
+ * only the clocks beyond it are new core clocks.  A halted LP's local clock stands still;
+ * when it runs again it joins the core's clock (lp_resync).  Returns the batch's shared
+ * clocks (its first ones, in time). */
+void lp_resync(unsigned vi)
+{
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (p4.run->threads != 2 || !p4.run->core_clock) return;
+    uint64_t core = __atomic_load_n(&p4.run->core_clock[vi >> 1], __ATOMIC_SEQ_CST);
+    if (!c->fold.lclk_on || c->fold.lclk < core) c->fold.lclk = core;
+    c->fold.lclk_on = 1;
+}
+
+int64_t lp_timeline(unsigned vi, int64_t clocks)
+{
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (p4.run->threads != 2 || !p4.run->core_clock || clocks <= 0) return 0;
+    if (!c->fold.lclk_on) lp_resync(vi); /* the LP's first clocks start at the core's clock */
+    uint64_t *cc = &p4.run->core_clock[vi >> 1];
+    c->fold.lclk += (uint64_t)clocks;
+    uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
+    while (cur < c->fold.lclk && !__atomic_compare_exchange_n(cc, &cur, c->fold.lclk, 0,
+                                                              __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    int64_t fresh = cur < c->fold.lclk ? (int64_t)(c->fold.lclk - cur) : 0;
+    return fresh >= clocks ? 0 : clocks - fresh;
+}
 
 static void out_push(struct vcpu_counting *c, uint32_t e, int64_t n)
 {
-    if (c->o_n == c->o_cap) {
-        c->o_cap *= 2;
-        c->o_ext = realloc(c->o_ext, sizeof(uint32_t) * c->o_cap);
-        c->o_cnt = realloc(c->o_cnt, sizeof(int64_t) * c->o_cap);
+    if (c->fold.o_n == c->fold.o_cap) {
+        c->fold.o_cap *= 2;
+        c->fold.o_ext = realloc(c->fold.o_ext, sizeof(uint32_t) * c->fold.o_cap);
+        c->fold.o_cnt = realloc(c->fold.o_cnt, sizeof(int64_t) * c->fold.o_cap);
     }
-    c->o_ext[c->o_n] = e;
-    c->o_cnt[c->o_n++] = n;
+    c->fold.o_ext[c->fold.o_n] = e;
+    c->fold.o_cnt[c->fold.o_n++] = n;
 }
 
 static void out_pair(struct vcpu_counting *c, uint32_t a, uint32_t b, int64_t n)
 {
-    if (c->o_np == c->o_pcap) {
-        c->o_pcap *= 2;
-        c->o_pa = realloc(c->o_pa, sizeof(uint32_t) * c->o_pcap);
-        c->o_pb = realloc(c->o_pb, sizeof(uint32_t) * c->o_pcap);
-        c->o_pn = realloc(c->o_pn, sizeof(int64_t) * c->o_pcap);
+    if (c->fold.o_np == c->fold.o_pcap) {
+        c->fold.o_pcap *= 2;
+        c->fold.o_pa = realloc(c->fold.o_pa, sizeof(uint32_t) * c->fold.o_pcap);
+        c->fold.o_pb = realloc(c->fold.o_pb, sizeof(uint32_t) * c->fold.o_pcap);
+        c->fold.o_pn = realloc(c->fold.o_pn, sizeof(int64_t) * c->fold.o_pcap);
     }
-    c->o_pa[c->o_np] = a;
-    c->o_pb[c->o_np] = b;
-    c->o_pn[c->o_np++] = n;
+    c->fold.o_pa[c->fold.o_np] = a;
+    c->fold.o_pb[c->fold.o_np] = b;
+    c->fold.o_pn[c->fold.o_np++] = n;
 }
 
 /* The dirty blocks' executions and the outcomes the fast resolution path counted per block,
@@ -51,24 +82,24 @@ static void out_pair(struct vcpu_counting *c, uint32_t a, uint32_t b, int64_t n)
 static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
 {
     uint64_t *sb = scoreboard_of(vi);
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        uint32_t id = c->dirty[i];
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        uint32_t id = c->batch.dirty[i];
         uint64_t n = en_total(c, id);
         if (!n) continue;
         sb[SB_HDR + id] = 0;
-        const struct blk *b = blocks.by_id[id];
+        const struct blk *b = p4.blocks->by_id[id];
         if (b->gate) *bank_w(c, b) = 0;
         for (uint32_t k = 0; k < b->nk; k++)
             acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
         for (uint32_t k = 0; k < b->np && pairs; k++)
-            pair_hash_add(&c->pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os),
+            pair_hash_add(&c->batch.pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os),
                           (int64_t)(n * b->pc[k]));
-        c->firsts[b->os ? 1 : 0] += (int64_t)n;
-        c->insn_total += n * b->n;
+        c->batch.firsts[b->os ? 1 : 0] += (int64_t)n;
+        c->fold.insn_total += n * b->n;
         if (!dyn_end(b)) acc_last_add(c, ext(b->last_k, b->os), (int64_t)n);
     }
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        const struct blk *b = blocks.by_id[c->dirty[i]];
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
         if (!b->res) continue;
         struct block_outcomes *r = &b->res[vi];
         for (unsigned v = 0; v < 4; v++) {
@@ -78,8 +109,8 @@ static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
             expand_outcomes(c, b, v, n);
         }
     }
-    c->ndirty = 0;
-    if (c->open_b) c->open_stamp = en_total(c, c->open_b);
+    c->batch.ndirty = 0;
+    if (c->batch.open_b) c->batch.open_stamp = en_total(c, c->batch.open_b);
 }
 
 /* The batch's clocks per ext kind into the output; the per-counter totals of the columns
@@ -93,19 +124,23 @@ static int64_t fold_kinds(struct vcpu_counting *c, const struct p4c_out *o, int6
     for (int k = 0; k < P4_NCOUNTERS; k++) {
         if (o->tmask & (1u << k)) tcol[ntcol++] = k;
     }
-    for (uint32_t i = 0; i < c->ntouched; i++) {
-        uint32_t e = c->touched[i];
-        if (c->acc[e] < 0) { c->o_bad++; c->acc[e] = 0; }
-        if (!c->acc[e]) continue;
-        out_push(c, e, c->acc[e]);
-        clocks += c->acc[e];
+    for (uint32_t i = 0; i < c->batch.ntouched; i++) {
+        uint32_t e = c->batch.touched[i];
+        if (c->batch.acc[e] < 0) {
+            c->fold.o_bad++;
+            c->batch.acc[e] = 0;
+        }
+        if (!c->batch.acc[e]) continue;
+        out_push(c, e, c->batch.acc[e]);
+        clocks += c->batch.acc[e];
         if (!*tot_ok) continue;
         if (e >= o->nkext) {
             *tot_ok = 0;
             continue;
         }
         const int32_t *row = o->winc + (size_t)e * P4_NCOUNTERS;
-        for (int j = 0; j < ntcol; j++) tot[tcol[j]] += c->acc[e] * row[tcol[j]];
+        for (int j = 0; j < ntcol; j++)
+            tot[tcol[j]] += c->batch.acc[e] * row[tcol[j]];
     }
     return clocks;
 }
@@ -114,56 +149,59 @@ static int64_t fold_kinds(struct vcpu_counting *c, const struct p4c_out *o, int6
  * bubble, same CPL first) and the batch's first clock; counts what does not add up in
  * o_bad.  `last` and `last_is_end` as for fold_close; cols[]: the execution starts left
  * unpaired per CPL (0 when all is well). */
-static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_end,
-                            int64_t clocks, int pairs, int64_t cols[2])
+static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_end, int64_t clocks,
+                            int pairs, int64_t cols[2])
 {
-    if (!c->next_first) {
+    if (!c->batch.next_first) {
         /* first batch (or after an access outside any known block): it starts with the
          * first block execution in it */
-        if (c->firsts[1] > 0) c->next_first = ext(kinds.bubble, 1) + 1;
-        else if (c->firsts[0] > 0) c->next_first = ext(kinds.bubble, 0) + 1;
-        c->next_first_bubble = 1;
+        if (c->batch.firsts[1] > 0) c->batch.next_first = ext(p4.kinds->bubble, 1) + 1;
+        else if (c->batch.firsts[0] > 0) c->batch.next_first = ext(p4.kinds->bubble, 0) + 1;
+        c->batch.next_first_bubble = 1;
     }
-    if (c->next_first && c->next_first_bubble) {
-        c->firsts[(c->next_first - 1) & 1]--;
+    if (c->batch.next_first && c->batch.next_first_bubble) {
+        c->batch.firsts[(c->batch.next_first - 1) & 1]--;
     }
     /* (not after an empty batch -- two folds with nothing in between: its last clock was the
      * previous batch's; through acc_last_add, so that the entry is reset below) */
     if (last && last_is_end && clocks) acc_last_add(c, last - 1, -1);
-    cols[0] = c->firsts[0];
-    cols[1] = c->firsts[1];
-    uint32_t bub[2] = {ext(kinds.bubble, 0), ext(kinds.bubble, 1)};
+    cols[0] = c->batch.firsts[0];
+    cols[1] = c->batch.firsts[1];
+    uint32_t bub[2] = {ext(p4.kinds->bubble, 0), ext(p4.kinds->bubble, 1)};
     for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < c->ntouched; i++) {
-            uint32_t e = c->touched[i];
-            int64_t r = c->acc_last[e];
+        for (uint32_t i = 0; i < c->batch.ntouched; i++) {
+            uint32_t e = c->batch.touched[i];
+            int64_t r = c->batch.acc_last[e];
             if (r <= 0) continue;
             int os = (int)(e & 1);
             int col = pass == 0 ? os : !os;
             int64_t t = r < cols[col] ? r : cols[col];
             if (t > 0) {
-                if (pairs) pair_hash_add(&c->pairs, e, bub[col], t);
+                if (pairs) pair_hash_add(&c->batch.pairs, e, bub[col], t);
                 cols[col] -= t;
-                c->acc_last[e] -= t;
+                c->batch.acc_last[e] -= t;
             }
         }
     }
-    for (uint32_t i = 0; i < c->ntouched; i++) {
-        if (c->acc_last[c->touched[i]] > 0) c->o_bad++;
+    for (uint32_t i = 0; i < c->batch.ntouched; i++) {
+        if (c->batch.acc_last[c->batch.touched[i]] > 0) c->fold.o_bad++;
     }
-    if (cols[0] > 0 || cols[1] > 0) c->o_bad++;
+    if (cols[0] > 0 || cols[1] > 0) c->fold.o_bad++;
 }
 
 /* The adjacent pairs into the output; counts negative ones in o_bad.  Returns how many. */
 static int64_t fold_pairs(struct vcpu_counting *c, int pairs)
 {
     int64_t npairs = 0;
-    for (uint32_t i = 0; i < c->pairs.n && pairs; i++) {
-        uint32_t s = c->pairs.used[i];
-        int64_t v = c->pairs.val[s];
-        if (v < 0) { c->o_bad++; continue; }
+    for (uint32_t i = 0; i < c->batch.pairs.n && pairs; i++) {
+        uint32_t s = c->batch.pairs.used[i];
+        int64_t v = c->batch.pairs.val[s];
+        if (v < 0) {
+            c->fold.o_bad++;
+            continue;
+        }
         if (!v) continue;
-        uint64_t k = c->pairs.key[s] - 1;
+        uint64_t k = c->batch.pairs.key[s] - 1;
         out_pair(c, (uint32_t)(k >> 32), (uint32_t)k, v);
         npairs += v;
     }
@@ -172,65 +210,66 @@ static int64_t fold_pairs(struct vcpu_counting *c, int pairs)
 
 /* Inconsistent bookkeeping (never expected): say so at once (and at exit, counting_report),
  * not only in the access log's "# feeder: ... repaired"; with P4PMU_DEBUG, the details. */
-static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last,
-                            int last_is_end, int64_t clocks, int64_t npairs,
-                            const int64_t cols[2])
+static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last, int last_is_end,
+                            int64_t clocks, int64_t npairs, const int64_t cols[2])
 {
-    if (!c->bad_folds++) {
-        fprintf(stderr, "p4pmu: warning: counting bookkeeping error on vCPU %u at fold %llu "
-                "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
-                "so EDGE counts may be off)\n", vi, (unsigned long long)c->folds);
+    if (!c->fold.bad_folds++) {
+        p4_message("p4pmu: warning: counting bookkeeping error on vCPU %u at fold %llu "
+                   "(a plugin bug; the batch is repaired: totals kept, adjacent clock pairs and "
+                   "so EDGE counts may be off)\n",
+                   vi, (unsigned long long)c->fold.folds);
     }
-    if (!debug) return;
-    fprintf(stderr, "p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
-            "first=%u(b%d) last=%u end=%d\n", vi, c->o_bad, (long long)clocks,
-            (long long)npairs, (long long)cols[0], (long long)cols[1], c->next_first,
-            c->next_first_bubble, last, last_is_end);
-    for (uint32_t i = 0; i < c->ntouched; i++) {
-        uint32_t e = c->touched[i];
-        if (c->acc[e] || c->acc_last[e])
-            fprintf(stderr, "p4pmu-debug:   ext %u acc %lld last-left %lld\n", e,
-                    (long long)c->acc[e], (long long)c->acc_last[e]);
+    if (!p4.debug) return;
+    p4_message("p4pmu-debug: fold vCPU %u: bad=%d clocks=%lld pairs=%lld cols=%lld/%lld "
+               "first=%u(b%d) last=%u end=%d\n",
+               vi, c->fold.o_bad, (long long)clocks, (long long)npairs, (long long)cols[0],
+               (long long)cols[1], c->batch.next_first, c->batch.next_first_bubble, last,
+               last_is_end);
+    for (uint32_t i = 0; i < c->batch.ntouched; i++) {
+        uint32_t e = c->batch.touched[i];
+        if (c->batch.acc[e] || c->batch.acc_last[e])
+            p4_message("p4pmu-debug:   ext %u acc %lld last-left %lld\n", e,
+                       (long long)c->batch.acc[e], (long long)c->batch.acc_last[e]);
     }
 }
 
 /* the accumulators restart empty */
 static void fold_reset(struct vcpu_counting *c)
 {
-    for (uint32_t i = 0; i < c->ntouched; i++) {
-        uint32_t e = c->touched[i];
-        c->acc[e] = c->acc_last[e] = 0;
-        c->tmark[e] = 0;
+    for (uint32_t i = 0; i < c->batch.ntouched; i++) {
+        uint32_t e = c->batch.touched[i];
+        c->batch.acc[e] = c->batch.acc_last[e] = 0;
+        c->batch.tmark[e] = 0;
     }
-    c->ntouched = 0;
-    c->firsts[0] = c->firsts[1] = 0;
-    pair_hash_clear(&c->pairs);
+    c->batch.ntouched = 0;
+    c->batch.firsts[0] = c->batch.firsts[1] = 0;
+    pair_hash_clear(&c->batch.pairs);
 }
 
 /* The output arrays, boundaries and totals into the vCPU's p4c_out for Python; the
  * sibling's state for the next batch's label. */
 static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, int64_t clocks)
 {
-    struct p4c_out *o = &run.fold_out[vi];
-    o->ext = c->o_ext;
-    o->cnt = c->o_cnt;
-    o->n = c->o_n;
-    o->pa = c->o_pa;
-    o->pb = c->o_pb;
-    o->pn = c->o_pn;
-    o->np = c->o_np;
-    o->first = c->next_first ? c->next_first - 1 : (c->o_n ? c->o_ext[0] : 0);
+    struct p4c_out *o = &p4.run->fold_out[vi];
+    o->ext = c->fold.o_ext;
+    o->cnt = c->fold.o_cnt;
+    o->n = c->fold.o_n;
+    o->pa = c->fold.o_pa;
+    o->pb = c->fold.o_pb;
+    o->pn = c->fold.o_pn;
+    o->np = c->fold.o_np;
+    o->first = c->batch.next_first ? c->batch.next_first - 1 : (c->fold.o_n ? c->fold.o_ext[0] : 0);
     o->last = last ? last - 1 : o->first;
     o->clocks = clocks;
-    c->clk_total += (uint64_t)clocks;
-    o->bad = c->o_bad;
-    int sib = run.threads == 2 ? (int)(vi ^ 1) : -1;
-    o->other_active = c->oth_active;
-    o->other_os = c->oth_os;
+    c->fold.clk_total += (uint64_t)clocks;
+    o->bad = c->fold.o_bad;
+    int sib = p4.run->threads == 2 ? (int)(vi ^ 1) : -1;
+    o->other_active = c->fold.oth_active;
+    o->other_os = c->fold.oth_os;
     o->shared = lp_timeline(vi, clocks);
-    c->oth_active = sib >= 0 && sib < n_vcpus_max && run.per_vcpu[sib].init &&
-                    !lp_halted(&run.per_vcpu[sib]);
-    c->oth_os = sib >= 0 && sib < n_vcpus_max ? run.per_vcpu[sib].cpl_os : 0;
+    c->fold.oth_active = sib >= 0 && sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init &&
+                         !lp_halted(&p4.run->per_vcpu[sib]);
+    c->fold.oth_os = sib >= 0 && sib < p4.n_vcpus_max ? p4.run->per_vcpu[sib].cpl_os : 0;
     /* budget, pmi[] and start keep what Python wrote last (it rewrites them whenever they
      * may change) */
     o->seq = NULL;
@@ -244,19 +283,19 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
  */
 static void fold_close(unsigned vi, uint32_t last, int last_is_end)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    struct p4c_out *o = &run.fold_out[vi];
-    c->folds++;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
+    c->fold.folds++;
     /* the batch's adjacent clock pairs only when a counter needs them (an EDGE detector:
      * Python says so for the programming of this batch, threads=1); else only the few
      * collected during execution, dropped below, and no pair check */
-    const int pairs = !(o->nopairs && run.threads == 1);
-    c->pairless_folds += !pairs;
+    const int pairs = !(o->nopairs && p4.run->threads == 1);
+    c->fold.pairless_folds += !pairs;
     int mem_keep = mem_fold_begin(c);
     silent_before_fold(vi);
     fold_blocks(vi, c, pairs);
-    c->o_n = c->o_np = 0;
-    c->o_bad = 0;
+    c->fold.o_n = c->fold.o_np = 0;
+    c->fold.o_bad = 0;
     int tot_ok = o->winc != NULL && o->tot_ok >= 0;
     int64_t tot[P4_NCOUNTERS];
     memset(tot, 0, sizeof(tot));
@@ -264,8 +303,8 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     int64_t cols[2];
     fold_boundaries(c, last, last_is_end, clocks, pairs, cols);
     int64_t npairs = fold_pairs(c, pairs);
-    if (clocks && npairs != clocks - 1 && pairs) c->o_bad++;
-    if (c->o_bad) fold_report_bad(vi, c, last, last_is_end, clocks, npairs, cols);
+    if (clocks && npairs != clocks - 1 && pairs) c->fold.o_bad++;
+    if (c->fold.o_bad) fold_report_bad(vi, c, last, last_is_end, clocks, npairs, cols);
     fold_reset(c);
     mem_fold_end(c, mem_keep);
     o->tot_ok = tot_ok ? 1 : 0;
@@ -277,7 +316,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
  * execution. */
 void fold_at_entry(unsigned vi, uint32_t id)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
     uint32_t last = 0;
@@ -285,53 +324,55 @@ void fold_at_entry(unsigned vi, uint32_t id)
     /* a batch of exactly one block execution (the previous fold was at its entry): give
      * its clocks in order, so that an overflow inside it can be placed exactly */
     uint32_t nseq = 0;
-    if (prev && c->batch_entry_b == prev && c->ndirty == 1 && c->dirty[0] == prev &&
+    if (prev && c->batch.entry_b == prev && c->batch.ndirty == 1 && c->batch.dirty[0] == prev &&
         en_total(c, prev) == 1 &&
-        (!dyn_end(blocks.by_id[prev]) || (c->res_b == prev && c->res_n > 0))) {
-        const struct blk *b = blocks.by_id[prev];
+        (!dyn_end(p4.blocks->by_id[prev]) || (c->res.b == prev && c->res.n > 0))) {
+        const struct blk *b = p4.blocks->by_id[prev];
         const uint32_t *s;
         unsigned n = portion_seq(b, 0, b->n, &s);
-        unsigned need = n + (dyn_end(b) ? (unsigned)c->res_n : 0);
-        if (need > c->seq_cap) {
-            c->seq_cap = need * 2;
-            c->seq = realloc(c->seq, sizeof(uint32_t) * c->seq_cap);
+        unsigned need = n + (dyn_end(b) ? (unsigned)c->res.n : 0);
+        if (need > c->fold.seq_cap) {
+            c->fold.seq_cap = need * 2;
+            c->fold.seq = realloc(c->fold.seq, sizeof(uint32_t) * c->fold.seq_cap);
         }
-        for (unsigned i = 0; i < n; i++) c->seq[nseq++] = ext(s[i], b->os);
-        mem_patch_seq(c, prev, b, c->seq, n);
+        for (unsigned i = 0; i < n; i++)
+            c->fold.seq[nseq++] = ext(s[i], b->os);
+        mem_patch_seq(c, prev, b, c->fold.seq, n);
         if (dyn_end(b)) {
-            for (int i = 0; i < c->res_n; i++) c->seq[nseq++] = c->res_seq[i];
+            for (int i = 0; i < c->res.n; i++)
+                c->fold.seq[nseq++] = c->res.seq[i];
         }
     }
     if (!prev) {
-        last = c->cut_last;
-    } else if (dyn_end(blocks.by_id[prev])) {
-        last = c->res_b == prev ? c->res_last : 0;
+        last = c->batch.cut_last;
+    } else if (dyn_end(p4.blocks->by_id[prev])) {
+        last = c->res.b == prev ? c->res.last : 0;
     } else {
-        last = ext(mem_last_kind(c, prev, blocks.by_id[prev]), blocks.by_id[prev]->os) + 1;
+        last = ext(mem_last_kind(c, prev, p4.blocks->by_id[prev]), p4.blocks->by_id[prev]->os) + 1;
     }
     fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
-    run.fold_out[vi].seq = nseq ? c->seq : NULL;
-    run.fold_out[vi].nseq = nseq;
-    c->next_first = ext(kinds.bubble, blocks.by_id[id]->os) + 1;
-    c->next_first_bubble = 1;
-    c->cut_last = 0;
-    c->batch_entry_b = id;
+    p4.run->fold_out[vi].seq = nseq ? c->fold.seq : NULL;
+    p4.run->fold_out[vi].nseq = nseq;
+    c->batch.next_first = ext(p4.kinds->bubble, p4.blocks->by_id[id]->os) + 1;
+    c->batch.next_first_bubble = 1;
+    c->batch.cut_last = 0;
+    c->batch.entry_b = id;
 }
 
 /* Fold at a PMU access at instruction address `addr` of the current block (before it):
  * returns the clocks of the rest of the block (already in W). */
 int64_t fold_at_access(unsigned vi, uint64_t addr)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
-    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     int i = b ? find_insn(b, addr) : -1;
     if (i < 0) {
         /* (nothing ran since a cut: its last clock ends the batch and an execution) */
-        fold_close(vi, c->cut_last, !id && c->cut_last);
-        c->next_first = 0;
-        c->batch_entry_b = 0;
+        fold_close(vi, c->batch.cut_last, !id && c->batch.cut_last);
+        c->batch.next_first = 0;
+        c->batch.entry_b = 0;
         return 0;
     }
     unsigned a = open_start(c, id, sb);
@@ -352,13 +393,13 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
     /* the rest of this execution is credited to the next batch */
     acc_portion(c, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
     n = portion_seq(b, (unsigned)i + 1, b->n, &s);
-    c->next_first = n ? ext(s[0], b->os) + 1 : 0;
-    c->next_first_bubble = 0;
-    c->open_b = id;
-    c->open_a = (unsigned)i + 1;
-    c->open_stamp = en_total(c, id);
-    c->cut_last = 0;
-    c->batch_entry_b = 0;
+    c->batch.next_first = n ? ext(s[0], b->os) + 1 : 0;
+    c->batch.next_first_bubble = 0;
+    c->batch.open_b = id;
+    c->batch.open_a = (unsigned)i + 1;
+    c->batch.open_stamp = en_total(c, id);
+    c->batch.cut_last = 0;
+    c->batch.entry_b = 0;
     /* W holds the final clock of a dynamic end from the block's entry on (not REP's) */
     return n + (dyn_end(b) && b->end != END_REP ? 1 : 0);
 }
@@ -367,17 +408,17 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
  * its sibling's turn).  Its pending block end, if any, stays pending. */
 void fold_between_blocks(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = scoreboard_of(vi);
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
     uint32_t last = 0;
     if (!prev) {
-        last = c->cut_last;
-    } else if (!dyn_end(blocks.by_id[prev])) {
-        last = ext(mem_last_kind(c, prev, blocks.by_id[prev]), blocks.by_id[prev]->os) + 1;
+        last = c->batch.cut_last;
+    } else if (!dyn_end(p4.blocks->by_id[prev])) {
+        last = ext(mem_last_kind(c, prev, p4.blocks->by_id[prev]), p4.blocks->by_id[prev]->os) + 1;
     }
     fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
-    c->next_first = 0;
-    c->batch_entry_b = 0;
-    c->cut_last = 0;
+    c->batch.next_first = 0;
+    c->batch.entry_b = 0;
+    c->batch.cut_last = 0;
 }

@@ -13,8 +13,6 @@
 
 /* The plugin's options, parsed once at install by the one parser over the generated table
  * (plugin/options.c; docs/options.md) */
-extern struct p4_options options;
-extern int debug;
 
 void register_callbacks(void);
 

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "intercept.h"
 #include "access_times.h"
 #include "control.h"
@@ -44,19 +45,14 @@
 #include "cuts.h"
 #include "deadline.h"
 #include "fold.h"
-#include "install.h"
 #include "mirror.h"
 #include "python_calls.h"
 #include "registers.h"
 #include "siblings.h"
 #include "trace.h"
 #include "translate.h"
+#include "state.h"
 
-/* per vCPU: how many records (struct rec) are pending; the entry hook's condition */
-static struct {
-    struct qemu_plugin_scoreboard *scoreboard; /* one uint64_t per vCPU */
-    p4_plugin_u64 entry;
-} pending;
 
 /* RDPMC #UD round trips under way on this thread's vCPU: while there are any, every block
  * translated gets the entry hook (the #UD handler, and whatever an interrupt runs first) */
@@ -74,8 +70,7 @@ static void watch_counter_write(unsigned vi, struct vcpu *v, uint32_t msr, uint6
         v->last_counter_write = 0;
         return;
     }
-    if (v->last_counter_write == msr && v->last_counter_value != value &&
-        !v->rewrite_reported) {
+    if (v->last_counter_write == msr && v->last_counter_value != value && !v->rewrite_reported) {
         v->rewrite_reported = 1;
         py_thread_ready();
         p4pmu_py_counter_rewritten(vi, msr, v->last_counter_value, value);
@@ -87,14 +82,14 @@ static void watch_counter_write(unsigned vi, struct vcpu *v, uint32_t msr, uint6
 /* the scoreboard of pending records (at installation) */
 void intercept_setup(void)
 {
-    pending.scoreboard = qemu_plugin_scoreboard_new(sizeof(uint64_t));
-    pending.entry.score = pending.scoreboard;
-    pending.entry.offset = 0;
+    p4.intercept->pending.scoreboard = qemu_plugin_scoreboard_new(sizeof(uint64_t));
+    p4.intercept->pending.entry.score = p4.intercept->pending.scoreboard;
+    p4.intercept->pending.entry.offset = 0;
 }
 
 void set_npending(unsigned int vi, struct vcpu *v)
 {
-    uint64_t *p = qemu_plugin_scoreboard_find(pending.scoreboard, vi);
+    uint64_t *p = qemu_plugin_scoreboard_find(p4.intercept->pending.scoreboard, vi);
     *p = (uint64_t)v->nrec;
 }
 
@@ -127,24 +122,24 @@ static struct site unpack_site(void *ud)
     return s;
 }
 
-#define HOOK_SLOTS 8192
 
-/* block addresses that get the entry hook */
-static struct {
-    uint64_t key[HOOK_SLOTS]; /* stored as address + 1; 0 = empty */
-    int count;
-    pthread_mutex_t lock;
-} hooks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+/* The interception's state, no hook and no record pending */
+struct intercept_state *intercept_state_new(void)
+{
+    struct intercept_state *s = calloc(1, sizeof(*s));
+    if (s) pthread_mutex_init(&s->hooks.lock, NULL);
+    return s;
+}
 
 static int hook_has_locked(uint64_t a)
 {
     uint64_t k = a + 1;
     for (unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51), n = 0; n < HOOK_SLOTS;
          i = (i + 1) & (HOOK_SLOTS - 1), n++) {
-        if (hooks.key[i] == k) {
+        if (p4.intercept->hooks.key[i] == k) {
             return 1;
         }
-        if (!hooks.key[i]) {
+        if (!p4.intercept->hooks.key[i]) {
             return 0;
         }
     }
@@ -153,9 +148,9 @@ static int hook_has_locked(uint64_t a)
 
 static int hook_has(uint64_t a)
 {
-    pthread_mutex_lock(&hooks.lock);
-    int r = hooks.count ? hook_has_locked(a) : 0;
-    pthread_mutex_unlock(&hooks.lock);
+    pthread_mutex_lock(&p4.intercept->hooks.lock);
+    int r = p4.intercept->hooks.count ? hook_has_locked(a) : 0;
+    pthread_mutex_unlock(&p4.intercept->hooks.lock);
     return r;
 }
 
@@ -164,17 +159,17 @@ static int hook_add(uint64_t a)
 {
     int added = 0;
     uint64_t k = a + 1;
-    pthread_mutex_lock(&hooks.lock);
-    if (!hook_has_locked(a) && hooks.count < HOOK_SLOTS * 3 / 4) {
+    pthread_mutex_lock(&p4.intercept->hooks.lock);
+    if (!hook_has_locked(a) && p4.intercept->hooks.count < HOOK_SLOTS * 3 / 4) {
         unsigned i = (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 51);
-        while (hooks.key[i]) {
+        while (p4.intercept->hooks.key[i]) {
             i = (i + 1) & (HOOK_SLOTS - 1);
         }
-        hooks.key[i] = k;
-        hooks.count++;
+        p4.intercept->hooks.key[i] = k;
+        p4.intercept->hooks.count++;
         added = 1;
     }
-    pthread_mutex_unlock(&hooks.lock);
+    pthread_mutex_unlock(&p4.intercept->hooks.lock);
     return added;
 }
 
@@ -220,7 +215,7 @@ static void fault_by_redirect(struct vcpu *v, const struct site *s, uint64_t rcx
     v->redirect = RD_RCX;
     v->redirect_linear = s->linear;
     v->orig_rcx = rcx;
-    reg_write(v, regs.rcx, MSR_GP_REDIRECT);
+    reg_write(v, p4.regs.rcx, MSR_GP_REDIRECT);
 }
 
 /*
@@ -230,7 +225,6 @@ static void fault_by_redirect(struct vcpu *v, const struct site *s, uint64_t rcx
  * #GP with the state restored; on_exception puts back ECX and the original bytes before the
  * guest sees anything.  The bytes are in guest memory for the time of one instruction.
  */
-static uint64_t patch_linear; /* address being patched, or 0; ignored by translate() */
 
 static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, uint64_t rcx)
 {
@@ -243,9 +237,9 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
     v->redirect_linear = s->linear;
     v->orig_rcx = rcx;
     v->patch_op = op;
-    __atomic_store_n(&patch_linear, s->linear, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.intercept->patch_linear, s->linear, __ATOMIC_SEQ_CST);
     mem_write(v, op, newb, 2);
-    reg_write(v, regs.rcx, MSR_GP_REDIRECT);
+    reg_write(v, p4.regs.rcx, MSR_GP_REDIRECT);
     counting_abandon(tl_vcpu, s->linear, 0);
     qemu_plugin_set_pc(rip);
 }
@@ -253,7 +247,7 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
 static void cb_wrmsr(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
-    uint64_t rcx = reg_read(v, regs.rcx);
+    uint64_t rcx = reg_read(v, p4.regs.rcx);
     uint32_t msr = (uint32_t)rcx;
     if (msr < PMU_MSR_FIRST || msr > PMU_MSR_LAST) {
         return;
@@ -263,12 +257,12 @@ static void cb_wrmsr(unsigned int vi, void *ud)
         trace_privileged(vi, v, s.linear, msr, 2);
         return; /* QEMU raises #GP */
     }
-    uint64_t value = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
+    uint64_t value = (reg_read(v, p4.regs.rdx) << 32) | (reg_read(v, p4.regs.rax) & 0xFFFFFFFFull);
     watch_counter_write(vi, v, msr, value);
-    int was = run.instrument || run.start_requested;
+    int was = p4.run->instrument || p4.run->start_requested;
     uint64_t t0 = access_time_start();
     sibling_sync(vi, s.linear);
-    int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
+    int64_t rest = p4.run->instrument ? fold_at_access(vi, s.linear) : 0;
     trace_access(vi, s.linear, 0);
     uint8_t ovf[P4_NCOUNTERS];
     int watch = control_breaks(); /* breakpoints (control.c) */
@@ -277,7 +271,7 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     if (watch) control_after_access(vi, P4_TR_WRMSR, msr, value, s.linear, r, ovf);
     after_python(vi, rest);
     access_time_end(t0);
-    if (!was && run.start_requested) {
+    if (!was && p4.run->start_requested) {
         counting_credit_wrmsr(vi, s.linear, current_cpl(v) == 0);
     }
     if (r == P4_PY_FAULT) {
@@ -289,7 +283,7 @@ static void cb_wrmsr(unsigned int vi, void *ud)
 static void cb_rdmsr(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
-    uint64_t rcx = reg_read(v, regs.rcx);
+    uint64_t rcx = reg_read(v, p4.regs.rcx);
     uint32_t msr = (uint32_t)rcx;
     int post = 0;
     uint64_t value = 0;
@@ -308,13 +302,14 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         }
         uint64_t t0 = access_time_start();
         sibling_sync(vi, unpack_site(ud).linear);
-        int64_t rest = run.instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
+        int64_t rest = p4.run->instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
         trace_access(vi, unpack_site(ud).linear, 0);
         uint8_t ovf[P4_NCOUNTERS];
         int watch = control_breaks(); /* breakpoints (control.c) */
         if (watch) control_snap(vi, ovf);
         int r = pmu_rdmsr(vi, msr, &value);
-        if (watch) control_after_access(vi, P4_TR_RDMSR, msr, value, unpack_site(ud).linear, r, ovf);
+        if (watch)
+            control_after_access(vi, P4_TR_RDMSR, msr, value, unpack_site(ud).linear, r, ovf);
         after_python(vi, rest);
         access_time_end(t0);
         if (r == P4_PY_FAULT) {
@@ -341,7 +336,7 @@ static void cb_rdmsr(unsigned int vi, void *ud)
     memset(&r, 0, sizeof(r));
     r.kind = post == 2 ? REC_RDMSR_MISC : REC_RDMSR;
     r.linear = s.linear + s.len;
-    r.rsp = reg_read(v, regs.rsp);
+    r.rsp = reg_read(v, p4.regs.rsp);
     r.value = value;
     ensure_hook(v, r.linear);
     push_rec(vi, v, &r);
@@ -356,7 +351,7 @@ static void cb_rdmsr_post(unsigned int vi, void *ud)
     }
     uint64_t value = v->post_value;
     if (v->post == 2) {
-        uint64_t q = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
+        uint64_t q = (reg_read(v, p4.regs.rdx) << 32) | (reg_read(v, p4.regs.rax) & 0xFFFFFFFFull);
         v->post = 0;
         if (py_misc_enable(vi, q, &value) != P4_PY_OK) {
             return;
@@ -369,7 +364,7 @@ static void cb_rdmsr_post(unsigned int vi, void *ud)
 static int rdpmc_allowed(struct vcpu *v, int *cpl)
 {
     *cpl = current_cpl(v);
-    return *cpl == 0 || (reg_read(v, regs.cr4) & CR4_PCE);
+    return *cpl == 0 || (reg_read(v, p4.regs.cr4) & CR4_PCE);
 }
 
 static void cb_rdpmc(unsigned int vi, void *ud)
@@ -380,18 +375,18 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     uint64_t value = 0;
 
     if (!rdpmc_allowed(v, &cpl)) {
-        trace_privileged(vi, v, s.linear, (uint32_t)reg_read(v, regs.rcx), 3);
+        trace_privileged(vi, v, s.linear, (uint32_t)reg_read(v, p4.regs.rcx), 3);
         return; /* QEMU raises #GP */
     }
     v->last_counter_write = 0;
-    uint64_t rcx = reg_read(v, regs.rcx);
+    uint64_t rcx = reg_read(v, p4.regs.rcx);
     int r;
     if (v->refault_linear && v->refault_linear == s.linear && s.first) {
         r = P4_PY_FAULT; /* asked already, before the #UD round trip (cb_entry) */
     } else {
         uint64_t t0 = access_time_start();
         sibling_sync(vi, s.linear);
-        int64_t rest = run.instrument ? fold_at_access(vi, s.linear) : 0;
+        int64_t rest = p4.run->instrument ? fold_at_access(vi, s.linear) : 0;
         trace_access(vi, s.linear, cpl);
         uint8_t ovf[P4_NCOUNTERS];
         int watch = control_breaks(); /* breakpoints (control.c) */
@@ -407,12 +402,12 @@ static void cb_rdpmc(unsigned int vi, void *ud)
             /* QEMU's own check then raises #GP with the exact state */
             v->redirect = RD_CR4;
             v->redirect_linear = s.linear;
-            v->orig_cr4 = reg_read(v, regs.cr4);
-            reg_write(v, regs.cr4, v->orig_cr4 & ~CR4_PCE);
+            v->orig_cr4 = reg_read(v, p4.regs.cr4);
+            reg_write(v, p4.regs.cr4, v->orig_cr4 & ~CR4_PCE);
             return;
         }
         if (s.first) {
-            fault_by_patch(v, &s, reg_read(v, regs.rip), rcx);
+            fault_by_patch(v, &s, reg_read(v, p4.regs.rip), rcx);
             return;
         }
         /* CPL 0, not at a block start: go through #UD and the entry hook first */
@@ -427,7 +422,7 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     }
     if (s.first) {
         /* block start: QEMU's flags are in env, skipping is exact; rip is exact here */
-        uint64_t rip = reg_read(v, regs.rip);
+        uint64_t rip = reg_read(v, p4.regs.rip);
         write_edx_eax(v, value);
         counting_abandon(vi, s.linear, 1);
         qemu_plugin_set_pc(rip + s.len);
@@ -446,7 +441,7 @@ static void deliver_rdmsr(unsigned vi, struct vcpu *v, int i)
     int kind = v->rec[i].kind;
     drop_rec(vi, v, i);
     if (kind == REC_RDMSR_MISC) {
-        uint64_t q = (reg_read(v, regs.rdx) << 32) | (reg_read(v, regs.rax) & 0xFFFFFFFFull);
+        uint64_t q = (reg_read(v, p4.regs.rdx) << 32) | (reg_read(v, p4.regs.rax) & 0xFFFFFFFFull);
         if (py_misc_enable(vi, q, &value) != P4_PY_OK) {
             return;
         }
@@ -488,14 +483,14 @@ static int ud_frame_on_stack(struct vcpu *v, const struct rec *r, uint64_t rsp, 
  * return (qemu_plugin_set_pc). */
 static void undo_ud_delivery(struct vcpu *v, const struct rec *c, uint64_t rsp)
 {
-    if (reg_read(v, regs.ss) != c->ss) {
-        reg_write(v, regs.ss, c->ss);
+    if (reg_read(v, p4.regs.ss) != c->ss) {
+        reg_write(v, p4.regs.ss, c->ss);
     }
-    if (reg_read(v, regs.cs) != c->cs) {
-        reg_write(v, regs.cs, c->cs);
+    if (reg_read(v, p4.regs.cs) != c->cs) {
+        reg_write(v, p4.regs.cs, c->cs);
     }
     if (c->seg_saved) {
-        struct qemu_plugin_register *sr[4] = {regs.ds, regs.es, regs.fs, regs.gs};
+        struct qemu_plugin_register *sr[4] = {p4.regs.ds, p4.regs.es, p4.regs.fs, p4.regs.gs};
         for (int k = 0; k < 4; k++) {
             reg_write(v, sr[k], c->seg[k]);
         }
@@ -503,9 +498,9 @@ static void undo_ud_delivery(struct vcpu *v, const struct rec *c, uint64_t rsp)
     if (c->stack_ok && rsp >= c->rsp - sizeof(c->stack) && rsp < c->rsp) {
         mem_write(v, c->rsp - sizeof(c->stack), c->stack, sizeof(c->stack));
     }
-    reg_write(v, regs.rsp, c->rsp);
+    reg_write(v, p4.regs.rsp, c->rsp);
     /* raw write: only non-lazy bits; the arithmetic flags are still in QEMU's CC state */
-    reg_write(v, regs.eflags, c->eflags & ~EFL_LAZY);
+    reg_write(v, p4.regs.eflags, c->eflags & ~EFL_LAZY);
     if (c->fault) {
         /* RDPMC #GP at CPL 0: back to the RDPMC, now at a block start -> patch path */
         v->refault_linear = c->linear;
@@ -525,7 +520,7 @@ static void cb_entry(unsigned int vi, void *ud)
     if (!v->nrec) {
         return;
     }
-    uint64_t rsp = reg_read(v, regs.rsp);
+    uint64_t rsp = reg_read(v, p4.regs.rsp);
     for (int i = v->nrec - 1; i >= 0; i--) {
         struct rec *r = &v->rec[i];
         if (r->kind == REC_RDMSR || r->kind == REC_RDMSR_MISC) {
@@ -555,19 +550,19 @@ static void undo_redirect(struct vcpu *v, uint64_t from)
 {
     int k = v->redirect;
     v->redirect = RD_NONE;
-    if (from != v->redirect_linear && options.verbose) {
-        fprintf(stderr, "p4pmu: note: #GP reported at %#llx, expected %#llx\n",
-                (unsigned long long)from, (unsigned long long)v->redirect_linear);
+    if (from != v->redirect_linear && p4.options.verbose) {
+        p4_message("p4pmu: note: #GP reported at %#llx, expected %#llx\n", (unsigned long long)from,
+                   (unsigned long long)v->redirect_linear);
     }
     if (k == RD_RCX || k == RD_PATCH) {
-        reg_write(v, regs.rcx, v->orig_rcx);
+        reg_write(v, p4.regs.rcx, v->orig_rcx);
     }
     if (k == RD_CR4) {
-        reg_write(v, regs.cr4, v->orig_cr4);
+        reg_write(v, p4.regs.cr4, v->orig_cr4);
     }
     if (k == RD_PATCH) {
         mem_write(v, v->patch_op, v->orig_bytes, 2); /* also drops the WRMSR's block */
-        __atomic_store_n(&patch_linear, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&p4.intercept->patch_linear, 0, __ATOMIC_SEQ_CST);
     }
 }
 
@@ -585,9 +580,9 @@ static int ud_delivery_faulted(unsigned vi, struct vcpu *v, uint64_t from)
     struct rec c = v->rec[v->nrec - 1];
     drop_rec(vi, v, v->nrec - 1);
     tl_ud_pending--;
-    reg_write(v, regs.eflags, c.eflags & ~EFL_LAZY);
-    reg_write(v, regs.rax, c.rax);
-    reg_write(v, regs.rdx, c.rdx);
+    reg_write(v, p4.regs.eflags, c.eflags & ~EFL_LAZY);
+    reg_write(v, p4.regs.rax, c.rax);
+    reg_write(v, p4.regs.rdx, c.rdx);
     py_note(vi, "bridge: delivering QEMU's #UD for an RDPMC faulted; the guest gets "
                 "that fault at the RDPMC (RDPMC not at a block start needs a working "
                 "#UD gate)");
@@ -603,28 +598,28 @@ static void record_rdpmc_ud(unsigned vi, struct vcpu *v, uint64_t from)
     v->ud_armed = 0;
     r.kind = REC_RDPMC_UD;
     r.linear = from;
-    r.rsp = reg_read(v, regs.rsp);
-    r.eip = reg_read(v, regs.rip);
+    r.rsp = reg_read(v, p4.regs.rsp);
+    r.eip = reg_read(v, p4.regs.rip);
     r.len = v->ud_len;
-    r.eflags = reg_read(v, regs.eflags);
-    r.cs = reg_read(v, regs.cs);
-    r.ss = reg_read(v, regs.ss);
-    uint64_t cr0 = reg_read(v, regs.cr0);
+    r.eflags = reg_read(v, p4.regs.eflags);
+    r.cs = reg_read(v, p4.regs.cs);
+    r.ss = reg_read(v, p4.regs.ss);
+    uint64_t cr0 = reg_read(v, p4.regs.cr0);
     if (!(cr0 & CR0_PE)) {
         r.frame16 = 1;
-    } else if (reg_read(v, regs.efer) & EFER_LMA) {
+    } else if (reg_read(v, p4.regs.efer) & EFER_LMA) {
         r.frame64 = 1;
     }
     if (r.eflags & EFL_VM) {
-        struct qemu_plugin_register *sr[4] = {regs.ds, regs.es, regs.fs, regs.gs};
+        struct qemu_plugin_register *sr[4] = {p4.regs.ds, p4.regs.es, p4.regs.fs, p4.regs.gs};
         for (int k = 0; k < 4; k++) {
             r.seg[k] = reg_read(v, sr[k]);
         }
         r.seg_saved = 1;
     }
     r.stack_ok = mem_read(v, r.rsp - sizeof(r.stack), r.stack, sizeof(r.stack));
-    r.rax = reg_read(v, regs.rax);
-    r.rdx = reg_read(v, regs.rdx);
+    r.rax = reg_read(v, p4.regs.rax);
+    r.rdx = reg_read(v, p4.regs.rdx);
     if (v->ud_fault) {
         r.fault = 1;
     } else {
@@ -633,7 +628,7 @@ static void record_rdpmc_ud(unsigned vi, struct vcpu *v, uint64_t from)
     }
     push_rec(vi, v, &r);
     /* a TB key QEMU has not cached for the handler: IOPL and AC have no effect at CPL 0 */
-    reg_write(v, regs.eflags, (r.eflags & ~EFL_LAZY) ^ (EFL_IOPL | EFL_AC));
+    reg_write(v, p4.regs.eflags, (r.eflags & ~EFL_LAZY) ^ (EFL_IOPL | EFL_AC));
     tl_ud_pending++;
     DBG("#UD of RDPMC at %#llx: eflags %#llx rsp %#llx frame64 %d\n", (unsigned long long)from,
         (unsigned long long)r.eflags, (unsigned long long)r.rsp, r.frame64);
@@ -645,8 +640,7 @@ static void record_rdpmc_ud(unsigned vi, struct vcpu *v, uint64_t from)
  * unwind data; for RDPMC's #UD they were synchronised before the helper ran.  Registers
  * written here are what the exception frame and the handler see.
  */
-void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to,
-                  void *ud)
+void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint64_t to, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
     (void)type;
@@ -677,8 +671,16 @@ void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint
 static int legal_prefix(uint8_t b)
 {
     switch (b) {
-    case 0x66: case 0x67: case 0xF2: case 0xF3:
-    case 0x2E: case 0x36: case 0x3E: case 0x26: case 0x64: case 0x65:
+    case 0x66:
+    case 0x67:
+    case 0xF2:
+    case 0xF3:
+    case 0x2E:
+    case 0x36:
+    case 0x3E:
+    case 0x26:
+    case 0x64:
+    case 0x65:
         return 1;
     default:
         return b >= 0x40 && b <= 0x4F; /* REX: only inside an instruction in 64-bit mode */
@@ -691,8 +693,10 @@ static int decode(const uint8_t *b, size_t n)
     if (n < 2 || n > 15 || b[n - 2] != 0x0F) {
         return K_NONE;
     }
-    int k = b[n - 1] == 0x30 ? K_WRMSR : b[n - 1] == 0x32 ? K_RDMSR : b[n - 1] == 0x33 ? K_RDPMC
-                                                                                       : K_NONE;
+    int k = b[n - 1] == 0x30   ? K_WRMSR
+            : b[n - 1] == 0x32 ? K_RDMSR
+            : b[n - 1] == 0x33 ? K_RDPMC
+                               : K_NONE;
     if (k == K_NONE) {
         return K_NONE;
     }
@@ -723,16 +727,16 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
         DBG("entry hook on block %#llx (%s)\n", (unsigned long long)tbv,
             tl_ud_pending ? "RDPMC #UD pending" : "address");
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_entry, P4_CB_RW_REGS_PC, P4_COND_NE,
-                                                  pending.entry, 0,
+                                                  p4.intercept->pending.entry, 0,
                                                   (void *)(uintptr_t)tbv);
     }
 
-    if (run.instrument) {
+    if (p4.run->instrument) {
         if (!tl_tv.buf) tl_tv.buf = g_byte_array_new();
         counting_translate(tb, &tl_tv);
     }
 
-    uint64_t patched = __atomic_load_n(&patch_linear, __ATOMIC_SEQ_CST);
+    uint64_t patched = __atomic_load_n(&p4.intercept->patch_linear, __ATOMIC_SEQ_CST);
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         uint8_t b[16];
@@ -762,10 +766,12 @@ void translate(struct qemu_plugin_tb *tb, void *ud)
             qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_rdpmc, P4_CB_RW_REGS_PC, site);
             break;
         }
-        if (options.verbose) {
+        if (p4.options.verbose) {
             char msg[128];
             snprintf(msg, sizeof(msg), "p4pmu: %s at %#llx (insn %zu of %zu)\n",
-                     k == K_WRMSR ? "WRMSR" : k == K_RDMSR ? "RDMSR" : "RDPMC",
+                     k == K_WRMSR   ? "WRMSR"
+                     : k == K_RDMSR ? "RDMSR"
+                                    : "RDPMC",
                      (unsigned long long)lin, i, n);
             qemu_plugin_outs(msg);
         }

@@ -9,10 +9,11 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "kinds.h"
 #include "counting.h"
+#include "state.h"
 
-struct kind_table kinds;
 
 static uint32_t khash_of(const uint8_t *f)
 {
@@ -29,35 +30,35 @@ static uint32_t kind_intern_locked(const uint8_t *f)
 {
     uint32_t i = khash_of(f) & (2 * MAX_KINDS - 1);
     for (;;) {
-        uint32_t e = kinds.hash[i];
+        uint32_t e = p4.kinds->hash[i];
         if (!e) {
             break;
         }
-        if (!memcmp(kinds.fields[e - 1], f, KF_N)) {
+        if (!memcmp(p4.kinds->fields[e - 1], f, KF_N)) {
             return e - 1;
         }
         i = (i + 1) & (2 * MAX_KINDS - 1);
     }
-    if (kinds.n >= MAX_KINDS) {
-        static int warned;
-        if (!warned++) {
-            fprintf(stderr, "p4pmu: more than %u distinct clock kinds; further ones are "
-                            "counted as empty clocks\n", MAX_KINDS);
+    if (p4.kinds->n >= MAX_KINDS) {
+        if (!p4.kinds->full_warned++) {
+            p4_message("p4pmu: more than %u distinct clock kinds; further ones are "
+                       "counted as empty clocks\n",
+                       MAX_KINDS);
         }
-        return kinds.empty;
+        return p4.kinds->empty;
     }
-    uint32_t id = kinds.n;
-    memcpy(kinds.fields[id], f, KF_N);
-    __atomic_store_n(&kinds.n, id + 1, __ATOMIC_RELEASE);
-    kinds.hash[i] = id + 1;
+    uint32_t id = p4.kinds->n;
+    memcpy(p4.kinds->fields[id], f, KF_N);
+    __atomic_store_n(&p4.kinds->n, id + 1, __ATOMIC_RELEASE);
+    p4.kinds->hash[i] = id + 1;
     return id;
 }
 
 uint32_t kind_intern(const uint8_t *f)
 {
-    pthread_mutex_lock(&run.lock);
+    pthread_mutex_lock(&p4.run->lock);
     uint32_t k = kind_intern_locked(f);
-    pthread_mutex_unlock(&run.lock);
+    pthread_mutex_unlock(&p4.run->lock);
     return k;
 }
 
@@ -66,7 +67,7 @@ uint32_t kind_intern(const uint8_t *f)
 uint32_t kind_with_return_tail(uint32_t k)
 {
     uint8_t f[KF_N];
-    memcpy(f, kinds.fields[k], KF_N);
+    memcpy(f, p4.kinds->fields[k], KF_N);
     static const int tail[] = {KF_INSTR_X, KF_INSTR_CX, KF_BR_X};
     for (unsigned i = 0; i < sizeof(tail) / sizeof(tail[0]); i++) {
         if (f[tail[i]] < 255) f[tail[i]]++;
@@ -83,8 +84,11 @@ static inline int microcoded(const struct insn_info *in)
 static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
 {
     int ld = in->loads > 0, st = in->stores > 0;
-#define ADDF(k, v) \
-    do { unsigned t_ = c->f[k] + (unsigned)(v); c->f[k] = t_ > 255 ? 255 : t_; } while (0)
+#define ADDF(k, v)                             \
+    do {                                       \
+        unsigned t_ = c->f[k] + (unsigned)(v); \
+        c->f[k] = t_ > 255 ? 255 : t_;         \
+    } while (0)
     ADDF(KF_INSTR, 1);
     ADDF(KF_INSTR_X, in->dup);
     ADDF(KF_MS, ms);
@@ -101,8 +105,7 @@ static void attrs(struct clock_fields *c, const struct insn_info *in, int ms)
 /* One pass of the schedule (clockmodel._schedule): ready[r] is the clock index from which
  * tracked register r may be read (0: any), updated. */
 static unsigned schedule_pass(const struct insn_info *ins, unsigned a, unsigned e,
-                              struct clock_fields *out, unsigned cap, uint16_t *at,
-                              uint32_t *ready)
+                              struct clock_fields *out, unsigned cap, uint16_t *at, uint32_t *ready)
 {
     unsigned n = 0;
     int open = 0;
@@ -230,7 +233,7 @@ unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t 
     unsigned n = 0;
     if (a == 0) {
         for (int i = 0; i < P4P_BUBBLE; i++) {
-            s[n++] = kinds.bubble;
+            s[n++] = p4.kinds->bubble;
         }
     }
     unsigned a0 = pos_insn(a);
@@ -246,11 +249,11 @@ unsigned portion_seq_calc(const struct blk *b, unsigned a, unsigned e, uint32_t 
     if (e == b->n && dyn_end(b) && b->end != END_REP && m) {
         m--; /* the final clock is dynamic */
     }
-    pthread_mutex_lock(&run.lock);
+    pthread_mutex_lock(&p4.run->lock);
     for (unsigned i = 0; i < m; i++) {
         s[n++] = kind_intern_locked(c[i].f);
     }
-    pthread_mutex_unlock(&run.lock);
+    pthread_mutex_unlock(&p4.run->lock);
     free(c);
     *seq = s;
     return n;

@@ -18,10 +18,10 @@ struct kind_table {
     uint32_t bubble, empty;       /* bubble clock kind, empty stall clock kind */
     uint32_t penalty[64];         /* penalty clocks (bogus retirement then empty) */
     unsigned n_penalty;
-    uint32_t rep_full;            /* REP: a clock retiring 3 uops and nothing else */
+    int full_warned;   /* the table is full: said once */
+    uint32_t rep_full; /* REP: a clock retiring 3 uops and nothing else */
 };
 
-extern struct kind_table kinds;
 
 uint32_t kind_intern(const uint8_t *f);
 uint32_t kind_with_return_tail(uint32_t k);

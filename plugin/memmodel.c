@@ -52,7 +52,8 @@ static void idx_rebuild(struct mm_sets *s)
     for (uint32_t w = 0; w < s->ways; w++) {
         if (!s->stamp[w]) continue;
         size_t i = idx_slot(s, s->tag[w]);
-        while (s->idx_val[i]) i = (i + 1) & (s->idx_cap - 1);
+        while (s->idx_val[i])
+            i = (i + 1) & (s->idx_cap - 1);
         s->idx_key[i] = s->tag[w];
         s->idx_val[i] = w + 1;
     }
@@ -61,7 +62,8 @@ static void idx_rebuild(struct mm_sets *s)
 static void idx_put(struct mm_sets *s, uint64_t key, uint32_t entry)
 {
     size_t i = idx_slot(s, key);
-    while (s->idx_val[i] && s->idx_val[i] != IDX_DEAD) i = (i + 1) & (s->idx_cap - 1);
+    while (s->idx_val[i] && s->idx_val[i] != IDX_DEAD)
+        i = (i + 1) & (s->idx_cap - 1);
     s->idx_key[i] = key;
     s->idx_val[i] = entry + 1;
     if (++s->idx_puts >= s->idx_cap / 2) { /* tombstones pile up: start over */
@@ -83,7 +85,8 @@ static int sets_init(struct mm_sets *s, uint32_t nsets, uint32_t ways)
     s->mru_at = calloc(nsets, sizeof(uint32_t));
     if (nsets == 1 && ways >= IDX_MIN_WAYS) {
         s->idx_cap = 4;
-        while (s->idx_cap < 4 * ways) s->idx_cap *= 2;
+        while (s->idx_cap < 4 * ways)
+            s->idx_cap *= 2;
         s->idx_key = calloc(s->idx_cap, sizeof(uint64_t));
         s->idx_val = calloc(s->idx_cap, sizeof(uint32_t));
         if (!s->idx_key || !s->idx_val) return -1;
@@ -135,7 +138,10 @@ static size_t sets_insert(struct mm_sets *s, uint64_t key, uint8_t state, int *v
 {
     size_t base = (size_t)(key & (s->nsets - 1)) * s->ways, v = base;
     for (size_t i = base; i < base + s->ways; i++) {
-        if (!s->stamp[i]) { v = i; break; }
+        if (!s->stamp[i]) {
+            v = i;
+            break;
+        }
         if (s->stamp[i] < s->stamp[v]) v = i;
     }
     *victim = s->stamp[v] ? s->state[v] : -1;
@@ -158,7 +164,8 @@ static void sets_drop(struct mm_sets *s, uint64_t key)
             if (s->idx_cap) idx_del(s, key);
         }
     }
-    if (s->mru[(size_t)(key & (s->nsets - 1))] == key + 1) s->mru[(size_t)(key & (s->nsets - 1))] = 0;
+    if (s->mru[(size_t)(key & (s->nsets - 1))] == key + 1)
+        s->mru[(size_t)(key & (s->nsets - 1))] = 0;
 }
 
 static void sets_clear(struct mm_sets *s)
@@ -177,8 +184,8 @@ int mm_init(struct mm_state *m, const struct mm_params *p)
     if (!p->store_buffers || p->store_buffers > MM_STORE_BUFFERS_MAX) return -1;
     m->sb_cap = p->store_buffers;
     unsigned l1_sets = p->l1d_ways ? p->l1d_kb * 1024u / (p->l1d_ways << LINE_SHIFT) : 0;
-    unsigned l2_sets = p->l2_ways ?
-        p->l2_kb * 1024u / (p->l2_ways * (SECTOR_LINES << LINE_SHIFT)) : 0;
+    unsigned l2_sets = p->l2_ways ? p->l2_kb * 1024u / (p->l2_ways * (SECTOR_LINES << LINE_SHIFT))
+                                  : 0;
     if (sets_init(&m->dtlb, 1, p->dtlb_entries) || sets_init(&m->itlb, 1, p->itlb_entries) ||
         sets_init(&m->l1, l1_sets, p->l1d_ways) || sets_init(&m->l2, l2_sets, p->l2_ways) ||
         sets_init(&m->code, p->code_ways ? p->code_lines / p->code_ways : 0, p->code_ways)) {
@@ -277,7 +284,8 @@ void mm_invlpg(struct mm_state *m, uint64_t addr)
 static unsigned dirty_lines(unsigned state)
 {
     unsigned n = 0;
-    for (unsigned i = 0; i < SECTOR_LINES; i++) n += state >> (2 * i + 1) & 1;
+    for (unsigned i = 0; i < SECTOR_LINES; i++)
+        n += state >> (2 * i + 1) & 1;
     return n;
 }
 
@@ -334,8 +342,7 @@ static void store_buffer(struct mm_state *m, uint64_t addr, unsigned size, int s
     }
 }
 
-void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
-               struct mm_outcome *o)
+void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store, struct mm_outcome *o)
 {
     memset(o, 0, sizeof(*o));
     if (m->sb_on) store_buffer(m, addr, size, store, o);
@@ -346,8 +353,8 @@ void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
     unsigned npages = ((unsigned)(addr & PAGE_MASK) + size + PAGE_MASK) >> PAGE_SHIFT;
     o->split = nlines > 1;
     for (unsigned k = 0; k < npages; k++)
-        o->dtlb_miss += (uint8_t)translate(&m->dtlb, ((addr >> PAGE_SHIFT) + k) &
-                                           (UINT64_MAX >> PAGE_SHIFT));
+        o->dtlb_miss += (uint8_t)translate(&m->dtlb,
+                                           ((addr >> PAGE_SHIFT) + k) & (UINT64_MAX >> PAGE_SHIFT));
     for (unsigned k = 0; k < nlines; k++) {
         uint64_t line = (first + k) & (UINT64_MAX >> LINE_SHIFT);
         if (store) {

@@ -2,8 +2,9 @@
  * memmodel.h: what memmodel.c offers.  memmodel.c: the memory side of the timing model in C
  * (emulator/memmodel.py is the reference it follows line by line; docs/memory-model.md):
  * split accesses, a DTLB and an ITLB, the L1 data cache and the sectored L2 of one logical
- * processor, the code-line record of self-modifying-code detection and the store buffers.  Self-contained (no QEMU, no other unit), so that tests/emulator/test_memmodel.py
- * can compile it alone and prove it equal to the reference on generated sequences.
+ * processor, the code-line record of self-modifying-code detection and the store buffers.
+ * Self-contained (no QEMU, no other unit), so that tests/emulator/test_memmodel.py can
+ * compile it alone and prove it equal to the reference on generated sequences.
  */
 #ifndef P4PMU_MEMMODEL_H
 #define P4PMU_MEMMODEL_H
@@ -13,8 +14,8 @@
 /* one part's geometry (emulator/models.py MemoryGeometry; 64-byte lines, 2 lines per L2
  * sector, 4 KB pages on every part) */
 struct mm_params {
-    unsigned l1d_kb, l1d_ways, l2_kb, l2_ways, dtlb_entries, itlb_entries, code_lines,
-        code_ways, store_buffers;
+    unsigned l1d_kb, l1d_ways, l2_kb, l2_ways, dtlb_entries, itlb_entries, code_lines, code_ways,
+        store_buffers;
 };
 
 #define MM_CODE_FETCH_LINES 16 /* memmodel.CODE_FETCH_LINES */
@@ -66,16 +67,15 @@ struct mm_state {
 /* 0, or -1 when the geometry is not one of power-of-2 sets (nothing allocated then) */
 int mm_init(struct mm_state *m, const struct mm_params *p);
 void mm_free(struct mm_state *m);
-void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store,
-               struct mm_outcome *out);
-int mm_fetch(struct mm_state *m, uint64_t addr);   /* 1: ITLB miss */
+void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store, struct mm_outcome *out);
+int mm_fetch(struct mm_state *m, uint64_t addr);                     /* 1: ITLB miss */
 void mm_fetch_code(struct mm_state *m, uint64_t addr, uint64_t end); /* code [addr, end) */
-void mm_flush_tlbs(struct mm_state *m);            /* a CR3 write */
-void mm_invlpg(struct mm_state *m, uint64_t addr); /* INVLPG */
-void mm_reset(struct mm_state *m);                 /* everything empty (MemorySystem.reset) */
-void mm_reset_data(struct mm_state *m);            /* the DTLB and the caches empty */
-void mm_reset_itlb(struct mm_state *m);            /* the ITLB empty */
-void mm_reset_code(struct mm_state *m);            /* the code-line record empty */
-void mm_reset_stores(struct mm_state *m);          /* the store buffers empty */
+void mm_flush_tlbs(struct mm_state *m);                              /* a CR3 write */
+void mm_invlpg(struct mm_state *m, uint64_t addr);                   /* INVLPG */
+void mm_reset(struct mm_state *m);        /* everything empty (MemorySystem.reset) */
+void mm_reset_data(struct mm_state *m);   /* the DTLB and the caches empty */
+void mm_reset_itlb(struct mm_state *m);   /* the ITLB empty */
+void mm_reset_code(struct mm_state *m);   /* the code-line record empty */
+void mm_reset_stores(struct mm_state *m); /* the store buffers empty */
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "memory.h"
 #include "batch.h"
 #include "blocks.h"
@@ -20,6 +21,7 @@
 #include "flush.h"
 #include "kinds.h"
 #include "memmodel.h"
+#include "state.h"
 
 #define UD_INSN_BITS 10u /* an instruction index in a block (TCG: at most 512) */
 
@@ -30,9 +32,9 @@
 static int tlb_effect(const uint8_t *p, size_t n)
 {
     size_t i = 0;
-    while (i < n && (p[i] == 0x66 || p[i] == 0x67 || p[i] == 0xF2 || p[i] == 0xF3 ||
-                     p[i] == 0x2E || p[i] == 0x3E || p[i] == 0x26 || p[i] == 0x36 ||
-                     p[i] == 0x64 || p[i] == 0x65 || (p[i] >= 0x40 && p[i] <= 0x4F))) {
+    while (i < n && (p[i] == 0x66 || p[i] == 0x67 || p[i] == 0xF2 || p[i] == 0xF3 || p[i] == 0x2E ||
+                     p[i] == 0x3E || p[i] == 0x26 || p[i] == 0x36 || p[i] == 0x64 || p[i] == 0x65 ||
+                     (p[i] >= 0x40 && p[i] <= 0x4F))) {
         i++;
     }
     if (i + 2 >= n || p[i] != 0x0F) return 0;
@@ -46,9 +48,9 @@ static int tlb_effect(const uint8_t *p, size_t n)
 static void cb_tlb_flush(unsigned int vi, void *ud)
 {
     (void)ud;
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (c->mm) mm_flush_tlbs(c->mm);
-    c->mem_tlb_flushes++;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (c->mem.mm) mm_flush_tlbs(c->mem.mm);
+    c->mem.tlb_flushes++;
 }
 
 void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
@@ -126,13 +128,14 @@ static __thread struct kpc_entry *tl_kpc;
 static uint32_t kind_plus(uint32_t k, const uint8_t *d)
 {
     uint64_t h = 0xcbf29ce484222325ull ^ k;
-    for (int i = KF_MEM_FIRST; i < KF_N; i++) h = (h ^ d[i]) * 0x100000001b3ull;
+    for (int i = KF_MEM_FIRST; i < KF_N; i++)
+        h = (h ^ d[i]) * 0x100000001b3ull;
     if (!tl_kpc) tl_kpc = calloc(KPC_SIZE, sizeof(struct kpc_entry));
     struct kpc_entry *e = tl_kpc ? &tl_kpc[(h >> 20) % KPC_SIZE] : NULL;
     if (e && e->k == k + 1 && !memcmp(e->d + KF_MEM_FIRST, d + KF_MEM_FIRST, KF_MEM_N))
         return e->nw;
     uint8_t f[KF_N];
-    memcpy(f, kinds.fields[k], KF_N);
+    memcpy(f, p4.kinds->fields[k], KF_N);
     fields_add(f, d);
     uint32_t nw = kind_intern(f);
     if (e) {
@@ -146,22 +149,22 @@ static uint32_t kind_plus(uint32_t k, const uint8_t *d)
 /* Is c->mx the record of the latest execution of block id in this batch (resolved or not)? */
 static int mx_listed(const struct vcpu_counting *c, uint32_t id)
 {
-    const struct mem_exec *x = &c->mx;
-    return x->b == id && id && x->stamp == en_total(c, id) && x->folds == c->folds;
+    const struct mem_exec *x = &c->mem.mx;
+    return x->b == id && id && x->stamp == en_total(c, id) && x->folds == c->fold.folds;
 }
 
 /* Is c->mx the record of the execution of block id under way (or whose end is pending)? */
 static int mx_is(const struct vcpu_counting *c, uint32_t id)
 {
-    return mx_listed(c, id) && !c->mx.resolved;
+    return mx_listed(c, id) && !c->mem.mx.resolved;
 }
 
 static void mx_start(struct vcpu_counting *c, uint32_t id)
 {
-    struct mem_exec *x = &c->mx;
+    struct mem_exec *x = &c->mem.mx;
     x->b = id;
     x->stamp = en_total(c, id);
-    x->folds = c->folds;
+    x->folds = c->fold.folds;
     x->n = 0;
     x->last_now = 0;
     x->has_fin = 0;
@@ -179,20 +182,20 @@ static uint32_t fixed_kind(const struct mem_exec *x, const struct blk *b, unsign
 
 uint32_t mem_kind_at(const struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j)
 {
-    return mx_is(c, id) ? fixed_kind(&c->mx, b, j) : b->seq[j];
+    return mx_is(c, id) ? fixed_kind(&c->mem.mx, b, j) : b->seq[j];
 }
 
 uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct blk *b)
 {
-    return mx_is(c, id) && c->mx.last_now ? c->mx.last_now - 1 : b->last_k;
+    return mx_is(c, id) && c->mem.mx.last_now ? c->mem.mx.last_now - 1 : b->last_k;
 }
 
-void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
-                   uint32_t *seq, unsigned n)
+void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b, uint32_t *seq,
+                   unsigned n)
 {
     if (!mx_listed(c, id)) return; /* (also once its end is resolved: the fold comes after) */
     for (unsigned j = 0; j < n && j < b->nclocks; j++) {
-        seq[j] = ext(fixed_kind(&c->mx, b, j), b->os);
+        seq[j] = ext(fixed_kind(&c->mem.mx, b, j), b->os);
     }
 }
 
@@ -201,8 +204,9 @@ void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk 
 static int open_rest_first(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
                            unsigned j)
 {
-    if (c->open_b != id || c->open_stamp != en_total(c, id) || !c->open_a) return 0;
-    uint16_t at = b->iclk[c->open_a - 1];
+    if (c->batch.open_b != id || c->batch.open_stamp != en_total(c, id) || !c->batch.open_a)
+        return 0;
+    uint16_t at = b->iclk[c->batch.open_a - 1];
     return at != ICLK_FINAL && j == (unsigned)at + 1;
 }
 
@@ -211,16 +215,16 @@ static int open_rest_first(const struct vcpu_counting *c, uint32_t id, const str
  * at a Python step, after the fold that closes the batch. */
 static inline int pairs_wanted(unsigned vi)
 {
-    return !(run.fold_out[vi].nopairs && run.threads == 1);
+    return !(p4.run->fold_out[vi].nopairs && p4.run->threads == 1);
 }
 
 /* Static clock j of the execution of block id under way gets the memory fields d. */
 static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b,
                        unsigned j, const uint8_t *d)
 {
-    struct mem_exec *x = &c->mx;
+    struct mem_exec *x = &c->mem.mx;
     if (x->n == MX_MAX || j == 0 || j >= b->nclocks) {
-        c->mem_dropped++;
+        c->mem.dropped++;
         return;
     }
     const int os = b->os;
@@ -234,15 +238,15 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
     const int pairs = pairs_wanted(vi);
     if (open_rest_first(c, id, b, j)) {
         f->left = MX_L_NONE;
-        if (c->next_first == eo + 1) {
-            c->next_first = en + 1;
+        if (c->batch.next_first == eo + 1) {
+            c->batch.next_first = en + 1;
             f->left = MX_L_FIRST;
         }
     } else if (pairs) {
         f->left = MX_L_PAIR;
         f->lk = fixed_kind(x, b, j - 1);
-        pair_hash_add(&c->pairs, ext(f->lk, os), eo, -1);
-        pair_hash_add(&c->pairs, ext(f->lk, os), en, 1);
+        pair_hash_add(&c->batch.pairs, ext(f->lk, os), eo, -1);
+        pair_hash_add(&c->batch.pairs, ext(f->lk, os), en, 1);
     } else {
         f->left = MX_L_NONE;
     }
@@ -250,8 +254,8 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
         f->right = pairs ? MX_R_PAIR : MX_R_NONE;
         f->rk = fixed_kind(x, b, j + 1);
         if (pairs) {
-            pair_hash_add(&c->pairs, eo, ext(f->rk, os), -1);
-            pair_hash_add(&c->pairs, en, ext(f->rk, os), 1);
+            pair_hash_add(&c->batch.pairs, eo, ext(f->rk, os), -1);
+            pair_hash_add(&c->batch.pairs, en, ext(f->rk, os), 1);
         }
     } else {
         x->last_now = f->nw + 1;
@@ -264,25 +268,25 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
         }
     }
     x->n++;
-    c->mem_fixes++;
+    c->mem.fixes++;
 }
 
 /* this vCPU's model (made at its first use) */
 static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
 {
-    if (!c->mm) {
-        c->mm = calloc(1, sizeof(struct mm_state));
-        const unsigned *g = p4_mm_geometry[run.mm_model];
+    if (!c->mem.mm) {
+        c->mem.mm = calloc(1, sizeof(struct mm_state));
+        const unsigned *g = p4_mm_geometry[p4.run->mm_model];
         struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]};
-        if (!c->mm || mm_init(c->mm, &p)) {
-            fprintf(stderr, "p4pmu: error: no memory for vCPU %u's memory model\n", vi);
+        if (!c->mem.mm || mm_init(c->mem.mm, &p)) {
+            p4_message("p4pmu: error: no memory for vCPU %u's memory model\n", vi);
             exit(1);
         }
         int level = memory_level_active();
-        c->mm->code_on = (level & P4_MEM_CODE) != 0;
-        c->mm->sb_on = (level & P4_MEM_SB) != 0;
+        c->mem.mm->code_on = (level & P4_MEM_CODE) != 0;
+        c->mem.mm->sb_on = (level & P4_MEM_SB) != 0;
     }
-    return c->mm;
+    return c->mem.mm;
 }
 
 /* instruction i of block id (the execution under way) gets the memory fields d */
@@ -290,11 +294,11 @@ static void fields_at(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigne
                       const uint8_t *d)
 {
     if (!mx_is(c, id)) mx_start(c, id);
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     uint16_t j = b->iclk[i];
     if (j == ICLK_FINAL) {
-        fields_add(c->mx.fin, d);
-        c->mx.has_fin = 1;
+        fields_add(c->mem.mx.fin, d);
+        c->mem.mx.has_fin = 1;
         return;
     }
     fix_static(vi, c, id, b, j, d);
@@ -304,44 +308,44 @@ static void fields_at(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigne
  * hits L2 or misses it, and a DTLB walk; stores retire into the store buffer and add none */
 static unsigned stall_of(const struct mm_outcome *o)
 {
-    return (unsigned)(o->l2_hite + o->l2_hitm) * run.stall_l2 +
-           (unsigned)o->l2_miss * run.stall_mem + (unsigned)o->dtlb_miss * run.stall_walk;
+    return (unsigned)(o->l2_hite + o->l2_hitm) * p4.run->stall_l2 +
+           (unsigned)o->l2_miss * p4.run->stall_mem + (unsigned)o->dtlb_miss * p4.run->stall_walk;
 }
 
 /* n empty clocks in the execution of block b under way, right after its bubble (an empty
  * clock too: the only adjacent pairs they add are empty-empty ones) */
 static void add_stall(unsigned vi, struct vcpu_counting *c, const struct blk *b, unsigned n)
 {
-    uint32_t e = ext(kinds.empty, b->os);
+    uint32_t e = ext(p4.kinds->empty, b->os);
     acc_add(c, e, n);
-    if (pairs_wanted(vi)) pair_hash_add(&c->pairs, e, e, n);
+    if (pairs_wanted(vi)) pair_hash_add(&c->batch.pairs, e, e, n);
     uint64_t *sb = scoreboard_of(vi);
     sb[SB_DEADLINE_CLOCKS] += n;
-    if (c->exact_on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&exact.sig, e, n);
-    c->mem_stall_clocks += n;
+    if (c->exact.on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, e, n);
+    c->mem.stall_clocks += n;
 }
 
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)((uintptr_t)ud >> UD_INSN_BITS);
     unsigned i = (unsigned)((uintptr_t)ud & ((1u << UD_INSN_BITS) - 1));
     if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id) {
         /* QEMU re-executing an MMIO access in a block of its own (cuts.c cb_memi) */
-        c->mem_elsewhere++;
+        c->mem.elsewhere++;
         return;
     }
     struct mm_state *m = model_of(vi, c);
-    c->mem_accesses++;
+    c->mem.accesses++;
     struct mm_outcome o;
     int store = qemu_plugin_mem_is_store(info);
     mm_access(m, vaddr, 1u << qemu_plugin_mem_size_shift(info), store, &o);
     if (!(o.split | o.dtlb_miss | o.l1_miss | o.l2_hite | o.l2_hitm | o.l2_miss | o.smc |
           o.partial | o.unaligned | o.alias64k | o.writeback))
         return;
-    if (run.memory_timing && !store) {
+    if (p4.run->memory_timing && !store) {
         unsigned n = stall_of(&o);
-        if (n) add_stall(vi, c, blocks.by_id[id], n);
+        if (n) add_stall(vi, c, p4.blocks->by_id[id], n);
     }
     uint8_t d[KF_N];
     if (!access_fields(&o, store, d)) return;
@@ -355,10 +359,10 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
  * code is looked up at the first one's addresses). */
 void cb_fetch(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)(uintptr_t)ud;
     if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id) return;
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     struct mm_state *m = model_of(vi, c);
     const struct insn_info *last = &b->ins[b->n - 1];
     int level = memory_level_active();
@@ -366,7 +370,8 @@ void cb_fetch(unsigned int vi, void *ud)
     if (!(level & P4_MEM_FETCH)) return;
     uint64_t p0 = b->vaddr >> 12, p1 = (last->addr + last->len - 1) >> 12;
     unsigned lookups = 0, misses = 0;
-    for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++) misses += mm_fetch(m, p << 12);
+    for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++)
+        misses += mm_fetch(m, p << 12);
     uint8_t d[KF_N];
     memset(d, 0, KF_N);
     d[KF_ITLB_HIT] = (uint8_t)(lookups - misses);
@@ -377,9 +382,9 @@ void cb_fetch(unsigned int vi, void *ud)
 void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
                   unsigned v)
 {
-    c->res_fin = 0;
+    c->mem.res_fin = 0;
     if (!mx_is(c, pid)) return;
-    struct mem_exec *x = &c->mx;
+    struct mem_exec *x = &c->mem.mx;
     const int os = pb->os;
     uint32_t fin = pb->var[v], fin_now = fin;
     if (x->has_fin) {
@@ -391,22 +396,22 @@ void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     if (fin_now != fin) {
         acc_add(c, ext(fin, os), -1);
         acc_add(c, ext(fin_now, os), 1);
-        if ((v & 1) && kinds.n_penalty) {
-            uint32_t p0 = ext(kinds.penalty[0], os);
+        if ((v & 1) && p4.kinds->n_penalty) {
+            uint32_t p0 = ext(p4.kinds->penalty[0], os);
             if (pairs_wanted(vi)) {
-                pair_hash_add(&c->pairs, ext(fin, os), p0, -1);
-                pair_hash_add(&c->pairs, ext(fin_now, os), p0, 1);
+                pair_hash_add(&c->batch.pairs, ext(fin, os), p0, -1);
+                pair_hash_add(&c->batch.pairs, ext(fin_now, os), p0, 1);
             }
         } else {
             acc_last_add(c, ext(fin, os), -1);
             acc_last_add(c, ext(fin_now, os), 1);
         }
-        c->res_fin = ext(fin_now, os) + 1;
-        c->mem_fixes++;
+        c->mem.res_fin = ext(fin_now, os) + 1;
+        c->mem.fixes++;
     }
     if ((fin_now != fin || last != pb->last_k) && pairs_wanted(vi)) {
-        pair_hash_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), -1);
-        pair_hash_add(&c->pairs, ext(last, os), ext(fin_now, os), 1);
+        pair_hash_add(&c->batch.pairs, ext(pb->last_k, os), ext(fin, os), -1);
+        pair_hash_add(&c->batch.pairs, ext(last, os), ext(fin_now, os), 1);
     }
     x->resolved = 1; /* nothing of it is left to fix; its fixes stay listed for mem_patch_seq */
 }
@@ -415,7 +420,7 @@ void mem_rep_final(struct vcpu_counting *c, uint32_t pid, const struct blk *pb, 
                    uint32_t *prev)
 {
     if (!mx_is(c, pid)) return;
-    struct mem_exec *x = &c->mx;
+    struct mem_exec *x = &c->mem.mx;
     if (x->has_fin) fields_add(f, x->fin);
     if (x->last_now) *prev = ext(x->last_now - 1, pb->os);
     x->resolved = 1;
@@ -424,8 +429,8 @@ void mem_rep_final(struct vcpu_counting *c, uint32_t pid, const struct blk *pb, 
 void mem_cut(struct vcpu_counting *c, uint32_t id)
 {
     if (!mx_is(c, id)) return;
-    struct mem_exec *x = &c->mx;
-    const struct blk *b = blocks.by_id[id];
+    struct mem_exec *x = &c->mem.mx;
+    const struct blk *b = p4.blocks->by_id[id];
     const int os = b->os;
     for (unsigned i = x->n; i-- > 0;) {
         const struct mem_fix *f = &x->fix[i];
@@ -433,34 +438,34 @@ void mem_cut(struct vcpu_counting *c, uint32_t id)
         acc_add(c, en, -1);
         acc_add(c, eo, 1);
         if (f->left == MX_L_PAIR) {
-            pair_hash_add(&c->pairs, ext(f->lk, os), en, -1);
-            pair_hash_add(&c->pairs, ext(f->lk, os), eo, 1);
-        } else if (f->left == MX_L_FIRST && c->next_first == en + 1) {
-            c->next_first = eo + 1;
+            pair_hash_add(&c->batch.pairs, ext(f->lk, os), en, -1);
+            pair_hash_add(&c->batch.pairs, ext(f->lk, os), eo, 1);
+        } else if (f->left == MX_L_FIRST && c->batch.next_first == en + 1) {
+            c->batch.next_first = eo + 1;
         }
         if (f->right == MX_R_PAIR) {
-            pair_hash_add(&c->pairs, en, ext(f->rk, os), -1);
-            pair_hash_add(&c->pairs, eo, ext(f->rk, os), 1);
+            pair_hash_add(&c->batch.pairs, en, ext(f->rk, os), -1);
+            pair_hash_add(&c->batch.pairs, eo, ext(f->rk, os), 1);
         } else if (f->right == MX_R_LAST) {
             acc_last_add(c, en, -1);
             acc_last_add(c, eo, 1);
         }
-        c->mem_dropped++;
+        c->mem.dropped++;
     }
-    if (x->has_fin) c->mem_dropped++;
+    if (x->has_fin) c->mem.dropped++;
     x->b = 0;
 }
 
 void mem_split_before(struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j)
 {
     if (!mx_is(c, id)) return;
-    struct mem_exec *x = &c->mx;
+    struct mem_exec *x = &c->mem.mx;
     for (unsigned i = 0; i < x->n; i++) {
         struct mem_fix *f = &x->fix[i];
         if (f->j != j || f->right != MX_R_PAIR) continue;
         uint32_t eo = ext(f->old, b->os), en = ext(f->nw, b->os), er = ext(f->rk, b->os);
-        pair_hash_add(&c->pairs, eo, er, 1);
-        pair_hash_add(&c->pairs, en, er, -1);
+        pair_hash_add(&c->batch.pairs, eo, er, 1);
+        pair_hash_add(&c->batch.pairs, en, er, -1);
         f->right = MX_R_NONE;
     }
 }
@@ -472,7 +477,7 @@ int mem_fold_begin(const struct vcpu_counting *c)
 
 void mem_fold_end(struct vcpu_counting *c, int keep)
 {
-    struct mem_exec *x = &c->mx;
+    struct mem_exec *x = &c->mem.mx;
     if (!keep) {
         x->b = 0;
         return;
@@ -481,13 +486,13 @@ void mem_fold_end(struct vcpu_counting *c, int keep)
      * clock's fields stay for the resolution */
     x->n = 0;
     x->stamp = en_total(c, x->b);
-    x->folds = c->folds;
+    x->folds = c->fold.folds;
 }
 
 void mem_models_reset(int added, int on)
 {
-    for (int i = 0; run.per_vcpu && i < n_vcpus_max; i++) {
-        struct mm_state *m = run.per_vcpu[i].mm;
+    for (int i = 0; p4.run->per_vcpu && i < p4.n_vcpus_max; i++) {
+        struct mm_state *m = p4.run->per_vcpu[i].mem.mm;
         if (m && (added & P4_MEM_DATA)) mm_reset_data(m);
         if (m && (added & P4_MEM_FETCH)) mm_reset_itlb(m);
         if (m && (added & P4_MEM_CODE)) mm_reset_code(m);
@@ -496,17 +501,17 @@ void mem_models_reset(int added, int on)
             m->code_on = (on & P4_MEM_CODE) != 0;
             m->sb_on = (on & P4_MEM_SB) != 0;
         }
-        if (added) run.per_vcpu[i].mx.b = 0;
+        if (added) p4.run->per_vcpu[i].mem.mx.b = 0;
     }
 }
 
 void mem_report(unsigned vi, const struct vcpu_counting *c)
 {
-    if (!c->mem_accesses) return;
-    fprintf(stderr, "p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
-            "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
-            "%llu TLB flushes, %llu stall clocks\n", vi,
-            (unsigned long long)c->mem_accesses, (unsigned long long)c->mem_fixes,
-            (unsigned long long)c->mem_dropped, (unsigned long long)c->mem_elsewhere,
-            (unsigned long long)c->mem_tlb_flushes, (unsigned long long)c->mem_stall_clocks);
+    if (!c->mem.accesses) return;
+    p4_message("p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
+               "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
+               "%llu TLB flushes, %llu stall clocks\n",
+               vi, (unsigned long long)c->mem.accesses, (unsigned long long)c->mem.fixes,
+               (unsigned long long)c->mem.dropped, (unsigned long long)c->mem.elsewhere,
+               (unsigned long long)c->mem.tlb_flushes, (unsigned long long)c->mem.stall_clocks);
 }

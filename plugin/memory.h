@@ -10,10 +10,11 @@
 
 #include "counting_types.h"
 #include "qemu_plugin_api.h"
+#include "state.h"
 
 /* the memory level of the run (switched by a flush: flush.c mem_update) */
 struct memory_level_state {
-    volatile int active;   /* what blocks translated now feed the model: P4_MEM_DATA (memory
+    volatile int active; /* what blocks translated now feed the model: P4_MEM_DATA (memory
                             * callbacks) | P4_MEM_FETCH (an ITLB look-up per execution) |
                             * P4_MEM_CODE (the lines of each execution's code recorded, and
                             * stores looked up in the record) | P4_MEM_SB (stores buffered,
@@ -21,14 +22,24 @@ struct memory_level_state {
     unsigned installs, removals, streak;
 };
 
-extern struct memory_level_state memlvl;
 
 static inline int memory_level_active(void)
 {
-    return __atomic_load_n(&memlvl.active, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&p4.memlvl->active, __ATOMIC_ACQUIRE);
 }
 
 /* a memory access of instruction (ud & 1023) of block (ud >> 10) */
+/* A vCPU's memory side: its memory model, the corrections of the block execution under way,
+ * the final clock of the last resolution as corrected (ext kind + 1, 0: as its variant;
+ * res_fill), statistics */
+struct memory_vcpu {
+    struct mm_state *mm;
+    struct mem_exec mx;
+    uint32_t res_fin;
+    uint64_t accesses, fixes, dropped, elsewhere, tlb_flushes;
+    uint64_t stall_clocks; /* timing=memory: the clocks loads' misses added */
+};
+
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud);
 /* the execution of block ud begins: its instruction fetch's ITLB look-ups, its code lines */
 void cb_fetch(unsigned int vi, void *ud);
@@ -40,8 +51,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id);
 uint32_t mem_kind_at(const struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j);
 uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct blk *b);
 /* seq[0..n) = the ext kinds of a whole execution of b (block id) from its bubble: as corrected */
-void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b,
-                   uint32_t *seq, unsigned n);
+void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b, uint32_t *seq,
+                   unsigned n);
 
 /* the dynamic end of block pid resolved as variant v (its default final clock and the pairs
  * with it are, or will be at the fold, in the batch): the final clock's memory fields and the

@@ -39,20 +39,21 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "messages.h"
 #include "mirror.h"
 #include "counting.h"
 #include "kinds.h"
 #include "programs.h"
 #include "python_calls.h"
 #include "trace.h"
+#include "state.h"
 
-struct p4c_mirror *mirrors;
 
 int mirror_setup(int max_vcpus)
 {
-    mirrors = calloc((size_t)max_vcpus, sizeof(*mirrors));
-    if (!mirrors) {
-        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' register files\n", max_vcpus);
+    p4.mirrors = calloc((size_t)max_vcpus, sizeof(*p4.mirrors));
+    if (!p4.mirrors) {
+        p4_message("p4pmu: out of memory for %d vCPUs' register files\n", max_vcpus);
         return -1;
     }
     return 0;
@@ -61,17 +62,17 @@ int mirror_setup(int max_vcpus)
 /* the mirror of vCPU vi if it is the authority now */
 static inline struct p4c_mirror *mirror_of(unsigned vi)
 {
-    if (!mirrors || !mirrors[vi].active) return NULL;
-    return &mirrors[vi];
+    if (!p4.mirrors || !p4.mirrors[vi].active) return NULL;
+    return &p4.mirrors[vi];
 }
 
 /* The per-kind table is what Python would use at this call: it rebuilds it whenever kinds
  * were interned since (Feeder._table_key), so an older one means "ask Python". */
 static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
 {
-    const struct p4c_out *o = &run.fold_out[vi];
+    const struct p4c_out *o = &p4.run->fold_out[vi];
     return o->winc && o->nkext == m->nkext &&
-           o->nkext == 2 * __atomic_load_n(&kinds.n, __ATOMIC_ACQUIRE);
+           o->nkext == 2 * __atomic_load_n(&p4.kinds->n, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -81,7 +82,7 @@ static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
  */
 static int mirror_consume(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &run.fold_out[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     if (!o->n) return 1;
     if (!o->clocks || !m->any_run) {
         o->n = 0; /* no clock, or nothing counts (no EDGE detector to keep in simple mode) */
@@ -163,7 +164,7 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
  * ENABLE, the table is exact, and nothing has FORCE_OVF. */
 static void mirror_after(unsigned vi, struct p4c_mirror *m)
 {
-    struct p4c_out *o = &run.fold_out[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     int level = 0;
     for (int n = 0; n < P4_NCOUNTERS; n++) {
         if (m->ovf[n] && m->armed[n] && m->pmi[n]) level = 1;
@@ -194,7 +195,8 @@ static void mirror_after(unsigned vi, struct p4c_mirror *m)
     }
     int64_t b = nw ? (best > 1 ? best : 1) : 0;
     uint32_t tm = 0;
-    for (int n = 0; n < P4_NCOUNTERS; n++) tm |= m->run[n] ? 1u << n : 0u;
+    for (int n = 0; n < P4_NCOUNTERS; n++)
+        tm |= m->run[n] ? 1u << n : 0u;
     o->tmask = tm; /* the next batch's totals: of the running counters */
     o->budget = b;
     o->tot_ok = 0;
@@ -234,7 +236,7 @@ static int mirror_escr_index(const struct p4c_mirror *m, uint32_t msr)
 
 static inline void mirror_declined(unsigned vi)
 {
-    if (mirrors && mirrors[vi].active) mirrors[vi].n_declined++;
+    if (p4.mirrors && p4.mirrors[vi].active) p4.mirrors[vi].n_declined++;
 }
 
 /* RDMSR of a counter, CCCR or ESCR (PMU.rdmsr).  Returns P4_PY_OK with *out, or 0: ask
@@ -305,8 +307,9 @@ static int mirror_wrmsr(unsigned vi, uint32_t msr, uint64_t value)
         return 0;
     }
     uint32_t counting = c >= 0 && m->run[c] ? P4_TR_COUNTING : 0;
-    uint64_t old = c >= 0 ? m->ctr[c] : k >= 0 ?
-        (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0) : m->escr[s];
+    uint64_t old = c >= 0   ? m->ctr[c]
+                   : k >= 0 ? (m->cccr[k] & ~m->ovf_mask) | (m->ovf[k] ? m->ovf_mask : 0)
+                            : m->escr[s];
     if (c >= 0) {
         m->ctr[c] = value;
     } else if (k >= 0) {
@@ -386,5 +389,5 @@ int pmu_rdpmc(unsigned vi, uint32_t ecx, uint64_t *out)
 
 struct p4c_mirror *p4c_mirror(unsigned vi)
 {
-    return &mirrors[vi];
+    return &p4.mirrors[vi];
 }

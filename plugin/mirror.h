@@ -9,7 +9,6 @@
 #include "bridge_types.h"
 #include "registers.h"
 
-extern struct p4c_mirror *mirrors;
 
 int mirror_setup(int max_vcpus);
 int mirror_deadline(unsigned vi);

@@ -115,16 +115,15 @@ int p4_options_parse(int argc, char **argv, struct p4_options *out, char *err, s
         }
         const struct p4_option_spec *s = find(a, (size_t)(eq - a));
         if (!s) {
-            snprintf(err, errlen, "unknown plugin option '%.*s'; known options: %s",
-                     (int)(eq - a), a, P4_OPTION_NAMES);
+            snprintf(err, errlen, "unknown plugin option '%.*s'; known options: %s", (int)(eq - a),
+                     a, P4_OPTION_NAMES);
             return -1;
         }
         if (set_value(out, s, eq + 1) < 0) {
             if (s->kind == P4_OPT_TEXT) {
                 snprintf(err, errlen, "option %s='': needs %s", s->name, s->allowed);
             } else {
-                snprintf(err, errlen, "option %s='%s': expected %s", s->name, eq + 1,
-                         s->allowed);
+                snprintf(err, errlen, "option %s='%s': expected %s", s->name, eq + 1, s->allowed);
             }
             return -1;
         }

@@ -17,13 +17,13 @@ enum p4_option_kind { P4_OPT_BOOL, P4_OPT_CHOICE, P4_OPT_INT, P4_OPT_TEXT };
 struct p4_option_spec {
     const char *name;
     enum p4_option_kind kind;
-    size_t offset;              /* of the field in struct p4_options */
-    const char *const *values;  /* P4_OPT_CHOICE: the allowed values, NULL-terminated */
-    int lo, hi;                 /* P4_OPT_INT: the range */
-    int nonempty;               /* P4_OPT_TEXT: an empty value is refused */
-    int def_int;                /* default of an int field (-1: unset) */
-    const char *def_text;       /* default of a text field (NULL: unset) */
-    const char *allowed;        /* what the option accepts, as the messages say it */
+    size_t offset;             /* of the field in struct p4_options */
+    const char *const *values; /* P4_OPT_CHOICE: the allowed values, NULL-terminated */
+    int lo, hi;                /* P4_OPT_INT: the range */
+    int nonempty;              /* P4_OPT_TEXT: an empty value is refused */
+    int def_int;               /* default of an int field (-1: unset) */
+    const char *def_text;      /* default of a text field (NULL: unset) */
+    const char *allowed;       /* what the option accepts, as the messages say it */
 };
 
 #include "p4_options_gen.h"

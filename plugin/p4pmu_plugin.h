@@ -3,7 +3,7 @@
  *
  * They are declared to cffi with ffi.embedding_api() (plugin/build.py reads this block between
  * the BEGIN/END markers, so there is one list) and defined by cffi in the generated C file;
- * the Python side is in plugin/build.py (INIT_CODE) and plugin/bridge.py.
+ * the Python side is in plugin/build.py (BOOTSTRAP), plugin/entry_points.py and plugin/bridge.py.
  *
  * Return values: cffi returns 0 from an embedded function when the Python code raised (the
  * exception is reported by bridge.py's error handler) or when Python could not start, so 0

@@ -1,6 +1,7 @@
 /*
  * p4pmu: delivering a performance-monitoring interrupt through the guest's local APIC
- * (docs/guest-events.md, "PMI delivery").
+ * (docs/guest-events.md, "PMI delivery"), also to a halted sibling logical processor
+ * (threads=2, sibling_pmi).
  *
  * Only ever called on the vCPU's own thread, from plugin callbacks, with no Python lock held:
  * the APIC is reached through physical memory (qemu_plugin_read/write_memory_hwaddr), which
@@ -13,26 +14,11 @@
 #include <pthread.h>
 
 #include "pmi.h"
+#include "counting.h"
 #include "control.h"
 #include "registers.h"
 #include "trace.h"
-
-int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out)
-{
-    g_byte_array_set_size(v->buf, 0);
-    if ((int)qemu_plugin_read_memory_hwaddr(APIC_BASE + off, v->buf, 4) != 0 || v->buf->len < 4) {
-        return 0;
-    }
-    memcpy(out, v->buf->data, 4);
-    return 1;
-}
-
-int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val)
-{
-    g_byte_array_set_size(v->buf, 0);
-    g_byte_array_append(v->buf, (const uint8_t *)&val, 4);
-    return (int)qemu_plugin_write_memory_hwaddr(addr, v->buf) == 0;
-}
+#include "state.h"
 
 /* Deliver this vCPU's PMI per its LVT performance-counter entry.  Returns 1 delivered,
  * 0 masked (nothing sent), -1 the APIC could not be read. */
@@ -59,8 +45,33 @@ int pmi_deliver_here(unsigned vi)
     /* an MSI to ourselves: address FEE00000h | APIC ID << 12, data vector | mode << 8 */
     apic_wr(v, APIC_BASE | ((uint64_t)(id >> 24) << 12), vec | (mode << 8));
     DBG("PMI for vCPU %u: LVT %#x -> vector %#x mode %u at %#llx\n", vi, lvt, vec, mode,
-        (unsigned long long)reg_read(v, regs.rip));
+        (unsigned long long)reg_read(v, p4.regs.rip));
     trace_record(vi, P4_TR_PMI, vec | mode << 8, 0, 0, 0); /* at the access or block entry */
-    if (control_breaks()) control_pmi(vi, vec | mode << 8, reg_read(v, regs.rip));
+    if (control_breaks()) control_pmi(vi, vec | mode << 8, reg_read(v, p4.regs.rip));
     return 1;
+}
+
+/* threads=2: this vCPU's step raised the request of the sibling's LP.  A running sibling
+ * delivers it itself at its next block entry (it reads its own LVT).  A halted sibling
+ * cannot run anything: if its LVT entry (snapshot taken at its HLT, exact while it is
+ * halted) is unmasked, the MSI is sent from here, which wakes it, and the sibling sets its
+ * mask bit at its first block entry (the handler's), before the handler runs. */
+void sibling_pmi(unsigned vi, unsigned sib)
+{
+    struct vcpu_counting *s = &p4.run->per_vcpu[sib];
+    if (lp_halted(s) && s->ht.hlt_valid && !lp_same_thread(sib)) {
+        uint32_t lvt = s->ht.hlt_lvt;
+        if (!(lvt & LVT_MASKED)) {
+            unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
+            s->ht.hlt_lvt = lvt | LVT_MASKED;
+            __atomic_store_n(&s->ht.mask_pending, 1, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
+            uint64_t msi = APIC_BASE | ((uint64_t)(s->ht.hlt_apic >> 24) << 12);
+            apic_wr(bridge_vcpu(vi), msi, vec | (mode << 8));
+            DBG("PMI for halted vCPU %u sent from vCPU %u: LVT %#x\n", sib, vi, lvt);
+            return;
+        }
+    }
+    __atomic_store_n(&s->ht.pmi_pending, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }

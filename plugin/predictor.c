@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "predictor.h"
+#include "state.h"
 
 uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create)
 {
@@ -33,7 +34,8 @@ uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create)
     }
     uint64_t kk = k + 1;
     uint32_t i = (uint32_t)((kk * 0x9E3779B97F4A7C15ull) >> 32) & (m->cap - 1);
-    while (m->key[i] && m->key[i] != kk) i = (i + 1) & (m->cap - 1);
+    while (m->key[i] && m->key[i] != kk)
+        i = (i + 1) & (m->cap - 1);
     if (!m->key[i]) {
         if (!create) return NULL;
         m->key[i] = kk;
@@ -45,79 +47,91 @@ uint64_t *u64_map_get(struct u64_map *m, uint64_t k, int create)
 
 #define PCHUNK 4096
 
-uint64_t *pred_entry(struct vcpu_counting *c, uint32_t idx1)
+uint64_t *pred_entry(struct predictor_vcpu *p, uint32_t idx1)
 {
     uint32_t i = idx1 - 1;
-    return &c->pchunk[i / PCHUNK][i % PCHUNK];
+    return &p->pchunk[i / PCHUNK][i % PCHUNK];
 }
 
 /* the predictor entry of `key` in table m (created invalid), as an index + 1 */
-uint32_t pred_entry_of(struct vcpu_counting *c, struct u64_map *m, uint64_t key)
+uint32_t pred_entry_of(struct predictor_vcpu *p, struct u64_map *m, uint64_t key)
 {
     uint64_t *v = u64_map_get(m, key, 1);
     if (!*v) {
-        uint32_t i = c->pn++;
+        uint32_t i = p->pn++;
         if (i / PCHUNK >= 4096) { /* 16M branch addresses: share the last entry */
-            c->pn--;
-            i = c->pn - 1;
-        } else if (!c->pchunk[i / PCHUNK]) {
-            c->pchunk[i / PCHUNK] = calloc(PCHUNK, sizeof(uint64_t));
+            p->pn--;
+            i = p->pn - 1;
+        } else if (!p->pchunk[i / PCHUNK]) {
+            p->pchunk[i / PCHUNK] = calloc(PCHUNK, sizeof(uint64_t));
         }
         *v = i + 1;
     }
     return (uint32_t)*v;
 }
 
-/* the conditional-entry tables (filled by cond_tables_fill) */
-struct cond_table_set cond_tab = {
-    .next = {{2, 1, 1, 2, 3}, {3, 2, 3, 4, 4}},
-    .pt = {{0, 0, 0, 1, 1}, {1, 0, 0, 1, 1}},
-};
+/* the 2-bit counter's next state and prediction (clockmodel.Predictor) */
+static const uint8_t cond_next[2][5] = {{2, 1, 1, 2, 3}, {3, 2, 3, 4, 4}};
+static const uint8_t cond_pt[2][5] = {{0, 0, 0, 1, 1}, {1, 0, 0, 1, 1}};
 
-void cond_tables_fill(void)
+static void cond_tables_fill(void)
 {
     for (int t = 0; t < 2; t++)
         for (int back = 0; back < 2; back++)
             for (unsigned x = 0; x < 5; x++) {
                 uint64_t e = x;
                 unsigned m = 0;
-                cond_tab.replay[t][back][x][0] = (uint8_t)(x | 1u << 5);
+                p4.cond_tab->replay[t][back][x][0] = (uint8_t)(x | 1u << 5);
                 for (int k = 1; k <= 3; k++) {
                     unsigned p = (unsigned)cond_step(&e, back, t);
                     m += !p;
-                    cond_tab.replay[t][back][x][k] = (uint8_t)(e | m << 3 | p << 5);
+                    p4.cond_tab->replay[t][back][x][k] = (uint8_t)(e | m << 3 | p << 5);
                 }
-                cond_tab.mmax[t][back][x] = (uint8_t)m;
+                p4.cond_tab->mmax[t][back][x] = (uint8_t)m;
             }
     for (int t = 0; t < 2; t++)
         for (int back = 0; back < 2; back++)
             for (unsigned x = 0; x < 5; x++)
                 for (unsigned kk = 0; kk < 4; kk++)
                     for (int tk = 0; tk < 2; tk++) {
-                        unsigned rp = cond_tab.replay[t][back][x][kk];
+                        unsigned rp = p4.cond_tab->replay[t][back][x][kk];
                         uint64_t e = REPLAY_ENTRY(rp);
                         unsigned p = (unsigned)cond_step(&e, back, tk);
-                        unsigned want = cond_tab.mmax[t][back][e];
+                        unsigned want = p4.cond_tab->mmax[t][back][e];
                         unsigned sat = e == (t ? 4u : 1u);
-                        cond_tab.fast[t][back][x][kk][tk] =
+                        p4.cond_tab->fast[t][back][x][kk][tk] =
                             (uint16_t)(e | REPLAY_MISPREDICTED(rp) << 3 | p << 5 | want << 6 |
                                        sat << 8);
                     }
 }
 
-void pred_call(struct vcpu_counting *c, uint64_t ret)
+/* The conditional-entry tables, filled (the root object's cond_tab must point to them while
+ * they are filled: cond_step reads them) */
+struct cond_table_set *cond_tables_new(void)
 {
-    if (c->rsb_n == P4P_RSB_DEPTH) {
-        memmove(&c->rsb[0], &c->rsb[1], sizeof(uint64_t) * (P4P_RSB_DEPTH - 1));
-        c->rsb_n--;
-    }
-    c->rsb[c->rsb_n++] = ret;
+    struct cond_table_set *t = aligned_alloc(64, sizeof(*t));
+    if (!t) return NULL;
+    memset(t, 0, sizeof(*t));
+    memcpy(t->next, cond_next, sizeof(cond_next));
+    memcpy(t->pt, cond_pt, sizeof(cond_pt));
+    p4.cond_tab = t;
+    cond_tables_fill();
+    return t;
 }
 
-int pred_ret(struct vcpu_counting *c, uint64_t target)
+void pred_call(struct predictor_vcpu *p, uint64_t ret)
 {
-    if (!c->rsb_n) return 0;
-    return c->rsb[--c->rsb_n] == target;
+    if (p->rsb_n == P4P_RSB_DEPTH) {
+        memmove(&p->rsb[0], &p->rsb[1], sizeof(uint64_t) * (P4P_RSB_DEPTH - 1));
+        p->rsb_n--;
+    }
+    p->rsb[p->rsb_n++] = ret;
+}
+
+int pred_ret(struct predictor_vcpu *p, uint64_t target)
+{
+    if (!p->rsb_n) return 0;
+    return p->rsb[--p->rsb_n] == target;
 }
 
 int pred_ind_e(uint64_t *e, uint64_t target)
@@ -127,8 +141,8 @@ int pred_ind_e(uint64_t *e, uint64_t target)
     return ok;
 }
 
-int pred_ind(struct vcpu_counting *c, uint64_t addr, uint64_t target)
+int pred_ind(struct predictor_vcpu *p, uint64_t addr, uint64_t target)
 {
     uint64_t i = P4P_BTB_ENTRIES ? addr % (P4P_BTB_ENTRIES ? P4P_BTB_ENTRIES : 1) : addr;
-    return pred_ind_e(pred_entry(c, pred_entry_of(c, &c->btb, i)), target);
+    return pred_ind_e(pred_entry(p, pred_entry_of(p, &p->btb, i)), target);
 }

@@ -23,20 +23,23 @@
 #include "counting.h"
 #include "flush.h"
 #include "kinds.h"
+#include "state.h"
 
 /* FNV-1a over the 64-bit words of a programming (CCCRs without OVF, then the ESCRs); never
  * 0, which marks an empty slot */
 static uint64_t prog_hash(const uint64_t *cccr, const uint64_t *escr, uint32_t nescr)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (int n = 0; n < P4_NCOUNTERS; n++) h = (h ^ cccr[n]) * 0x100000001b3ull;
-    for (uint32_t s = 0; s < nescr; s++) h = (h ^ escr[s]) * 0x100000001b3ull;
+    for (int n = 0; n < P4_NCOUNTERS; n++)
+        h = (h ^ cccr[n]) * 0x100000001b3ull;
+    for (uint32_t s = 0; s < nescr; s++)
+        h = (h ^ escr[s]) * 0x100000001b3ull;
     return h ? h : 1;
 }
 
 void p4c_prog_commit(unsigned vi, int slot)
 {
-    struct p4c_mirror *m = &mirrors[vi];
+    struct p4c_mirror *m = &p4.mirrors[vi];
     struct p4c_prog *p = &m->progs[slot];
     p->hash = prog_hash(p->cccr, p->escr, m->nescr);
 }
@@ -47,12 +50,13 @@ void p4c_prog_commit(unsigned vi, int slot)
 int prog_find(const struct p4c_mirror *m, int k, int s, uint64_t value)
 {
     uint64_t cccr[P4_NCOUNTERS], escr[P4_NESCRS];
-    for (int n = 0; n < P4_NCOUNTERS; n++) cccr[n] = m->cccr[n] & ~m->ovf_mask;
+    for (int n = 0; n < P4_NCOUNTERS; n++)
+        cccr[n] = m->cccr[n] & ~m->ovf_mask;
     memcpy(escr, m->escr, sizeof(escr));
     if (k >= 0) cccr[k] = value & ~m->ovf_mask;
     if (s >= 0) escr[s] = value;
     uint64_t h = prog_hash(cccr, escr, m->nescr);
-    uint32_t nk = 2 * __atomic_load_n(&kinds.n, __ATOMIC_ACQUIRE);
+    uint32_t nk = 2 * __atomic_load_n(&p4.kinds->n, __ATOMIC_ACQUIRE);
     for (int i = 0; i < P4_PROGS; i++) {
         const struct p4c_prog *p = &m->progs[i];
         if (p->hash != h || memcmp(p->cccr, cccr, sizeof(cccr)) ||
@@ -87,7 +91,7 @@ int prog_write_noticed(const struct p4c_mirror *m, int k, int s, uint64_t value)
 void prog_switch(unsigned vi, struct p4c_mirror *m, int i)
 {
     const struct p4c_prog *p = &m->progs[i];
-    struct p4c_out *o = &run.fold_out[vi];
+    struct p4c_out *o = &p4.run->fold_out[vi];
     memcpy(m->run, p->run, sizeof(m->run));
     memcpy(m->pmi, p->pmi, sizeof(m->pmi));
     memcpy(m->rate_b, p->rate_b, sizeof(m->rate_b));

@@ -110,27 +110,23 @@ typedef void (*p4_vcpu_mem_cb_t)(unsigned int vcpu_index, p4_meminfo_t info, uin
                                  void *userdata);
 typedef void (*p4_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
 typedef void (*p4_tb_trans_cb_t)(struct qemu_plugin_tb *tb, void *userdata);
-typedef void (*p4_discon_cb_t)(unsigned int vcpu_index, enum p4_discon_type type,
-                               uint64_t from_pc, uint64_t to_pc, void *userdata);
+typedef void (*p4_discon_cb_t)(unsigned int vcpu_index, enum p4_discon_type type, uint64_t from_pc,
+                               uint64_t to_pc, void *userdata);
 
 /* Registration */
-void qemu_plugin_register_vcpu_init_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb,
-                                       void *userdata);
+void qemu_plugin_register_vcpu_init_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb, void *userdata);
 void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, p4_tb_trans_cb_t cb,
                                            void *userdata);
 void qemu_plugin_register_vcpu_discon_cb(qemu_plugin_id_t id, enum p4_discon_type type,
                                          p4_discon_cb_t cb, void *userdata);
 void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, p4_udata_cb_t cb, void *userdata);
-void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
-                                            p4_vcpu_udata_cb_t cb, enum p4_cb_flags flags,
-                                            void *userdata);
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn, p4_vcpu_udata_cb_t cb,
+                                            enum p4_cb_flags flags, void *userdata);
 void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *insn, p4_vcpu_mem_cb_t cb,
-                                      enum p4_cb_flags flags, enum p4_mem_rw rw,
-                                      void *userdata);
-void qemu_plugin_register_vcpu_tb_exec_cond_cb(struct qemu_plugin_tb *tb,
-                                               p4_vcpu_udata_cb_t cb, enum p4_cb_flags flags,
-                                               enum p4_cond cond, p4_plugin_u64 entry,
-                                               uint64_t imm, void *userdata);
+                                      enum p4_cb_flags flags, enum p4_mem_rw rw, void *userdata);
+void qemu_plugin_register_vcpu_tb_exec_cond_cb(struct qemu_plugin_tb *tb, p4_vcpu_udata_cb_t cb,
+                                               enum p4_cb_flags flags, enum p4_cond cond,
+                                               p4_plugin_u64 entry, uint64_t imm, void *userdata);
 
 /* Translation-time queries */
 size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
@@ -160,14 +156,13 @@ bool qemu_plugin_write_memory_vaddr(uint64_t addr, p4_GByteArray *data);
  * QEMU 11.1.3's code: inline ops take the qemu_plugin_u64 by value; reset's callback gets
  * the userdata only) */
 void qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(struct qemu_plugin_tb *tb,
-                                                       enum p4_inline_op op,
-                                                       p4_plugin_u64 entry, uint64_t imm);
+                                                       enum p4_inline_op op, p4_plugin_u64 entry,
+                                                       uint64_t imm);
 void qemu_plugin_reset(qemu_plugin_id_t id, p4_udata_cb_t cb, void *userdata);
 int qemu_plugin_read_memory_hwaddr(uint64_t addr, p4_GByteArray *data, size_t len);
 bool qemu_plugin_translate_vaddr(uint64_t vaddr, uint64_t *hwaddr);
 int qemu_plugin_write_memory_hwaddr(uint64_t addr, p4_GByteArray *data);
-void qemu_plugin_register_vcpu_idle_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb,
-                                       void *userdata);
+void qemu_plugin_register_vcpu_idle_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb, void *userdata);
 void qemu_plugin_register_vcpu_resume_cb(qemu_plugin_id_t id, p4_vcpu_udata_cb_t cb,
                                          void *userdata);
 

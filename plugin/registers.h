@@ -1,7 +1,7 @@
 /*
  * registers.h: what registers.c offers to the other units. registers.c: the per-vCPU bridge
- * state and access to the guest's registers and memory through the QEMU plugin API
- * (docs/bridge.md).
+ * state and access to the guest's registers, memory and local APIC through the QEMU plugin
+ * API (docs/bridge.md).
  */
 #ifndef P4PMU_REGISTERS_H
 #define P4PMU_REGISTERS_H
@@ -10,14 +10,11 @@
 
 /* handles of the x86 registers the plugin reads and writes (QEMU's names) */
 struct x86_registers {
-    struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs,
-        *gs, *cr0, *cr4, *efer;
+    struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs, *gs,
+        *cr0, *cr4, *efer;
 };
 
-extern struct x86_registers regs;
 
-extern struct vcpu *vcpus;
-extern int n_vcpus_max;
 extern __thread int tl_vcpu;
 
 struct vcpu *bridge_vcpu(unsigned int vi);
@@ -28,5 +25,14 @@ int mem_write(struct vcpu *v, uint64_t addr, const void *src, size_t n);
 void write_edx_eax(struct vcpu *v, uint64_t value);
 int current_cpl(struct vcpu *v);
 uint64_t reg_read_rcx(struct vcpu *v);
+
+/* the local APIC (SDM Vol. 3A 10.4.1, 10.5.1) */
+#define APIC_BASE 0xFEE00000ull
+#define APIC_ID_REG 0x020
+#define APIC_LVT_PERF 0x340
+#define LVT_MASKED (1u << 16)
+
+int apic_rd(struct vcpu *v, uint64_t off, uint32_t *out);
+int apic_wr(struct vcpu *v, uint64_t addr, uint32_t val);
 
 #endif

@@ -13,19 +13,17 @@
 #include "batch.h"
 #include "blocks.h"
 #include "counting.h"
-#include "cuts.h"
-#include "directions.h"
-#include "flush.h"
 #include "kinds.h"
 #include "memory.h"
 #include "predictor.h"
 #include "registers.h"
+#include "state.h"
 
 /* The clock kind of a REP execution's final clock f (no memory fields): the last one
  * again when block, uops and end are the same (a REP run one iteration per execution),
  * else interned */
-static uint32_t rep_kind(struct rep_state *rs, const struct blk *pb, uint64_t iters,
-                         uint64_t uops, int done, const uint8_t *f)
+static uint32_t rep_kind(struct rep_state *rs, const struct blk *pb, uint64_t iters, uint64_t uops,
+                         int done, const uint8_t *f)
 {
     if (rs->memo_b == pb && rs->memo_iters == iters && rs->memo_uops == uops &&
         rs->memo_done == done) {
@@ -63,13 +61,13 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     const struct insn_info *r = &pb->ins[pb->n - 1];
     int os = pb->os;
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
-    uint64_t after = regs_ok ? (reg_read_rcx(&vcpus[vi]) & mask) : 0;
-    uint64_t iters = (c->rep.rcx - after) & mask;
+    uint64_t after = regs_ok ? (reg_read_rcx(&p4.vcpus[vi]) & mask) : 0;
+    uint64_t iters = (c->res.rep.rcx - after) & mask;
     int done = a_new != r->addr;
     /* not done: the block entered now starts with this REP, and its cb_rep comes next */
-    c->rep.known_addr = done || !regs_ok ? 0 : r->addr;
-    c->rep.known_rcx = after;
-    uint64_t uops = rep_exec_uops(&c->rep, r, iters, done);
+    c->res.rep.known_addr = done || !regs_ok ? 0 : r->addr;
+    c->res.rep.known_rcx = after;
+    uint64_t uops = rep_exec_uops(&c->res.rep, r, iters, done);
     uint64_t nfull = uops ? (uops - 1) / P4P_RETIRE_WIDTH : 0;
     struct clock_fields f;
     memset(&f, 0, sizeof(f));
@@ -90,36 +88,38 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     f.f[KF_LD] = ld > 255 ? 255 : (uint8_t)ld;
     f.f[KF_ST] = st > 255 ? 255 : (uint8_t)st;
     uint32_t prev = ext(pb->last_k, os);
-    c->res_fin = 0;
+    c->mem.res_fin = 0;
     uint32_t fk;
-    if (__builtin_expect(c->mx.b != 0, 0)) {
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) {
         mem_rep_final(c, pid, pb, f.f, &prev);
         fk = kind_intern(f.f);
     } else {
-        fk = rep_kind(&c->rep, pb, iters, uops, done, f.f);
+        fk = rep_kind(&c->res.rep, pb, iters, uops, done, f.f);
     }
     if (nfull) {
-        acc_add(c, ext(kinds.rep_full, os), (int64_t)nfull);
-        pair_hash_add(&c->pairs, prev, ext(kinds.rep_full, os), 1);
-        pair_hash_add(&c->pairs, ext(kinds.rep_full, os), ext(kinds.rep_full, os),
+        acc_add(c, ext(p4.kinds->rep_full, os), (int64_t)nfull);
+        pair_hash_add(&c->batch.pairs, prev, ext(p4.kinds->rep_full, os), 1);
+        pair_hash_add(&c->batch.pairs, ext(p4.kinds->rep_full, os), ext(p4.kinds->rep_full, os),
                       (int64_t)nfull - 1);
-        prev = ext(kinds.rep_full, os);
+        prev = ext(p4.kinds->rep_full, os);
     }
     acc_add(c, ext(fk, os), 1);
-    pair_hash_add(&c->pairs, prev, ext(fk, os), 1);
+    pair_hash_add(&c->batch.pairs, prev, ext(fk, os), 1);
     acc_last_add(c, ext(fk, os), 1);
-    c->res_last = ext(fk, os) + 1;
+    c->res.last = ext(fk, os) + 1;
     if (nfull + 1 <= 64) {
-        c->res_n = 0;
-        for (uint64_t i = 0; i < nfull; i++) c->res_seq[c->res_n++] = ext(kinds.rep_full, os);
-        c->res_seq[c->res_n++] = ext(fk, os);
+        c->res.n = 0;
+        for (uint64_t i = 0; i < nfull; i++)
+            c->res.seq[c->res.n++] = ext(p4.kinds->rep_full, os);
+        c->res.seq[c->res.n++] = ext(fk, os);
     } else {
-        c->res_n = -1;
+        c->res.n = -1;
     }
     scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += nfull + 1;
-    if (c->exact_on) {
-        int64_t events = exact_increment(&exact.sig, ext(kinds.rep_full, os), (int64_t)nfull) +
-                         exact_increment(&exact.sig, ext(fk, os), 1);
+    if (c->exact.on) {
+        int64_t events = exact_increment(&p4.exact->sig, ext(p4.kinds->rep_full, os),
+                                         (int64_t)nfull) +
+                         exact_increment(&p4.exact->sig, ext(fk, os), 1);
         scoreboard_of(vi)[SB_EXACT_EVENTS] += (uint64_t)events;
     }
 }
@@ -129,31 +129,31 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
 static inline void res_set(struct vcpu_counting *c, uint32_t pid, const struct blk *b, unsigned v)
 {
     (void)b; /* (res_fill looks it up) */
-    c->res_b = pid;
-    c->res_v = (int)v;
-    c->res_n = RES_LAZY;
-    c->res_fin = 0;
+    c->res.b = pid;
+    c->res.v = (int)v;
+    c->res.n = RES_LAZY;
+    c->mem.res_fin = 0;
 }
 
 /* res_seq and res_last of a lazily recorded resolution */
 void res_fill(struct vcpu_counting *c)
 {
-    if (c->res_n != RES_LAZY) return;
-    const struct blk *b = blocks.by_id[c->res_b];
-    unsigned v = (unsigned)c->res_v;
-    c->res_n = 0;
-    c->res_seq[c->res_n++] = ext(b->var[v], b->os);
+    if (c->res.n != RES_LAZY) return;
+    const struct blk *b = p4.blocks->by_id[c->res.b];
+    unsigned v = (unsigned)c->res.v;
+    c->res.n = 0;
+    c->res.seq[c->res.n++] = ext(b->var[v], b->os);
     if (v & 1) {
-        for (unsigned p = 0; p < kinds.n_penalty && c->res_n < 64; p++)
-            c->res_seq[c->res_n++] = ext(kinds.penalty[p], b->os);
+        for (unsigned p = 0; p < p4.kinds->n_penalty && c->res.n < 64; p++)
+            c->res.seq[c->res.n++] = ext(p4.kinds->penalty[p], b->os);
     }
     uint32_t e = ext(b->var[v], b->os);
-    if (c->res_fin) {
-        c->res_seq[0] = c->res_fin - 1; /* its memory fields (memory.c) */
-        e = c->res_fin - 1;
+    if (c->mem.res_fin) {
+        c->res.seq[0] = c->mem.res_fin - 1; /* its memory fields (memory.c) */
+        e = c->mem.res_fin - 1;
     }
-    if ((v & 1) && kinds.n_penalty) e = ext(kinds.penalty[kinds.n_penalty - 1], b->os);
-    c->res_last = e + 1;
+    if ((v & 1) && p4.kinds->n_penalty) e = ext(p4.kinds->penalty[p4.kinds->n_penalty - 1], b->os);
+    c->res.last = e + 1;
 }
 
 /* n outcomes of variant v of block b straight into the batch's accumulators (final clock,
@@ -162,12 +162,12 @@ void expand_outcomes(struct vcpu_counting *c, const struct blk *b, unsigned v, i
 {
     uint32_t e = ext(b->var[v], b->os);
     acc_add(c, e, n);
-    pair_hash_add(&c->pairs, ext(b->last_k, b->os), e, n);
+    pair_hash_add(&c->batch.pairs, ext(b->last_k, b->os), e, n);
     if (v & 1) {
-        for (unsigned p = 0; p < kinds.n_penalty; p++) {
-            uint32_t pe = ext(kinds.penalty[p], b->os);
+        for (unsigned p = 0; p < p4.kinds->n_penalty; p++) {
+            uint32_t pe = ext(p4.kinds->penalty[p], b->os);
             acc_add(c, pe, n);
-            pair_hash_add(&c->pairs, e, pe, n);
+            pair_hash_add(&c->batch.pairs, e, pe, n);
             e = pe;
         }
     }
@@ -177,10 +177,10 @@ void expand_outcomes(struct vcpu_counting *c, const struct blk *b, unsigned v, i
 static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred, uint64_t n)
 {
     const struct insn_info *last = &b->ins[b->n - 1];
-    fprintf(run.branch_trace, "%u %#llx %#llx %#llx %#llx %d %d %#llx %llu\n", b->end,
+    fprintf(p4.run->branch_trace, "%u %#llx %#llx %#llx %#llx %d %d %#llx %llu\n", b->end,
             (unsigned long long)last->addr, (unsigned long long)last->target,
-            (unsigned long long)(last->addr + last->len), (unsigned long long)a_new, taken,
-            pred, (unsigned long long)b->vaddr, (unsigned long long)n);
+            (unsigned long long)(last->addr + last->len), (unsigned long long)a_new, taken, pred,
+            (unsigned long long)b->vaddr, (unsigned long long)n);
 }
 
 /*
@@ -211,15 +211,14 @@ static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred,
  */
 static inline struct group_state *group_state_of(struct vcpu_counting *c, uint32_t gid)
 {
-    struct group_state **ch = &c->group_chunks[gid / GCHUNK];
+    struct group_state **ch = &c->res.group_chunks[gid / GCHUNK];
     if (__builtin_expect(!*ch, 0)) *ch = calloc(GCHUNK, sizeof(struct group_state));
     return &(*ch)[gid % GCHUNK];
 }
 
 /* this vCPU's state of b's group (the pointer is kept in b's per-vCPU record) */
-static inline struct group_state *block_group_state(struct vcpu_counting *c,
-                                                     const struct blk *b,
-                                                     struct block_outcomes *r)
+static inline struct group_state *block_group_state(struct vcpu_counting *c, const struct blk *b,
+                                                    struct block_outcomes *r)
 {
     if (__builtin_expect(!r->g, 0)) r->g = group_state_of(c, b->gid);
     return r->g;
@@ -229,19 +228,19 @@ static inline struct group_state *block_group_state(struct vcpu_counting *c,
  * direction) may have (branch-free: this runs at every explicit outcome) */
 static inline void silent_reserve(struct vcpu_counting *c, struct group_state *g)
 {
-    unsigned want = cond_tab.mmax[g->ot][g->oback][g->e];
+    unsigned want = p4.cond_tab->mmax[g->ot][g->oback][g->e];
     want = g->owner && !g->open ? want : 0;
     int64_t d = (int64_t)want - (int64_t)g->resv;
-    c->sbase[SB_DEADLINE_CLOCKS] += (uint64_t)(d * (int64_t)cond_tab.pen);
-    c->w_resv += (uint64_t)d;
+    c->sbase[SB_DEADLINE_CLOCKS] += (uint64_t)(d * (int64_t)p4.cond_tab->pen);
+    c->res.w_resv += (uint64_t)d;
     g->resv = (uint8_t)want;
 }
 
 static inline void set_owner(struct group_state *g, uint32_t id)
 {
     g->owner = id;
-    g->oback = id ? blocks.by_id[id]->back : 0;
-    g->ot = id ? blocks.by_id[id]->silent_t : 0;
+    g->oback = id ? p4.blocks->by_id[id]->back : 0;
+    g->ot = id ? p4.blocks->by_id[id]->silent_t : 0;
 }
 
 /* the group may open (every member silent) when its entry is saturated in its direction,
@@ -272,19 +271,19 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
     uint64_t nb = sb[SB_HDR + id] + sb[SB_BANK0 + b->gate - 1];
     int64_t k = (int64_t)nb - r->acc - pending;
     if (__builtin_expect(k < 0, 0)) {
-        c->silent_bad++;
+        c->res.silent_bad++;
         return -1;
     }
     struct group_state *g = block_group_state(c, b, r);
     int t = b->silent_t;
     unsigned x = (unsigned)g->e;
     unsigned kk = k < 3 ? (unsigned)k : 3;
-    unsigned rp = cond_tab.replay[t][b->back][x][kk];
+    unsigned rp = p4.cond_tab->replay[t][b->back][x][kk];
     r->acc += k;
     g->dir[t] += (uint64_t)k;
     g->e = REPLAY_ENTRY(rp);
     unsigned m = REPLAY_MISPREDICTED(rp);
-    if (__builtin_expect(cond_tab.trace, 0) && k) trace_silent(b, m, k);
+    if (__builtin_expect(p4.cond_tab->trace, 0) && k) trace_silent(b, m, k);
     if (__builtin_expect(nb != 0, 1)) {
         r->n[t * 2 + 1] += m;
         r->n[t * 2] += (uint64_t)k - m;
@@ -292,8 +291,8 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
         if (m) expand_outcomes(c, b, (unsigned)t * 2 + 1, m);
         if (k > (int64_t)m) expand_outcomes(c, b, (unsigned)t * 2, k - m);
     }
-    sb[SB_DEADLINE_CLOCKS] += (uint64_t)m * cond_tab.pen;
-    c->silent += (uint64_t)k;
+    sb[SB_DEADLINE_CLOCKS] += (uint64_t)m * p4.cond_tab->pen;
+    c->res.silent += (uint64_t)k;
     /* the replay takes the direction b's outcomes took (a block translated before its
      * group's direction changed keeps the old one: directions.c); the reservation is the
      * owner's */
@@ -303,7 +302,7 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
 
 static int catch_up(unsigned vi, struct vcpu_counting *c, uint32_t id, int pending)
 {
-    return catch_up_b(vi, c, id, blocks.by_id[id], pending);
+    return catch_up_b(vi, c, id, p4.blocks->by_id[id], pending);
 }
 
 /* open: every member's gate; close: every member's but `keep`'s (their silent outcomes
@@ -336,7 +335,7 @@ static void catch_up_open(unsigned vi, struct vcpu_counting *c, const struct pre
 static void group_change(struct vcpu_counting *c, const struct blk *pb, struct group_state *g,
                          uint32_t cur, int sat)
 {
-    const struct pred_group *gr = blocks.groups[pb->gid];
+    const struct pred_group *gr = p4.blocks->groups[pb->gid];
     if (sat) {
         g->open = 1;
         set_owner(g, 0);
@@ -356,7 +355,7 @@ static void group_change(struct vcpu_counting *c, const struct blk *pb, struct g
 }
 
 static __attribute__((noinline, cold)) void trace_fast(const struct blk *pb, uint64_t a_new,
-                     int64_t k, unsigned u, int taken)
+                                                       int64_t k, unsigned u, int taken)
 {
     if (k) trace_silent(pb, REPLAY_MISPREDICTED(u), k);
     trace_line(pb, a_new, taken, (int)REPLAY_LAST_PREDICTED(u), 1);
@@ -379,19 +378,19 @@ resolve_cond_fast(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     uint64_t nb = sb[SB_HDR + pid];
     int64_t k = (int64_t)nb - r->acc - 1;
     if (__builtin_expect(g->open || g->owner != pid || !nb || k < 0, 0)) {
-        resolve_cond(vi, c, pid, blocks.by_id[pid], a_new);
+        resolve_cond(vi, c, pid, p4.blocks->by_id[pid], a_new);
         return;
     }
     uint64_t taken = a_new == xc->btarget || xc->btarget == xc->bnext;
     uint64_t t = xc->t;
     /* (all 64-bit: a narrower spill and a wider reload of the table entry stalled here) */
-    uint64_t u = cond_tab.fast[t][xc->back][g->e][k < 3 ? k : 3][taken];
+    uint64_t u = p4.cond_tab->fast[t][xc->back][g->e][k < 3 ? k : 3][taken];
     if (__builtin_expect(u >> 8, 0)) { /* saturated: the group opens */
-        resolve_cond(vi, c, pid, blocks.by_id[pid], a_new);
+        resolve_cond(vi, c, pid, p4.blocks->by_id[pid], a_new);
         return;
     }
-    if (__builtin_expect(cond_tab.trace, 0)) {
-        trace_fast(blocks.by_id[pid], a_new, k, (unsigned)u, (int)taken);
+    if (__builtin_expect(p4.cond_tab->trace, 0)) {
+        trace_fast(p4.blocks->by_id[pid], a_new, k, (unsigned)u, (int)taken);
     }
     uint64_t m = (u >> 3) & 3u, mis = !((u >> 5) & 1u), want = (u >> 6) & 3u;
     g->e = u & 7u;
@@ -403,26 +402,26 @@ resolve_cond_fast(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     g->dir[taken]++;
     r->acc = (int64_t)nb;
     int64_t d = (int64_t)want - (int64_t)g->resv;
-    sb[SB_DEADLINE_CLOCKS] += (uint64_t)(((int64_t)(m + mis) + d) * (int64_t)cond_tab.pen);
-    c->w_resv += (uint64_t)d;
+    sb[SB_DEADLINE_CLOCKS] += (uint64_t)(((int64_t)(m + mis) + d) * (int64_t)p4.cond_tab->pen);
+    c->res.w_resv += (uint64_t)d;
     g->resv = (uint8_t)want;
-    c->res_b = pid;
-    c->res_v = (int)v;
-    c->res_n = RES_LAZY;
-    c->res_fin = 0;
-    c->resolutions++;
-    c->silent += (uint64_t)k;
+    c->res.b = pid;
+    c->res.v = (int)v;
+    c->res.n = RES_LAZY;
+    c->mem.res_fin = 0;
+    c->res.resolutions++;
+    c->res.silent += (uint64_t)k;
 }
 
 static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
                          uint64_t a_new)
 {
     int taken = a_new == pb->btarget || pb->btarget == pb->bnext;
-    c->resolutions++;
+    c->res.resolutions++;
     struct block_outcomes *r = &pb->res[vi];
     struct group_state *g = block_group_state(c, pb, r);
     if (__builtin_expect(g->open, 0)) {
-        catch_up_open(vi, c, blocks.groups[pb->gid], pid);
+        catch_up_open(vi, c, p4.blocks->groups[pb->gid], pid);
     } else {
         if (__builtin_expect(g->owner != pid && g->owner, 0)) catch_up(vi, c, g->owner, 0);
         if (pb->gate) catch_up_b(vi, c, pid, pb, 1);
@@ -430,18 +429,18 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
     int pred = cond_step(&g->e, pb->back, taken);
     g->dir[taken]++;
     unsigned v = (unsigned)(taken * 2 + !pred);
-    if (__builtin_expect(cond_tab.trace, 0)) trace_line(pb, a_new, taken, pred, 1);
+    if (__builtin_expect(p4.cond_tab->trace, 0)) trace_line(pb, a_new, taken, pred, 1);
     r->acc++;
     uint64_t *sb = c->sbase;
     if (__builtin_expect(en_total(c, pid) != 0, 1)) r->n[v]++;
     else expand_outcomes(c, pb, v, 1);
-    sb[SB_DEADLINE_CLOCKS] += (uint64_t)!pred * cond_tab.pen;
-    if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact_pen[pb->os ? 1 : 0];
+    sb[SB_DEADLINE_CLOCKS] += (uint64_t)!pred * p4.cond_tab->pen;
+    if (!pb->gate) sb[SB_EXACT_EVENTS] += (uint64_t)!pred * c->exact.pen[pb->os ? 1 : 0];
     res_set(c, pid, pb, v);
-    if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
     /* (the group's direction: a block translated before it changed may have the other
      * one, directions.c) */
-    int sat = group_saturated(blocks.groups[pb->gid], g);
+    int sat = group_saturated(p4.blocks->groups[pb->gid], g);
     if (__builtin_expect(sat != g->open || (!sat && pb->gate && g->owner != pid), 0)) {
         group_change(c, pb, g, pid, sat);
     }
@@ -452,9 +451,9 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
  * outcome replayed): no member runs silently any more, no reservation is held for one */
 void group_release(unsigned vi, uint32_t gid)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     struct group_state *g = group_state_of(c, gid);
-    group_gates(c, blocks.groups[gid], 0, 0);
+    group_gates(c, p4.blocks->groups[gid], 0, 0);
     g->open = 0;
     set_owner(g, 0);
     silent_reserve(c, g); /* (no owner: releases what is held) */
@@ -465,8 +464,8 @@ void group_release(unsigned vi, uint32_t gid)
  * or has an outcome pending): every member's silent outcomes replayed, then released */
 void group_retire(unsigned vi, uint32_t gid)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    const struct pred_group *gr = blocks.groups[gid];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    const struct pred_group *gr = p4.blocks->groups[gid];
     uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < nm; i++) {
         uint32_t m = gr->mem[i];
@@ -478,25 +477,26 @@ void group_retire(unsigned vi, uint32_t gid)
 /* the outcome counts of every group of this vCPU start again */
 void group_counts_reset(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     for (uint32_t k = 0; k < MAX_GROUPS / GCHUNK; k++) {
-        struct group_state *ch = c->group_chunks[k];
+        struct group_state *ch = c->res.group_chunks[k];
         if (!ch) continue;
-        for (uint32_t i = 0; i < GCHUNK; i++) ch[i].dir[0] = ch[i].dir[1] = 0;
+        for (uint32_t i = 0; i < GCHUNK; i++)
+            ch[i].dir[0] = ch[i].dir[1] = 0;
     }
 }
 
 /* this vCPU's state of group gid, if it has one */
 const struct group_state *group_state_peek(unsigned vi, uint32_t gid)
 {
-    struct group_state *ch = run.per_vcpu[vi].group_chunks[gid / GCHUNK];
+    struct group_state *ch = p4.run->per_vcpu[vi].res.group_chunks[gid / GCHUNK];
     return ch ? &ch[gid % GCHUNK] : NULL;
 }
 
 /* The outcome of a call, return or indirect branch end of block pid, which is on the dirty
  * list: counted per variant in its outcome record (expanded at the fold). */
-static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid,
-                           const struct blk *pb, uint64_t a_new)
+static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
+                           uint64_t a_new)
 {
     const struct insn_info *last = &pb->ins[pb->n - 1];
     struct block_outcomes *r = &pb->res[vi];
@@ -504,32 +504,32 @@ static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid,
     int taken = 1, pred = 1;
     switch (pb->end) {
     case BRK_CALL:
-        pred_call(c, nxt);
+        pred_call(&c->pred, nxt);
         break;
     case BRK_CALL_IND:
     case BRK_JMP_IND:
         if (!r->pidx) {
             uint64_t k = P4P_BTB_ENTRIES ? last->addr % (P4P_BTB_ENTRIES ? P4P_BTB_ENTRIES : 1)
                                          : last->addr;
-            r->pidx = pred_entry_of(c, &c->btb, k);
+            r->pidx = pred_entry_of(&c->pred, &c->pred.btb, k);
         }
-        pred = pred_ind_e(pred_entry(c, r->pidx), a_new);
-        if (pb->end == BRK_CALL_IND) pred_call(c, nxt);
+        pred = pred_ind_e(pred_entry(&c->pred, r->pidx), a_new);
+        if (pb->end == BRK_CALL_IND) pred_call(&c->pred, nxt);
         break;
     case BRK_RET:
-        pred = pred_ret(c, a_new);
+        pred = pred_ret(&c->pred, a_new);
         break;
     default:
         return;
     }
-    if (run.branch_trace) trace_line(pb, a_new, taken, pred, 1);
+    if (p4.run->branch_trace) trace_line(pb, a_new, taken, pred, 1);
     unsigned v = (unsigned)(taken * 2 + !pred);
     r->n[v]++;
     res_set(c, pid, pb, v);
-    if (__builtin_expect(c->mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) mem_resolved(vi, c, pid, pb, v);
     if (!pred) {
-        c->sbase[SB_DEADLINE_CLOCKS] += kinds.n_penalty;
-        c->sbase[SB_EXACT_EVENTS] += c->exact_pen[pb->os ? 1 : 0]; /* exact_weight */
+        c->sbase[SB_DEADLINE_CLOCKS] += p4.kinds->n_penalty;
+        c->sbase[SB_EXACT_EVENTS] += c->exact.pen[pb->os ? 1 : 0]; /* exact_weight */
     }
 }
 
@@ -541,54 +541,54 @@ static void account_taken(unsigned vi, struct vcpu_counting *c, const struct blk
     const int os = pb->os, taken = 1;
     uint32_t fin = pb->var[taken * 2 + !pred];
     acc_add(c, ext(fin, os), 1);
-    pair_hash_add(&c->pairs, ext(pb->last_k, os), ext(fin, os), 1);
+    pair_hash_add(&c->batch.pairs, ext(pb->last_k, os), ext(fin, os), 1);
     uint32_t lastk = fin;
-    c->res_n = 0;
-    c->res_seq[c->res_n++] = ext(fin, os);
+    c->res.n = 0;
+    c->res.seq[c->res.n++] = ext(fin, os);
     if (!pred) {
-        for (unsigned p = 0; p < kinds.n_penalty; p++) {
-            acc_add(c, ext(kinds.penalty[p], os), 1);
-            pair_hash_add(&c->pairs, ext(lastk, os), ext(kinds.penalty[p], os), 1);
-            lastk = kinds.penalty[p];
-            if (c->res_n < 64) c->res_seq[c->res_n++] = ext(lastk, os);
+        for (unsigned p = 0; p < p4.kinds->n_penalty; p++) {
+            acc_add(c, ext(p4.kinds->penalty[p], os), 1);
+            pair_hash_add(&c->batch.pairs, ext(lastk, os), ext(p4.kinds->penalty[p], os), 1);
+            lastk = p4.kinds->penalty[p];
+            if (c->res.n < 64) c->res.seq[c->res.n++] = ext(lastk, os);
         }
-        scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += kinds.n_penalty;
-        scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact_pen[os ? 1 : 0];
+        scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += p4.kinds->n_penalty;
+        scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact.pen[os ? 1 : 0];
     }
     acc_last_add(c, ext(lastk, os), 1);
-    c->res_last = ext(lastk, os) + 1;
+    c->res.last = ext(lastk, os) + 1;
 }
 
 /* The outcome of block pid's dynamic end: the next instruction is at a_new (regs_ok: the
  * registers are the ones right after it, for REP's RCX). */
 void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new, int regs_ok)
 {
-    const struct blk *pb = blocks.by_id[pid];
+    const struct blk *pb = p4.blocks->by_id[pid];
     const struct insn_info *last = &pb->ins[pb->n - 1];
     int pred = 1;
     if (pb->end == BRK_COND) {
         resolve_cond(vi, c, pid, pb, a_new);
         return;
     }
-    c->resolutions++;
-    c->res_b = pid;
+    c->res.resolutions++;
+    c->res.b = pid;
     if (pb->res && c->sbase[SB_HDR + pid]) {
         resolve_listed(vi, c, pid, pb, a_new);
         return;
     }
     switch (pb->end) {
     case BRK_CALL:
-        pred_call(c, last->addr + last->len);
+        pred_call(&c->pred, last->addr + last->len);
         break;
     case BRK_CALL_IND:
-        pred = pred_ind(c, last->addr, a_new);
-        pred_call(c, last->addr + last->len);
+        pred = pred_ind(&c->pred, last->addr, a_new);
+        pred_call(&c->pred, last->addr + last->len);
         break;
     case BRK_JMP_IND:
-        pred = pred_ind(c, last->addr, a_new);
+        pred = pred_ind(&c->pred, last->addr, a_new);
         break;
     case BRK_RET:
-        pred = pred_ret(c, a_new);
+        pred = pred_ret(&c->pred, a_new);
         break;
     case END_REP:
         rep_resolve(vi, c, pid, pb, a_new, regs_ok);
@@ -596,14 +596,14 @@ void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new,
     default:
         return;
     }
-    if (run.branch_trace) trace_line(pb, a_new, 1, pred, 1);
+    if (p4.run->branch_trace) trace_line(pb, a_new, 1, pred, 1);
     account_taken(vi, c, pb, pred);
-    c->res_fin = 0;
-    if (__builtin_expect(c->mx.b != 0, 0)) {
+    c->mem.res_fin = 0;
+    if (__builtin_expect(c->mem.mx.b != 0, 0)) {
         mem_resolved(vi, c, pid, pb, 2u + !pred);
-        if (c->res_fin) {
-            c->res_seq[0] = c->res_fin - 1;
-            if (pred || !kinds.n_penalty) c->res_last = c->res_fin;
+        if (c->mem.res_fin) {
+            c->res.seq[0] = c->mem.res_fin - 1;
+            if (pred || !p4.kinds->n_penalty) c->res.last = c->mem.res_fin;
         }
     }
 }
@@ -618,23 +618,23 @@ void entry_settle(unsigned vi, struct vcpu_counting *c)
     if (sb[SB_SILENT_NEXT] == X_ACCOUNTED) return;
     sb[SB_SILENT_NEXT] = X_ACCOUNTED;
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
-    if (!prev || !blocks.by_id[prev]->gate) return;
+    if (!prev || !p4.blocks->by_id[prev]->gate) return;
     int v = catch_up(vi, c, prev, 0);
-    if (v >= 0) res_set(c, prev, blocks.by_id[prev], (unsigned)v);
+    if (v >= 0) res_set(c, prev, p4.blocks->by_id[prev], (unsigned)v);
 }
 
 /* every dirty (and the carried) silent-capable block: replay what is not yet accounted;
  * the current block's last execution stays pending if its outcome is */
 void silent_catch_up_all(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        uint32_t id = c->dirty[i];
-        if (blocks.by_id[id]->gate) catch_up(vi, c, id, cur_pending(c, id));
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        uint32_t id = c->batch.dirty[i];
+        if (p4.blocks->by_id[id]->gate) catch_up(vi, c, id, cur_pending(c, id));
     }
-    uint32_t cb = c->carry_b;
+    uint32_t cb = c->res.carry_b;
     if (cb && !en_total(c, cb)) catch_up(vi, c, cb, cur_pending(c, cb));
     (void)cur;
 }
@@ -644,18 +644,18 @@ void silent_catch_up_all(unsigned vi)
  * still pending is carried into the next batch) */
 void silent_before_fold(unsigned vi)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     silent_catch_up_all(vi);
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        const struct blk *b = blocks.by_id[c->dirty[i]];
-        if (b->end == BRK_COND) b->res[vi].acc = -cur_pending(c, c->dirty[i]);
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
+        if (b->end == BRK_COND) b->res[vi].acc = -cur_pending(c, c->batch.dirty[i]);
     }
     uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
-    if (c->carry_b && c->carry_b != cur && !en_total(c, c->carry_b)) {
-        blocks.by_id[c->carry_b]->res[vi].acc = 0;
+    if (c->res.carry_b && c->res.carry_b != cur && !en_total(c, c->res.carry_b)) {
+        p4.blocks->by_id[c->res.carry_b]->res[vi].acc = 0;
     }
-    c->carry_b = cur && blocks.by_id[cur]->gate && cur_pending(c, cur) ? cur : 0;
+    c->res.carry_b = cur && p4.blocks->by_id[cur]->gate && cur_pending(c, cur) ? cur : 0;
 }
 
 static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b);
@@ -663,24 +663,23 @@ static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const
 
 void cb_first(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    const struct blk *b = blocks.by_id[(uint32_t)(uintptr_t)ud];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    const struct blk *b = p4.blocks->by_id[(uint32_t)(uintptr_t)ud];
     if (b->gate) {
         /* a gated member: executions banked in this batch mean it is listed already */
         int listed = *bank_w(c, b) != 0;
-        if (__builtin_expect(b->gen != blocks.groups[b->gid]->flips, 0))
+        if (__builtin_expect(b->gen != p4.blocks->groups[b->gid]->flips, 0))
             stale_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
-        else
-            member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
+        else member_entry(vi, c, (uint32_t)(uintptr_t)ud, b);
         if (listed) return;
     }
-    if (c->ndirty == MAX_DIRTY) {
+    if (c->batch.ndirty == MAX_DIRTY) {
         /* cannot happen: the fold request below empties the list first */
         return;
     }
-    c->dirty[c->ndirty++] = (uint32_t)(uintptr_t)ud;
-    if (c->ndirty == MAX_DIRTY - 1 && !c->force_fold) {
-        c->force_fold = 1;
+    c->batch.dirty[c->batch.ndirty++] = (uint32_t)(uintptr_t)ud;
+    if (c->batch.ndirty == MAX_DIRTY - 1 && !c->deadline.force_fold) {
+        c->deadline.force_fold = 1;
         scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
     }
 }
@@ -693,9 +692,8 @@ static struct xcache *xcache_of(unsigned vi, struct blk *b)
     if (!vi) return &b->xc0;
     struct xcache *v = __atomic_load_n(&b->xcv, __ATOMIC_ACQUIRE);
     if (!v) {
-        struct xcache *n = calloc((size_t)n_vcpus_max, sizeof(*n));
-        if (!__atomic_compare_exchange_n(&b->xcv, &v, n, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE)) {
+        struct xcache *n = calloc((size_t)p4.n_vcpus_max, sizeof(*n));
+        if (!__atomic_compare_exchange_n(&b->xcv, &v, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
             free(n); /* another vCPU was first: v holds its array */
         } else {
             v = n;
@@ -706,7 +704,7 @@ static struct xcache *xcache_of(unsigned vi, struct blk *b)
 
 void cb_xcheck(unsigned int vi, void *ud)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
     struct blk *b = ud; /* this block */
     uint64_t vaddr = b->vaddr;
@@ -715,7 +713,8 @@ void cb_xcheck(unsigned int vi, void *ud)
     c->cpl_os = b->os; /* every CPL change passes here (far transfers, interrupts, faults) */
     if (x == X_ACCOUNTED) return;
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
-    if (__builtin_expect(c->resolutions >= c->dir_look_at, 0)) directions_update(vi, b, prev);
+    if (__builtin_expect(c->res.resolutions >= c->dir.look_at, 0))
+        p4.up.directions_update(vi, b, prev);
     if (!prev) return;
     const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
     if (__builtin_expect(xc && xc->prev == prev, 1)) {
@@ -723,20 +722,24 @@ void cb_xcheck(unsigned int vi, void *ud)
         resolve_cond_fast(vi, c, prev, xc, vaddr);
         return;
     }
-    const struct blk *pb = blocks.by_id[prev];
+    const struct blk *pb = p4.blocks->by_id[prev];
     if (pb->end == BRK_COND && (vaddr == pb->btarget || vaddr == pb->bnext)) {
         if (pb->gate && vaddr != (pb->silent_t ? pb->btarget : pb->bnext)) {
             struct xcache *w = xcache_of(vi, b);
             struct block_outcomes *r = &pb->res[vi];
-            *w = (struct xcache){prev, pb->silent_t, pb->back, {0, 0}, pb->btarget, pb->bnext,
-                                 r, block_group_state(c, pb, r)};
+            *w = (struct xcache){prev,        pb->silent_t, pb->back, {0, 0},
+                                 pb->btarget, pb->bnext,    r,        block_group_state(c, pb, r)};
             resolve_cond_fast(vi, c, prev, w, vaddr);
         } else {
             resolve_cond(vi, c, prev, pb, vaddr);
         }
         return;
     }
-    if (abandoned_at(vi, prev, vaddr)) return;
+    int j = abandoned_insn(pb, vaddr);
+    if (__builtin_expect(j != 0, 0)) {
+        p4.up.cut_abandoned(vi, prev, (unsigned)j);
+        return;
+    }
     if (pb->end == BRK_COND) resolve_cond(vi, c, prev, pb, vaddr);
     else if (dyn_end(pb)) resolve(vi, c, prev, vaddr, 1);
 }
@@ -755,8 +758,8 @@ static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, cons
     }
     uint32_t o = g->owner;
     if (o == id) return;
-    c->gates++;
-    const struct pred_group *gr = blocks.groups[b->gid];
+    c->res.gates++;
+    const struct pred_group *gr = p4.blocks->groups[b->gid];
     if (o) catch_up(vi, c, o, 0);
     if (group_saturated(gr, g)) {
         g->open = 1;
@@ -778,10 +781,10 @@ static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, cons
 static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b)
 {
     entry_settle(vi, c);
-    struct pred_group *gr = blocks.groups[b->gid];
+    struct pred_group *gr = p4.blocks->groups[b->gid];
     struct group_state *g = block_group_state(c, b, &b->res[vi]);
     gr->stale = 1;
-    directions_stale_ran(id);
+    p4.up.directions_stale_ran(id);
     if (g->open) {
         catch_up_open(vi, c, gr, 0);
         g->open = 0;
@@ -790,7 +793,7 @@ static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const
     }
     uint32_t o = g->owner;
     if (o != id) {
-        c->gates++;
+        c->res.gates++;
         if (o) {
             catch_up(vi, c, o, 0);
             gate_close(c, o);
@@ -804,10 +807,10 @@ static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const
 /* REP string instruction about to run: remember RCX */
 void cb_rep(unsigned int vi, void *ud)
 {
-    const struct blk *b = blocks.by_id[(uint32_t)(uintptr_t)ud];
+    const struct blk *b = p4.blocks->by_id[(uint32_t)(uintptr_t)ud];
     const struct insn_info *r = &b->ins[b->n - 1];
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
-    struct rep_state *rs = &run.per_vcpu[vi].rep;
+    struct rep_state *rs = &p4.run->per_vcpu[vi].res.rep;
     if (rs->known_addr == r->addr) {
         rs->known_addr = 0;
         rs->rcx = rs->known_rcx;

@@ -1,7 +1,7 @@
 /*
- * p4pmu: Hyper-Threading (threads=2): the core's clock timeline, fold and PMI requests
- * between sibling logical processors, HLT and halted siblings (docs/guest-events.md I8; SDM
- * Vol. 3B 18.16).
+ * p4pmu: Hyper-Threading (threads=2): fold and PMI requests between sibling logical
+ * processors, HLT and halted siblings (docs/guest-events.md I8; SDM Vol. 3B 18.16).  The
+ * core's clock timeline is fold.c's, a PMI for a halted sibling pmi.c's.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "messages.h"
 #include "siblings.h"
 #include "blocks.h"
 #include "counting.h"
@@ -24,87 +25,24 @@
 #include "registers.h"
 #include "resolve.h"
 #include "trace.h"
-
-/* single-threaded TCG (round robin): both siblings run on this thread, so the sibling is
- * between two of its blocks now and its state may be touched from here */
-static inline int same_thread(unsigned sib)
-{
-    return pthread_equal(run.per_vcpu[sib].thread, pthread_self());
-}
-
-/* threads=2: one clock timeline per core (docs/guest-events.md I8).  Each LP has a local
- * clock that its own clocks advance; the core's clock is the larger of the two.  A clock of
- * an LP at or before the core's clock coincides with a clock the sibling already put on the
- * timeline (both LPs ran in it: one core clock, SDM 18.16 -- the LPs share the core's clock);
- * only the clocks beyond it are new core clocks.  A halted LP's local clock stands still;
- * when it runs again it joins the core's clock (lp_resync).  Returns the batch's shared
- * clocks (its first ones, in time). */
-static void lp_resync(unsigned vi)
-{
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (run.threads != 2 || !run.core_clock) return;
-    uint64_t core = __atomic_load_n(&run.core_clock[vi >> 1], __ATOMIC_SEQ_CST);
-    if (!c->lclk_on || c->lclk < core) c->lclk = core;
-    c->lclk_on = 1;
-}
-
-int64_t lp_timeline(unsigned vi, int64_t clocks)
-{
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (run.threads != 2 || !run.core_clock || clocks <= 0) return 0;
-    if (!c->lclk_on) lp_resync(vi); /* the LP's first clocks start at the core's clock */
-    uint64_t *cc = &run.core_clock[vi >> 1];
-    c->lclk += (uint64_t)clocks;
-    uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
-    while (cur < c->lclk &&
-           !__atomic_compare_exchange_n(cc, &cur, c->lclk, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST)) {
-    }
-    int64_t fresh = cur < c->lclk ? (int64_t)(c->lclk - cur) : 0;
-    return fresh >= clocks ? 0 : clocks - fresh;
-}
-
-/* threads=2: this vCPU's step raised the request of the sibling's LP.  A running sibling
- * delivers it itself at its next block entry (it reads its own LVT).  A halted sibling
- * cannot run anything: if its LVT entry (snapshot taken at its HLT, exact while it is
- * halted) is unmasked, the MSI is sent from here, which wakes it, and the sibling sets its
- * mask bit at its first block entry (the handler's), before the handler runs. */
-void sibling_pmi(unsigned vi, unsigned sib)
-{
-    struct vcpu_counting *s = &run.per_vcpu[sib];
-    if (lp_halted(s) && s->hlt_valid && !same_thread(sib)) {
-        uint32_t lvt = s->hlt_lvt;
-        if (!(lvt & LVT_MASKED)) {
-            unsigned mode = (lvt >> 8) & 7, vec = lvt & 0xFF;
-            s->hlt_lvt = lvt | LVT_MASKED;
-            __atomic_store_n(&s->mask_pending, 1, __ATOMIC_SEQ_CST);
-            __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
-            uint64_t msi = APIC_BASE | ((uint64_t)(s->hlt_apic >> 24) << 12);
-            apic_wr(bridge_vcpu(vi), msi, vec | (mode << 8));
-            DBG("PMI for halted vCPU %u sent from vCPU %u: LVT %#x\n", sib, vi, lvt);
-            return;
-        }
-    }
-    __atomic_store_n(&s->pmi_pending, 1, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
-}
+#include "state.h"
 
 /* after_python for a vCPU that is not the current one (round robin): arm its deadline; its
  * PMIs are delivered by itself at its next block entry */
 static void after_python_other(unsigned vi)
 {
-    struct p4c_out *o = &run.fold_out[vi];
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    c->py_left = o->budget > 0 ? o->budget : -1;
+    struct p4c_out *o = &p4.run->fold_out[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    c->deadline.py_left = o->budget > 0 ? o->budget : -1;
     int lp = (int)(vi & 1);
-    c->pmi_level = o->pmi[lp] != 0;
+    c->deadline.pmi_level = o->pmi[lp] != 0;
     exact_update(vi);
     arm(vi, 0);
     for (int t = 0; t < 2; t++) {
-        if (o->pmi[t] && run.pmi_on) {
+        if (o->pmi[t] && p4.run->pmi_on) {
             unsigned target = (vi & ~1u) | (unsigned)t;
-            if ((int)target < n_vcpus_max && run.per_vcpu[target].init) {
-                __atomic_store_n(&run.per_vcpu[target].pmi_pending, 1, __ATOMIC_SEQ_CST);
+            if ((int)target < p4.n_vcpus_max && p4.run->per_vcpu[target].init) {
+                __atomic_store_n(&p4.run->per_vcpu[target].ht.pmi_pending, 1, __ATOMIC_SEQ_CST);
                 __atomic_store_n(&scoreboard_of(target)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
             }
         }
@@ -114,16 +52,18 @@ static void after_python_other(unsigned vi)
 /* vCPU vi's halted state changed: the sibling's clocks change label (ACTIVE_THREAD) */
 static void sibling_relabel(unsigned vi)
 {
-    if (run.threads != 2 || !run.instrument) return;
+    if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= n_vcpus_max || !run.per_vcpu[sib].init || lp_halted(&run.per_vcpu[sib])) return;
-    if (same_thread(sib)) {
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init ||
+        lp_halted(&p4.run->per_vcpu[sib]))
+        return;
+    if (lp_same_thread(sib)) {
         fold_between_blocks(sib);
-        if (py_deadline(sib) != P4_PY_OK) run.fold_out[sib].budget = 0;
+        if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
         after_python_other(sib);
         return;
     }
-    __atomic_store_n(&run.per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.run->per_vcpu[sib].ht.fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }
 
@@ -131,53 +71,53 @@ static void sibling_relabel(unsigned vi)
 void cb_xpend(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
-    struct vcpu_counting *c = &run.per_vcpu[vi];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)(uintptr_t)ud;
     uint64_t *sb = scoreboard_of(vi);
     __atomic_store_n(&sb[SB_SIBLING_REQUEST], 0, __ATOMIC_SEQ_CST);
-    if (trace_of(vi)) trace_block_entry(vi, blocks.by_id[id]->vaddr);
+    if (trace_of(vi)) trace_block_entry(vi, p4.blocks->by_id[id]->vaddr);
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     int delivered = 0, folded = 0;
-    if (c->hlt_halted) {
-        c->hlt_halted = 0; /* running again after the HLT */
-        c->hlt_valid = 0;
+    if (c->ht.hlt_halted) {
+        c->ht.hlt_halted = 0; /* running again after the HLT */
+        c->ht.hlt_valid = 0;
         lp_resync(vi);
         sibling_relabel(vi);
     }
-    if (__atomic_exchange_n(&c->mask_pending, 0, __ATOMIC_SEQ_CST)) {
+    if (__atomic_exchange_n(&c->ht.mask_pending, 0, __ATOMIC_SEQ_CST)) {
         /* the sibling sent our PMI while we were halted: NetBurst's mask-on-delivery */
         uint32_t lvt;
         if (apic_rd(v, APIC_LVT_PERF, &lvt)) {
             apic_wr(v, APIC_BASE + APIC_LVT_PERF, lvt | LVT_MASKED);
         }
-        c->pmi_level = 1;
-        __atomic_store_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST);
+        c->deadline.pmi_level = 1;
+        __atomic_store_n(&c->ht.pmi_pending, 0, __ATOMIC_SEQ_CST);
     }
-    if (__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) {
+    if (__atomic_exchange_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST)) {
         fold_at_entry(vi, id);
         folded = 1;
         DBG("xpend vCPU %u: fold %lld clocks (other active %d)\n", vi,
-            (long long)run.fold_out[vi].clocks, run.fold_out[vi].other_active);
-        if (py_deadline(vi) != P4_PY_OK) run.fold_out[vi].budget = 0;
+            (long long)p4.run->fold_out[vi].clocks, p4.run->fold_out[vi].other_active);
+        if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
         delivered = after_python(vi, 0);
-        __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&c->ht.fold_seq, 1, __ATOMIC_SEQ_CST);
     }
     /* a request the sibling's step saw; delivered only if still asserted: Python writes the
      * levels of both LPs into both vCPUs' fold outputs at every step, so run.fold_out[vi].pmi is
      * the latest (this LP's own handler may have cleared OVF since -- an NMI then would find no
      * overflow: Linux's "NMI received for unknown reason") */
-    if (__atomic_exchange_n(&c->pmi_pending, 0, __ATOMIC_SEQ_CST) &&
-        __atomic_load_n(&run.fold_out[vi].pmi[vi & 1], __ATOMIC_SEQ_CST)) {
-        c->pmi_level = 1;
+    if (__atomic_exchange_n(&c->ht.pmi_pending, 0, __ATOMIC_SEQ_CST) &&
+        __atomic_load_n(&p4.run->fold_out[vi].pmi[vi & 1], __ATOMIC_SEQ_CST)) {
+        c->deadline.pmi_level = 1;
         if (!delivered) delivered = pmi_deliver_here(vi) == 1;
         arm(vi, 0);
     }
     if (delivered) {
         /* this block does not run: a batch that was to start with it (the fold above)
          * starts with the handler's first block instead */
-        c->batch_entry_b = 0;
-        if (folded) c->next_first = 0;
-        qemu_plugin_set_pc(reg_read(v, regs.rip));
+        c->batch.entry_b = 0;
+        if (folded) c->batch.next_first = 0;
+        qemu_plugin_set_pc(reg_read(v, p4.regs.rip));
     }
 }
 
@@ -189,54 +129,54 @@ void cb_xpend(unsigned int vi, void *ud)
 
 static void serve_fold_request(unsigned vi, uint64_t addr)
 {
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    if (!__atomic_exchange_n(&c->fold_req, 0, __ATOMIC_SEQ_CST)) return;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    if (!__atomic_exchange_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST)) return;
     int64_t rest = fold_at_access(vi, addr);
-    if (py_deadline(vi) != P4_PY_OK) run.fold_out[vi].budget = 0;
+    if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
-    __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&c->ht.fold_seq, 1, __ATOMIC_SEQ_CST);
 }
 
 void sibling_sync(unsigned vi, uint64_t addr)
 {
-    if (run.threads != 2 || !run.instrument) return;
+    if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= n_vcpus_max || !run.per_vcpu[sib].init) return;
-    struct vcpu_counting *s = &run.per_vcpu[sib];
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init) return;
+    struct vcpu_counting *s = &p4.run->per_vcpu[sib];
     serve_fold_request(vi, addr);
     if (lp_halted(s)) {
         DBG("sync vCPU %u: sibling halted\n", vi);
         return;
     }
-    if (same_thread(sib)) {
+    if (lp_same_thread(sib)) {
         /* round robin: the sibling is between blocks; fold it from here */
         fold_between_blocks(sib);
-        if (py_deadline(sib) != P4_PY_OK) run.fold_out[sib].budget = 0;
+        if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
         after_python_other(sib);
         return;
     }
-    uint32_t seq0 = __atomic_load_n(&s->fold_seq, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&s->fold_req, 1, __ATOMIC_SEQ_CST);
+    uint32_t seq0 = __atomic_load_n(&s->ht.fold_seq, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->ht.fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        if (__atomic_load_n(&s->fold_seq, __ATOMIC_SEQ_CST) != seq0 || lp_halted(s)) break;
+        if (__atomic_load_n(&s->ht.fold_seq, __ATOMIC_SEQ_CST) != seq0 || lp_halted(s)) break;
         serve_fold_request(vi, addr);
         clock_gettime(CLOCK_MONOTONIC, &t);
         if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) > SIBLING_WAIT_NS) {
-            static int warned;
             DBG("sync vCPU %u: vCPU %u did not fold within 20 ms\n", vi, sib);
-            if (!warned++) {
-                fprintf(stderr, "p4pmu: note: vCPU %u did not fold its activity within 20 ms "
-                                "for a PMU access of its sibling (it may be blocked); reads "
-                                "may miss its latest events\n", sib);
+            if (!p4.run->sibling_wait_warned++) {
+                p4_message("p4pmu: note: vCPU %u did not fold its activity within 20 ms "
+                           "for a PMU access of its sibling (it may be blocked); reads "
+                           "may miss its latest events\n",
+                           sib);
             }
             break;
         }
         sched_yield();
     }
-    DBG("sync vCPU %u: sibling seq %u -> %u halted %d\n", vi, seq0, s->fold_seq, lp_halted(s));
+    DBG("sync vCPU %u: sibling seq %u -> %u halted %d\n", vi, seq0, s->ht.fold_seq, lp_halted(s));
 }
 
 /* threads=2: HLT -- hand this LP's activity to the shared PMU before halting, and snapshot
@@ -244,28 +184,31 @@ void sibling_sync(unsigned vi, uint64_t addr)
 void cb_hlt(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
-    struct vcpu_counting *c = &run.per_vcpu[vi];
-    const struct blk *b = blocks.by_id[(uint32_t)(uintptr_t)ud];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    const struct blk *b = p4.blocks->by_id[(uint32_t)(uintptr_t)ud];
     (void)b;
     uint64_t addr = (uint64_t)0;
     /* the HLT is the last instruction of its block (it ends the block in QEMU) */
     addr = b->ins[b->n - 1].addr;
     for (unsigned j = 0; j < b->n; j++) {
-        if (b->ins[j].flags & CI_HLT) { addr = b->ins[j].addr; break; }
+        if (b->ins[j].flags & CI_HLT) {
+            addr = b->ins[j].addr;
+            break;
+        }
     }
     int64_t rest = fold_at_access(vi, addr);
-    DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)run.fold_out[vi].clocks);
-    if (py_deadline(vi) != P4_PY_OK) run.fold_out[vi].budget = 0;
+    DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)p4.run->fold_out[vi].clocks);
+    if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
-    __atomic_store_n(&c->fold_req, 0, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&c->fold_seq, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&c->ht.fold_seq, 1, __ATOMIC_SEQ_CST);
     uint32_t lvt, id;
     if (apic_rd(v, APIC_LVT_PERF, &lvt) && apic_rd(v, APIC_ID_REG, &id)) {
-        c->hlt_lvt = lvt;
-        c->hlt_apic = id;
-        c->hlt_valid = 1;
+        c->ht.hlt_lvt = lvt;
+        c->ht.hlt_apic = id;
+        c->ht.hlt_valid = 1;
     }
-    c->hlt_halted = 1;
+    c->ht.hlt_halted = 1;
     /* cleared at the next entry */
     __atomic_store_n(&scoreboard_of(vi)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
     sibling_relabel(vi);
@@ -275,17 +218,19 @@ void cb_hlt(unsigned int vi, void *ud)
  * (ACTIVE_THREAD), so it folds at its next block entry.  C only (QEMU holds the BQL). */
 void counting_halt_change(unsigned vi, int halted)
 {
-    if (!run.per_vcpu || vi >= (unsigned)n_vcpus_max) return;
-    run.per_vcpu[vi].halted = halted;
+    if (!p4.run->per_vcpu || vi >= (unsigned)p4.n_vcpus_max) return;
+    p4.run->per_vcpu[vi].ht.halted = halted;
     DBG("vCPU %u %s\n", vi, halted ? "idle" : "resumes");
     if (!halted) {
-        run.per_vcpu[vi].hlt_valid = 0;
+        p4.run->per_vcpu[vi].ht.hlt_valid = 0;
         lp_resync(vi); /* (on this vCPU's thread, before it runs again) */
     }
-    if (run.threads != 2 || !run.instrument) return;
+    if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
-    if ((int)sib >= n_vcpus_max || !run.per_vcpu[sib].init || lp_halted(&run.per_vcpu[sib])) return;
+    if ((int)sib >= p4.n_vcpus_max || !p4.run->per_vcpu[sib].init ||
+        lp_halted(&p4.run->per_vcpu[sib]))
+        return;
     /* only a request: QEMU holds the BQL here, Python must not be called */
-    __atomic_store_n(&run.per_vcpu[sib].fold_req, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&p4.run->per_vcpu[sib].ht.fold_req, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&scoreboard_of(sib)[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
 }

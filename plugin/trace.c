@@ -11,18 +11,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "messages.h"
 #include "trace.h"
 #include "blocks.h"
 #include "counting.h"
 #include "registers.h"
+#include "state.h"
 
-struct trace_run trace_run;
 
 int trace_setup(int max_vcpus)
 {
-    trace_run.per_vcpu = calloc((size_t)max_vcpus, sizeof(*trace_run.per_vcpu));
-    if (!trace_run.per_vcpu) {
-        fprintf(stderr, "p4pmu: out of memory for %d vCPUs' trace records\n", max_vcpus);
+    p4.trace->per_vcpu = calloc((size_t)max_vcpus, sizeof(*p4.trace->per_vcpu));
+    if (!p4.trace->per_vcpu) {
+        p4_message("p4pmu: out of memory for %d vCPUs' trace records\n", max_vcpus);
         return -1;
     }
     return 0;
@@ -31,11 +32,11 @@ int trace_setup(int max_vcpus)
 /* instructions of vCPU vi's block executions so far: folded, and counted since the fold */
 static uint64_t insns_now(unsigned vi)
 {
-    const struct vcpu_counting *c = &run.per_vcpu[vi];
-    uint64_t n = c->insn_total;
-    for (uint32_t i = 0; i < c->ndirty; i++) {
-        const struct blk *b = blocks.by_id[c->dirty[i]];
-        n += en_total(c, c->dirty[i]) * b->n;
+    const struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    uint64_t n = c->fold.insn_total;
+    for (uint32_t i = 0; i < c->batch.ndirty; i++) {
+        const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
+        n += en_total(c, c->batch.dirty[i]) * b->n;
     }
     return n;
 }
@@ -46,7 +47,7 @@ static uint64_t insns_before(unsigned vi, uint64_t linear)
 {
     uint64_t n = insns_now(vi);
     uint32_t id = (uint32_t)scoreboard_of(vi)[SB_CURRENT_BLOCK];
-    const struct blk *b = id ? blocks.by_id[id] : NULL;
+    const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     int i = b ? find_insn(b, linear) : -1;
     if (i >= 0 && n >= b->n - (unsigned)i) n -= b->n - (unsigned)i;
     return n;
@@ -58,9 +59,9 @@ void trace_access(unsigned vi, uint64_t linear, int cpl)
     if (!t) return;
     t->pc = linear;
     t->cpl = (uint32_t)cpl;
-    t->timed = run.instrument;
+    t->timed = p4.run->instrument;
     t->insns = t->timed ? insns_before(vi, linear) : 0;
-    t->clk = run.instrument ? run.per_vcpu[vi].clk_total : 0;
+    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].fold.clk_total : 0;
 }
 
 void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old,
@@ -90,11 +91,11 @@ void trace_block_entry(unsigned vi, uint64_t pc)
     if (!t) return;
     t->pc = pc;
     t->cpl = (uint32_t)current_cpl(bridge_vcpu(vi));
-    t->timed = run.instrument;
+    t->timed = p4.run->instrument;
     /* the block's execution counter has not counted it yet (callbacks run in registration
      * order: cb_sched before the inline add) */
     t->insns = t->timed ? insns_now(vi) : 0;
-    t->clk = run.instrument ? run.per_vcpu[vi].clk_total : 0;
+    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].fold.clk_total : 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -103,5 +104,5 @@ void trace_block_entry(unsigned vi, uint64_t pc)
 
 struct p4c_trace *p4c_trace(unsigned vi)
 {
-    return &trace_run.per_vcpu[vi];
+    return &p4.trace->per_vcpu[vi];
 }

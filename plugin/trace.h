@@ -11,19 +11,19 @@
 
 #include "p4c_api.h"
 #include "registers.h"
+#include "state.h"
 
 /* per run: set once at install */
 struct trace_run {
-    struct p4c_trace *per_vcpu;  /* [max_vcpus] */
+    struct p4c_trace *per_vcpu; /* [max_vcpus] */
 };
-extern struct trace_run trace_run;
 
 int trace_setup(int max_vcpus);
 
 /* vCPU vi's trace state while a trace or log is written, else NULL */
 static inline struct p4c_trace *trace_of(unsigned vi)
 {
-    struct p4c_trace *t = trace_run.per_vcpu ? &trace_run.per_vcpu[vi] : 0;
+    struct p4c_trace *t = p4.trace->per_vcpu ? &p4.trace->per_vcpu[vi] : 0;
     return t && t->on ? t : 0;
 }
 

@@ -23,6 +23,7 @@
 #include "registers.h"
 #include "resolve.h"
 #include "siblings.h"
+#include "state.h"
 
 /* per host thread: the Capstone mode that decoded the previous block (tried first) */
 static __thread int tl_mode_pref = -1;
@@ -44,9 +45,10 @@ static uint32_t clamp_u32(int64_t n)
  * resolves (rep_resolve). */
 static void exact_weight(struct blk *b)
 {
-    const struct exact_signature *g = &exact.sig;
+    const struct exact_signature *g = &p4.exact->sig;
     int64_t n = 0;
-    for (uint32_t k = 0; k < b->nk; k++) n += exact_increment(g, ext(b->hk[k], b->os), b->hc[k]);
+    for (uint32_t k = 0; k < b->nk; k++)
+        n += exact_increment(g, ext(b->hk[k], b->os), b->hc[k]);
     int64_t fin = 0, pen = 0;
     for (unsigned v = 0; v < 4 && b->res; v++) {
         int64_t x = exact_increment(g, ext(b->var[v], b->os), 1);
@@ -85,22 +87,33 @@ static size_t classify_all(int mi, size_t n, const uint8_t (*bytes)[16], const u
  * most likely first (the mode that decoded the previous block first).  Returns how many. */
 static int mode_candidates(struct vcpu *v, int *os, int cands[3])
 {
-    uint64_t cr0 = reg_read(v, regs.cr0), efl = reg_read(v, regs.eflags);
-    uint64_t efer = reg_read(v, regs.efer);
+    uint64_t cr0 = reg_read(v, p4.regs.cr0), efl = reg_read(v, p4.regs.eflags);
+    uint64_t efer = reg_read(v, p4.regs.efer);
     int nc = 0;
     if (!(cr0 & CR0_PE)) {
         *os = 1;
-        cands[nc++] = 0; cands[nc++] = 1;
+        cands[nc++] = 0;
+        cands[nc++] = 1;
     } else if (efl & EFL_VM) {
         *os = 0;
         cands[nc++] = 0;
     } else {
-        *os = (reg_read(v, regs.cs) & 3) == 0;
-        if (efer & EFER_LMA) { cands[nc++] = 2; cands[nc++] = 1; cands[nc++] = 0; }
-        else { cands[nc++] = 1; cands[nc++] = 0; }
+        *os = (reg_read(v, p4.regs.cs) & 3) == 0;
+        if (efer & EFER_LMA) {
+            cands[nc++] = 2;
+            cands[nc++] = 1;
+            cands[nc++] = 0;
+        } else {
+            cands[nc++] = 1;
+            cands[nc++] = 0;
+        }
     }
     for (int i = 1; i < nc && tl_mode_pref >= 0; i++) {
-        if (cands[i] == tl_mode_pref) { int t = cands[0]; cands[0] = cands[i]; cands[i] = t; }
+        if (cands[i] == tl_mode_pref) {
+            int t = cands[0];
+            cands[0] = cands[i];
+            cands[i] = t;
+        }
     }
     return nc;
 }
@@ -110,7 +123,7 @@ static int mode_candidates(struct vcpu *v, int *os, int cands[3])
 static int classify_block(struct qemu_plugin_tb *tb, size_t n, const int *cands, int nc,
                           struct insn_info *ins)
 {
-    uint8_t (*bytes)[16] = malloc(16 * n);
+    uint8_t(*bytes)[16] = malloc(16 * n);
     uint8_t *lens = malloc(n);
     uint64_t *addrs = malloc(8 * n);
     for (size_t i = 0; i < n; i++) {
@@ -118,7 +131,7 @@ static int classify_block(struct qemu_plugin_tb *tb, size_t n, const int *cands,
         lens[i] = (uint8_t)qemu_plugin_insn_data(insn, bytes[i], 16);
         addrs[i] = qemu_plugin_insn_vaddr(insn);
     }
-    const uint8_t (*cbytes)[16] = (const uint8_t (*)[16])bytes;
+    const uint8_t(*cbytes)[16] = (const uint8_t(*)[16])bytes;
     int best = -1;
     for (int ci = 0; ci < nc && best < 0; ci++) {
         if (classify_all(cands[ci], n, cbytes, lens, addrs, ins) == n) best = cands[ci];
@@ -139,24 +152,23 @@ static int classify_block(struct qemu_plugin_tb *tb, size_t n, const int *cands,
  * registration order. */
 static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id, int lt)
 {
-    const struct blk *b = blocks.by_id[id];
+    const struct blk *b = p4.blocks->by_id[id];
     void *ud = (void *)(uintptr_t)id;
-    struct qemu_plugin_scoreboard *sb = run.scoreboard;
+    struct qemu_plugin_scoreboard *sb = p4.run->scoreboard;
     p4_plugin_u64 clocks = {sb, SB_DEADLINE_CLOCKS * 8}, current = {sb, SB_CURRENT_BLOCK * 8},
                   sibling = {sb, SB_SIBLING_REQUEST * 8}, silent_next = {sb, SB_SILENT_NEXT * 8},
                   execs = {sb, (SB_HDR + id) * 8}, exact_events = {sb, SB_EXACT_EVENTS * 8};
     /* the previous block's outcome unless it is the silent one (or none is needed) */
-    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE,
-                                              silent_next, lt ? X_OUTCOME_FREE : b->vaddr,
-                                              (void *)b);
+    qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xcheck, P4_CB_R_REGS, P4_COND_NE, silent_next,
+                                              lt ? X_OUTCOME_FREE : b->vaddr, (void *)b);
     /* fires when this block might cross the deadline */
     qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_sched, P4_CB_RW_REGS_PC, P4_COND_GE, clocks,
                                               SB_FIRES_AT - maxclk(b), ud);
-    if (run.threads == 2) {
+    if (p4.run->threads == 2) {
         qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb_xpend, P4_CB_RW_REGS_PC, P4_COND_NE,
                                                   sibling, 0, ud);
     }
-    if (__atomic_load_n(&exact.active, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&p4.exact->active, __ATOMIC_ACQUIRE)) {
         /* fires when this block might take the exact-deadline counter to its limit; on a
          * block of weight 0 (OS code for a USR-only counter, say) when an earlier block may
          * have taken it there: the block after an overflow is checked whatever its weight
@@ -165,8 +177,7 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
                                                   P4_COND_GE, exact_events,
                                                   SB_FIRES_AT - b->exact_max, ud);
     }
-    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, clocks,
-                                                      b->clocks_add);
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, clocks, b->clocks_add);
     if (b->exact_add) {
         qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, P4_INLINE_ADD_U64, exact_events,
                                                           b->exact_add);
@@ -188,10 +199,10 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
         qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, 0), cb_memi, P4_CB_NO_REGS,
                                          P4_MEM_RW, ud);
     }
-    for (size_t i = 0; i < n && run.threads == 2; i++) {
+    for (size_t i = 0; i < n && p4.run->threads == 2; i++) {
         if (b->ins[i].flags & CI_HLT) {
-            DBG("HLT hook at %#llx (block %#llx, %zu insns)\n",
-                (unsigned long long)b->ins[i].addr, (unsigned long long)b->vaddr, n);
+            DBG("HLT hook at %#llx (block %#llx, %zu insns)\n", (unsigned long long)b->ins[i].addr,
+                (unsigned long long)b->vaddr, n);
             qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, i), cb_hlt,
                                                    P4_CB_RW_REGS, ud);
         }
@@ -207,13 +218,13 @@ uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v)
     struct insn_info *ins = calloc(n, sizeof(*ins));
     int mode = classify_block(tb, n, cands, nc, ins);
     tl_mode_pref = mode;
-    int lt = __atomic_load_n(&lite.active, __ATOMIC_ACQUIRE);
+    int lt = __atomic_load_n(&p4.lite->active, __ATOMIC_ACQUIRE);
     uint32_t id = block_new(qemu_plugin_tb_vaddr(tb), (unsigned)n, ins, os, mode, lt);
     if (!id) return 0;
-    if (__atomic_load_n(&exact.active, __ATOMIC_ACQUIRE)) {
-        exact_weight(blocks.by_id[id]);
+    if (__atomic_load_n(&p4.exact->active, __ATOMIC_ACQUIRE)) {
+        exact_weight(p4.blocks->by_id[id]);
     }
-    directions_note_block(blocks.by_id[id]);
+    directions_note_block(p4.blocks->by_id[id]);
     register_block_ops(tb, n, id, lt);
     return id;
 }
@@ -234,20 +245,20 @@ void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
     classify_insn(h, x, addr, &in);
     struct clock_fields c[64];
     unsigned m = schedule(&in, 0, 1, c, 64, NULL);
-    struct vcpu_counting *cc = &run.per_vcpu[vi];
+    struct vcpu_counting *cc = &p4.run->per_vcpu[vi];
     uint32_t prev = 0;
     for (unsigned i = 0; i < m; i++) {
         uint32_t k = kind_intern(c[i].f);
         acc_add(cc, ext(k, os), 1);
-        if (i) pair_hash_add(&cc->pairs, prev, ext(k, os), 1);
+        if (i) pair_hash_add(&cc->batch.pairs, prev, ext(k, os), 1);
         else {
-            cc->next_first = ext(k, os) + 1;
-            cc->next_first_bubble = 0;
+            cc->batch.next_first = ext(k, os) + 1;
+            cc->batch.next_first_bubble = 0;
         }
         prev = ext(k, os);
     }
     if (m) {
         acc_last_add(cc, prev, 1);
-        cc->cut_last = prev + 1; /* the batch's last clock until a block runs */
+        cc->batch.cut_last = prev + 1; /* the batch's last clock until a block runs */
     }
 }

@@ -3,9 +3,11 @@
 The composition of every QEMU that p4pmu starts (`p4pmu qemu`, `p4pmu linux`, the demos,
 `p4pmu bench`): the QEMU binary, ``-accel tcg`` (unless the caller chose TCG itself), the
 model's ``-cpu`` (qemu_glue/cpu.py), ``-plugin`` with its options (docs/architecture.md,
-contract 2), then the caller's own arguments unchanged.  The caller's arguments are checked
-for what would contradict the emulation: their own ``-cpu``, another accelerator, more than
-two threads per core, the p4pmu plugin loaded a second time.
+contract 2) and ``-d plugin`` (the plugin prints through QEMU's log: plugin/messages.c), then
+the caller's own arguments unchanged but for their own ``-d``, which gets ``plugin`` added.
+The caller's arguments are checked for what would contradict the emulation: their own
+``-cpu``, another accelerator, more than two threads per core, the p4pmu plugin loaded a
+second time.
 """
 from __future__ import annotations
 
@@ -161,6 +163,21 @@ def plugin_argument(plugin: Path, model: CpuModel, popts: dict[str, str],
     return ",".join(parts)
 
 
+def _with_plugin_log(qargs: list[str]) -> tuple[list[str], list[str]]:
+    """QEMU's log must include the plugin's output (plugin/messages.c prints through
+    qemu_plugin_outs, which QEMU shows only with ``-d plugin``).  QEMU takes the last ``-d``
+    alone, so a caller's ``-d LIST`` gets ``plugin`` appended (``-d help`` is left as it
+    is); without one, ``-d plugin`` is added.  Returns (arguments to add, the caller's
+    arguments)."""
+    last = max((i for i, a in enumerate(qargs[:-1]) if a in ("-d", "--d")), default=None)
+    if last is None:
+        return ["-d", "plugin"], list(qargs)
+    items = qargs[last + 1].split(",")
+    if "plugin" in items or qargs[last + 1] in ("help", "?"):
+        return [], list(qargs)
+    return [], qargs[:last + 1] + [qargs[last + 1] + ",plugin"] + qargs[last + 2:]
+
+
 def compose_qemu_argv(qemu, model: CpuModel, qargs: list[str], popts: dict[str, str],
                          plugin: Path | None) -> list[str]:
     """The full QEMU argv.  ``plugin`` None: the CPU model without the PMU plugin.
@@ -180,6 +197,8 @@ def compose_qemu_argv(qemu, model: CpuModel, qargs: list[str], popts: dict[str, 
     cmd += cpumod.cpu_args(model)
     if plugin is not None:
         cmd += ["-plugin", plugin_argument(plugin, model, popts, threads)]
+        log, qargs = _with_plugin_log(qargs)
+        cmd += log
     return cmd + list(qargs)
 
 

@@ -288,12 +288,34 @@ def test_compose(qemu, tmp_path):
     assert parts[0] == str(plugin).replace(",", "\0")
     assert parts[1:] == ["model=0F_02", "stepping=9", "strict=on", f"log={tmp_path}/l",
                          "threads=2", f"pypath={site_packages()}"]
-    assert rest[6:] == ["-smp", "2,threads=2", "-m", "64"]  # unchanged, at the end
+    assert rest[6:8] == ["-d", "plugin"]  # the plugin's messages (plugin/messages.c)
+    assert rest[8:] == ["-smp", "2,threads=2", "-m", "64"]  # unchanged, at the end
     # the user's accelerator choice is kept; no plugin
     cmd = qemu_argv.compose_qemu_argv(qemu, m, ["-accel", "tcg,one-insn-per-tb=on"], {}, None)
     assert "-plugin" not in cmd and cmd.count("-accel") == 1
     cmd = qemu_argv.compose_qemu_argv(qemu, m, ["-M", "pc,accel=tcg"], {}, None)
     assert "-accel" not in cmd
+
+
+@pytest.mark.parametrize("qargs, want", [
+    (["-m", "64"], ["-d", "plugin", "-m", "64"]),
+    (["-d", "int,cpu_reset", "-m", "64"], ["-d", "int,cpu_reset,plugin", "-m", "64"]),
+    # QEMU takes the last -d only: that one gets the plugin's output
+    (["-d", "int", "-D", "/tmp/q.log", "--d", "exec"],
+     ["-d", "int", "-D", "/tmp/q.log", "--d", "exec,plugin"]),
+    (["-d", "plugin,int"], ["-d", "plugin,int"]),
+    (["-d", "help"], ["-d", "help"]),
+])
+def test_compose_adds_plugin_log(qemu, tmp_path, qargs, want):
+    """The plugin prints through QEMU's log (qemu_plugin_outs, shown with -d plugin): the
+    composition asks for it, merged into the caller's own -d; without the plugin, no -d."""
+    m = get_model("0F_04")
+    cmd = qemu_argv.compose_qemu_argv(qemu, m, qargs, {}, tmp_path / "p.so")
+    rest = cmd[len(qemu.argv()):]
+    assert rest[:4] == ["-accel", "tcg", "-cpu", cpu.cpu_option(m)]
+    assert rest[4] == "-plugin" and rest[6:] == want
+    cmd = qemu_argv.compose_qemu_argv(qemu, m, qargs, {}, None)
+    assert cmd[len(qemu.argv()) + 4:] == qargs
 
 
 def test_cpu_option_per_model():

@@ -166,9 +166,10 @@ def _plugin() -> str:
 
 
 def _start(binary: str, plugin_items: list[str], timeout: float = 60):
-    """Start QEMU paused with the plugin, quit through the monitor."""
+    """Start QEMU paused with the plugin, quit through the monitor (-d plugin: the plugin's
+    messages go through QEMU's log, plugin/messages.c)."""
     cmd = [*_qemu_argv(binary), "-accel", "tcg", "-machine", "pc", "-display", "none",
-           "-nodefaults", "-S", "-monitor", "stdio",
+           "-nodefaults", "-S", "-monitor", "stdio", "-d", "plugin",
            "-plugin", ",".join([_plugin(), *plugin_items])]
     return subprocess.run(cmd, input="quit\n", capture_output=True, text=True, timeout=timeout)
 
