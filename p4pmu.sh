@@ -38,9 +38,10 @@ command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1 ||
 
 # gcc-multilib: the 32-bit bare-metal test guests; python3-dev: cffi's embedding build of the
 # plugin; gdb: the scripted-GDB features; xz-utils and cpio: guest images; g++ and the host's
-# perf (linux-perf): host-built programs in the guest and guest recordings read on the host.
+# perf (linux-perf): host-built programs in the guest and guest recordings read on the host;
+# clang-format: the C style check of the plugin (tests/test_plugin_layers.py).
 pkgs=(gcc gcc-multilib g++ make binutils python3 python3-venv python3-dev gdb xz-utils cpio
-      ca-certificates gnupg debian-archive-keyring linux-perf)
+      ca-certificates gnupg debian-archive-keyring linux-perf clang-format)
 if ! grep -qi debian /etc/os-release 2>/dev/null; then
     # Ubuntu has no debian-archive-keyring in main under that name on every release, and
     # ships perf as linux-tools-common (with a kernel-specific linux-tools-<release>)
