@@ -35,13 +35,21 @@ class EntryPoints:
 
     # -- the accesses: (status, value) through out[0] --------------------------------------
 
-    def rdmsr(self, vcpu, msr, out):
+    @staticmethod
+    def _read(out, serve, failed):
+        """A read access: `serve()`, or `failed(exc_info)` when it raised; the value to
+        out[0], the status returned."""
         try:
-            status, value = self.bridge.rdmsr(vcpu, msr)
+            status, value = serve()
         except Exception:
-            status, value = self.bridge.rdmsr_failed(vcpu, msr, sys.exc_info())
+            status, value = failed(sys.exc_info())
         out[0] = value
         return status
+
+    def rdmsr(self, vcpu, msr, out):
+        b = self.bridge
+        return self._read(out, lambda: b.rdmsr(vcpu, msr),
+                          lambda exc: b.rdmsr_failed(vcpu, msr, exc))
 
     def wrmsr(self, vcpu, msr, value):
         try:
@@ -50,20 +58,14 @@ class EntryPoints:
             return self.bridge.wrmsr_failed(vcpu, msr, value, sys.exc_info())
 
     def rdpmc(self, vcpu, ecx, out):
-        try:
-            status, value = self.bridge.rdpmc(vcpu, ecx)
-        except Exception:
-            status, value = self.bridge.rdpmc_failed(vcpu, ecx, sys.exc_info())
-        out[0] = value
-        return status
+        b = self.bridge
+        return self._read(out, lambda: b.rdpmc(vcpu, ecx),
+                          lambda exc: b.rdpmc_failed(vcpu, ecx, exc))
 
     def misc_enable(self, vcpu, qemu_value, out):
-        try:
-            status, value = self.bridge.misc_enable(vcpu, qemu_value)
-        except Exception:
-            status, value = self.bridge.misc_enable_failed(vcpu, qemu_value, sys.exc_info())
-        out[0] = value
-        return status
+        b = self.bridge
+        return self._read(out, lambda: b.misc_enable(vcpu, qemu_value),
+                          lambda exc: b.misc_enable_failed(vcpu, qemu_value, exc))
 
     # -- what the C side tells the model ----------------------------------------------------
 
