@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS
@@ -120,33 +118,24 @@ def main(a: argparse.Namespace, qargs: list[str]) -> int:
         compose_qemu_argv(NoQemu(), model, qargs, popts, None)  # checks, before provisioning
         qemu = ensure_qemu(progress=True)
         plugin = _plugin(a)
-        loaded = stack.enter_context(_loaded_file()) if plugin is not None else None
-        env = {LOADED_FILE_ENV: str(loaded)} if loaded is not None else None
-        with P4Machine(qemu, model, qargs, plugin=plugin, plugin_opts=popts, env=env,
+        with P4Machine(qemu, model, qargs, plugin=plugin, plugin_opts=popts,
                        stdin=None) as machine:
+            # an in-memory file the plugin writes "loaded" into once it is installed
+            loaded = machine.add_memfd("loaded") if plugin is not None and not a.dry_run \
+                else None
+            if loaded is not None:
+                machine.env = {LOADED_FILE_ENV: loaded}
             if a.dry_run or a.verbose:
                 print(shlex.join(machine.command), file=sys.stdout if a.dry_run else sys.stderr,
                       flush=True)
             if a.dry_run:
                 return 0
             rc = machine.run_forwarding(started=gdb.started if gdb is not None else None)
-        if loaded is not None and rc != 0 and not loaded.read_text():
-            print("p4pmu: error: the plugin did not load (QEMU's message above says why); "
-                  f"exit status {EXIT_REFUSED}", file=sys.stderr)
-            return EXIT_REFUSED
-        return rc
-
-
-@contextlib.contextmanager
-def _loaded_file():
-    """An empty file the plugin writes "loaded" into once it is installed."""
-    fd, name = tempfile.mkstemp(prefix="p4pmu-loaded-")
-    os.close(fd)
-    try:
-        yield Path(name)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+            if loaded is not None and rc != 0 and not machine.memfd_bytes(loaded):
+                print("p4pmu: error: the plugin did not load (QEMU's message above says why); "
+                      f"exit status {EXIT_REFUSED}", file=sys.stderr)
+                return EXIT_REFUSED
+            return rc
 
 
 def _gdb_setup(a: argparse.Namespace, qargs: list[str], popts: dict) -> GdbSetup | None:

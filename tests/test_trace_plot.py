@@ -114,7 +114,8 @@ def test_refusals(tmp_path):
     trace.write_text(json.dumps({"k": "header", "format": "p4pmu-trace", "version": 1,
                                  "model": "0F_04"}) + "\n")
     for args, msg in ((["--plot", str(tmp_path / "t.jpg")], "must end in .png or .svg"),
-                      (["--plot", str(tmp_path / "t.png"), "--json"], "cannot be combined"),
+                      (["--plot", str(tmp_path / "t.png"), "--json"],
+                       "cannot go with --summary or --json"),
                       (["--plot", str(tmp_path / "no" / "t.png")], "no such folder")):
         r = subprocess.run([str(P4PMU), "trace", str(trace), *args], capture_output=True,
                            text=True, timeout=60)
