@@ -64,24 +64,24 @@ void pair_hash_clear(struct pair_hash *h)
 }
 
 /* Add (sign +1) or remove (-1) a kind sequence of one execution portion. */
-static void acc_seq(struct vcpu_counting *c, const uint32_t *s, unsigned n, int os, int sign)
+static void acc_seq(struct batch_vcpu *bt, const uint32_t *s, unsigned n, int os, int sign)
 {
     for (unsigned i = 0; i < n; i++) {
-        acc_add(c, ext(s[i], os), sign);
-        if (i) pair_hash_add(&c->batch.pairs, ext(s[i - 1], os), ext(s[i], os), sign);
+        acc_add(bt, ext(s[i], os), sign);
+        if (i) pair_hash_add(&bt->pairs, ext(s[i - 1], os), ext(s[i], os), sign);
     }
 }
 
 /* A portion [a, e) of an execution of b, as in the batch: clocks, internal pairs, its bubble
  * (a == 0: an execution start) and, if `ends`, its last clock as an execution end. */
-void acc_portion(struct vcpu_counting *c, const struct blk *b, unsigned a, unsigned e, int ends,
+void acc_portion(struct batch_vcpu *bt, const struct blk *b, unsigned a, unsigned e, int ends,
                  int sign)
 {
     const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
-    acc_seq(c, s, n, b->os, sign);
-    if (a == 0) c->batch.firsts[b->os ? 1 : 0] += sign;
-    if (ends && n) acc_last_add(c, ext(s[n - 1], b->os), sign);
+    acc_seq(bt, s, n, b->os, sign);
+    if (a == 0) bt->firsts[b->os ? 1 : 0] += sign;
+    if (ends && n) acc_last_add(bt, ext(s[n - 1], b->os), sign);
 }
 
 void vcpu_counting_init(struct vcpu_counting *c)

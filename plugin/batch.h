@@ -31,9 +31,30 @@ struct batch_vcpu {
     uint32_t entry_b;  /* the current batch started at the entry of this block (0: no) */
 };
 
+/* ext kind e's accumulators may be non-zero now (the fold looks at these only) */
+static inline void touch(struct batch_vcpu *bt, uint32_t e)
+{
+    if (!bt->tmark[e]) {
+        bt->tmark[e] = 1;
+        bt->touched[bt->ntouched++] = e;
+    }
+}
+
+static inline void acc_add(struct batch_vcpu *bt, uint32_t e, int64_t n)
+{
+    touch(bt, e);
+    bt->acc[e] += n;
+}
+
+static inline void acc_last_add(struct batch_vcpu *bt, uint32_t e, int64_t n)
+{
+    touch(bt, e);
+    bt->acc_last[e] += n;
+}
+
 void pair_hash_add(struct pair_hash *h, uint32_t a, uint32_t b, int64_t n);
 void pair_hash_clear(struct pair_hash *h);
-void acc_portion(struct vcpu_counting *c, const struct blk *b, unsigned a, unsigned e, int ends,
+void acc_portion(struct batch_vcpu *bt, const struct blk *b, unsigned a, unsigned e, int ends,
                  int sign);
 void vcpu_counting_init(struct vcpu_counting *c);
 

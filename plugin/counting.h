@@ -45,26 +45,6 @@ static inline int lp_halted(const struct vcpu_counting *c)
     return c->ht.halted || c->ht.hlt_halted;
 }
 
-static inline void touch(struct vcpu_counting *c, uint32_t e)
-{
-    if (!c->batch.tmark[e]) {
-        c->batch.tmark[e] = 1;
-        c->batch.touched[c->batch.ntouched++] = e;
-    }
-}
-
-static inline void acc_add(struct vcpu_counting *c, uint32_t e, int64_t n)
-{
-    touch(c, e);
-    c->batch.acc[e] += n;
-}
-
-static inline void acc_last_add(struct vcpu_counting *c, uint32_t e, int64_t n)
-{
-    touch(c, e);
-    c->batch.acc_last[e] += n;
-}
-
 /* a silent-capable block's bank word */
 static inline uint64_t *bank_w(struct vcpu_counting *c, const struct blk *b)
 {

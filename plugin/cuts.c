@@ -37,10 +37,10 @@ static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t la
 {
     if (!last) return;
     uint32_t t = ext(kind_with_return_tail(p4.kinds->empty), 0);
-    acc_add(c, t, 1);
+    acc_add(&c->batch, t, 1);
     pair_hash_add(&c->batch.pairs, last - 1, t, 1);
-    acc_last_add(c, last - 1, -1);
-    acc_last_add(c, t, 1);
+    acc_last_add(&c->batch, last - 1, -1);
+    acc_last_add(&c->batch, t, 1);
     c->batch.cut_last = t + 1;
     uint64_t *sb = scoreboard_of(vi);
     sb[SB_DEADLINE_CLOCKS] += 1;
@@ -61,8 +61,8 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail
     mem_cut(c, id); /* (before the portions: the fixes are of whole-execution clocks) */
     unsigned a = open_start(c, id, sb);
     if (e < pos_insn(a)) e = pos_insn(a);
-    acc_portion(c, b, a, b->n, !dyn_end(b), -1);
-    acc_portion(c, b, a, e, 1, +1);
+    acc_portion(&c->batch, b, a, b->n, !dyn_end(b), -1);
+    acc_portion(&c->batch, b, a, e, 1, +1);
     const uint32_t *s;
     unsigned n = portion_seq(b, a, e, &s);
     c->batch.cut_last = n ? ext(s[n - 1], b->os) + 1 : 0;

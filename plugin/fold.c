@@ -90,13 +90,13 @@ static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
         const struct blk *b = p4.blocks->by_id[id];
         if (b->gate) *bank_w(c, b) = 0;
         for (uint32_t k = 0; k < b->nk; k++)
-            acc_add(c, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
+            acc_add(&c->batch, ext(b->hk[k], b->os), (int64_t)(n * b->hc[k]));
         for (uint32_t k = 0; k < b->np && pairs; k++)
             pair_hash_add(&c->batch.pairs, ext(b->pa[k], b->os), ext(b->pb[k], b->os),
                           (int64_t)(n * b->pc[k]));
         c->batch.firsts[b->os ? 1 : 0] += (int64_t)n;
         c->fold.insn_total += n * b->n;
-        if (!dyn_end(b)) acc_last_add(c, ext(b->last_k, b->os), (int64_t)n);
+        if (!dyn_end(b)) acc_last_add(&c->batch, ext(b->last_k, b->os), (int64_t)n);
     }
     for (uint32_t i = 0; i < c->batch.ndirty; i++) {
         const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
@@ -164,7 +164,7 @@ static void fold_boundaries(struct vcpu_counting *c, uint32_t last, int last_is_
     }
     /* (not after an empty batch -- two folds with nothing in between: its last clock was the
      * previous batch's; through acc_last_add, so that the entry is reset below) */
-    if (last && last_is_end && clocks) acc_last_add(c, last - 1, -1);
+    if (last && last_is_end && clocks) acc_last_add(&c->batch, last - 1, -1);
     cols[0] = c->batch.firsts[0];
     cols[1] = c->batch.firsts[1];
     uint32_t bub[2] = {ext(p4.kinds->bubble, 0), ext(p4.kinds->bubble, 1)};
@@ -380,8 +380,8 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
     /* an access by the block's first instruction: the fetch's memory fields went to that
      * instruction's clock, which is in neither portion (not counted, like a cut's) */
     if (i == 0) mem_cut(c, id);
-    acc_portion(c, b, a, b->n, !dyn_end(b), -1);
-    acc_portion(c, b, a, (unsigned)i, 0, +1);
+    acc_portion(&c->batch, b, a, b->n, !dyn_end(b), -1);
+    acc_portion(&c->batch, b, a, (unsigned)i, 0, +1);
     const uint32_t *s;
     unsigned n = portion_seq(b, a, (unsigned)i, &s);
     uint32_t last = n ? ext(s[n - 1], b->os) + 1 : 0;
@@ -391,7 +391,7 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
     }
     fold_close(vi, last, 0);
     /* the rest of this execution is credited to the next batch */
-    acc_portion(c, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
+    acc_portion(&c->batch, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
     n = portion_seq(b, (unsigned)i + 1, b->n, &s);
     c->batch.next_first = n ? ext(s[0], b->os) + 1 : 0;
     c->batch.next_first_bubble = 0;

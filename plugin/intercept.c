@@ -272,7 +272,7 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     after_python(vi, rest);
     access_time_end(t0);
     if (!was && p4.run->start_requested) {
-        counting_credit_wrmsr(vi, s.linear, current_cpl(v) == 0);
+        counting_credit_wrmsr(&p4.run->per_vcpu[vi].batch, s.linear, current_cpl(v) == 0);
     }
     if (r == P4_PY_FAULT) {
         fault_by_redirect(v, &s, rcx);

@@ -233,8 +233,8 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
     f->old = fixed_kind(x, b, j);
     f->nw = kind_plus(f->old, d);
     uint32_t eo = ext(f->old, os), en = ext(f->nw, os);
-    acc_add(c, eo, -1);
-    acc_add(c, en, 1);
+    acc_add(&c->batch, eo, -1);
+    acc_add(&c->batch, en, 1);
     const int pairs = pairs_wanted(vi);
     if (open_rest_first(c, id, b, j)) {
         f->left = MX_L_NONE;
@@ -261,8 +261,8 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
         x->last_now = f->nw + 1;
         if (!dyn_end(b)) {
             f->right = MX_R_LAST;
-            acc_last_add(c, eo, -1);
-            acc_last_add(c, en, 1);
+            acc_last_add(&c->batch, eo, -1);
+            acc_last_add(&c->batch, en, 1);
         } else {
             f->right = MX_R_JUNCTION;
         }
@@ -317,7 +317,7 @@ static unsigned stall_of(const struct mm_outcome *o)
 static void add_stall(unsigned vi, struct vcpu_counting *c, const struct blk *b, unsigned n)
 {
     uint32_t e = ext(p4.kinds->empty, b->os);
-    acc_add(c, e, n);
+    acc_add(&c->batch, e, n);
     if (pairs_wanted(vi)) pair_hash_add(&c->batch.pairs, e, e, n);
     uint64_t *sb = scoreboard_of(vi);
     sb[SB_DEADLINE_CLOCKS] += n;
@@ -394,8 +394,8 @@ void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
     }
     uint32_t last = x->last_now ? x->last_now - 1 : pb->last_k;
     if (fin_now != fin) {
-        acc_add(c, ext(fin, os), -1);
-        acc_add(c, ext(fin_now, os), 1);
+        acc_add(&c->batch, ext(fin, os), -1);
+        acc_add(&c->batch, ext(fin_now, os), 1);
         if ((v & 1) && p4.kinds->n_penalty) {
             uint32_t p0 = ext(p4.kinds->penalty[0], os);
             if (pairs_wanted(vi)) {
@@ -403,8 +403,8 @@ void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
                 pair_hash_add(&c->batch.pairs, ext(fin_now, os), p0, 1);
             }
         } else {
-            acc_last_add(c, ext(fin, os), -1);
-            acc_last_add(c, ext(fin_now, os), 1);
+            acc_last_add(&c->batch, ext(fin, os), -1);
+            acc_last_add(&c->batch, ext(fin_now, os), 1);
         }
         c->mem.res_fin = ext(fin_now, os) + 1;
         c->mem.fixes++;
@@ -435,8 +435,8 @@ void mem_cut(struct vcpu_counting *c, uint32_t id)
     for (unsigned i = x->n; i-- > 0;) {
         const struct mem_fix *f = &x->fix[i];
         uint32_t eo = ext(f->old, os), en = ext(f->nw, os);
-        acc_add(c, en, -1);
-        acc_add(c, eo, 1);
+        acc_add(&c->batch, en, -1);
+        acc_add(&c->batch, eo, 1);
         if (f->left == MX_L_PAIR) {
             pair_hash_add(&c->batch.pairs, ext(f->lk, os), en, -1);
             pair_hash_add(&c->batch.pairs, ext(f->lk, os), eo, 1);
@@ -447,8 +447,8 @@ void mem_cut(struct vcpu_counting *c, uint32_t id)
             pair_hash_add(&c->batch.pairs, en, ext(f->rk, os), -1);
             pair_hash_add(&c->batch.pairs, eo, ext(f->rk, os), 1);
         } else if (f->right == MX_R_LAST) {
-            acc_last_add(c, en, -1);
-            acc_last_add(c, eo, 1);
+            acc_last_add(&c->batch, en, -1);
+            acc_last_add(&c->batch, eo, 1);
         }
         c->mem.dropped++;
     }

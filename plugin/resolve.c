@@ -97,15 +97,15 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
         fk = rep_kind(&c->res.rep, pb, iters, uops, done, f.f);
     }
     if (nfull) {
-        acc_add(c, ext(p4.kinds->rep_full, os), (int64_t)nfull);
+        acc_add(&c->batch, ext(p4.kinds->rep_full, os), (int64_t)nfull);
         pair_hash_add(&c->batch.pairs, prev, ext(p4.kinds->rep_full, os), 1);
         pair_hash_add(&c->batch.pairs, ext(p4.kinds->rep_full, os), ext(p4.kinds->rep_full, os),
                       (int64_t)nfull - 1);
         prev = ext(p4.kinds->rep_full, os);
     }
-    acc_add(c, ext(fk, os), 1);
+    acc_add(&c->batch, ext(fk, os), 1);
     pair_hash_add(&c->batch.pairs, prev, ext(fk, os), 1);
-    acc_last_add(c, ext(fk, os), 1);
+    acc_last_add(&c->batch, ext(fk, os), 1);
     c->res.last = ext(fk, os) + 1;
     if (nfull + 1 <= 64) {
         c->res.n = 0;
@@ -161,17 +161,17 @@ void res_fill(struct vcpu_counting *c)
 void expand_outcomes(struct vcpu_counting *c, const struct blk *b, unsigned v, int64_t n)
 {
     uint32_t e = ext(b->var[v], b->os);
-    acc_add(c, e, n);
+    acc_add(&c->batch, e, n);
     pair_hash_add(&c->batch.pairs, ext(b->last_k, b->os), e, n);
     if (v & 1) {
         for (unsigned p = 0; p < p4.kinds->n_penalty; p++) {
             uint32_t pe = ext(p4.kinds->penalty[p], b->os);
-            acc_add(c, pe, n);
+            acc_add(&c->batch, pe, n);
             pair_hash_add(&c->batch.pairs, e, pe, n);
             e = pe;
         }
     }
-    acc_last_add(c, e, n);
+    acc_last_add(&c->batch, e, n);
 }
 
 static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred, uint64_t n)
@@ -540,14 +540,14 @@ static void account_taken(unsigned vi, struct vcpu_counting *c, const struct blk
 {
     const int os = pb->os, taken = 1;
     uint32_t fin = pb->var[taken * 2 + !pred];
-    acc_add(c, ext(fin, os), 1);
+    acc_add(&c->batch, ext(fin, os), 1);
     pair_hash_add(&c->batch.pairs, ext(pb->last_k, os), ext(fin, os), 1);
     uint32_t lastk = fin;
     c->res.n = 0;
     c->res.seq[c->res.n++] = ext(fin, os);
     if (!pred) {
         for (unsigned p = 0; p < p4.kinds->n_penalty; p++) {
-            acc_add(c, ext(p4.kinds->penalty[p], os), 1);
+            acc_add(&c->batch, ext(p4.kinds->penalty[p], os), 1);
             pair_hash_add(&c->batch.pairs, ext(lastk, os), ext(p4.kinds->penalty[p], os), 1);
             lastk = p4.kinds->penalty[p];
             if (c->res.n < 64) c->res.seq[c->res.n++] = ext(lastk, os);
@@ -555,7 +555,7 @@ static void account_taken(unsigned vi, struct vcpu_counting *c, const struct blk
         scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += p4.kinds->n_penalty;
         scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact.pen[os ? 1 : 0];
     }
-    acc_last_add(c, ext(lastk, os), 1);
+    acc_last_add(&c->batch, ext(lastk, os), 1);
     c->res.last = ext(lastk, os) + 1;
 }
 

@@ -232,7 +232,7 @@ uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v)
 /* count=auto: counting starts with the WRMSR that first enables a counter, which ran in a
  * block translated without instrumentation: credit that WRMSR's own clocks (it retires after
  * the access, docs/guest-events.md I3) to the first batch. */
-void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
+void counting_credit_wrmsr(struct batch_vcpu *bt, uint64_t addr, int os)
 {
     static const uint8_t code[2] = {0x0F, 0x30};
     csh h;
@@ -245,20 +245,19 @@ void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os)
     classify_insn(h, x, addr, &in);
     struct clock_fields c[64];
     unsigned m = schedule(&in, 0, 1, c, 64, NULL);
-    struct vcpu_counting *cc = &p4.run->per_vcpu[vi];
     uint32_t prev = 0;
     for (unsigned i = 0; i < m; i++) {
         uint32_t k = kind_intern(c[i].f);
-        acc_add(cc, ext(k, os), 1);
-        if (i) pair_hash_add(&cc->batch.pairs, prev, ext(k, os), 1);
+        acc_add(bt, ext(k, os), 1);
+        if (i) pair_hash_add(&bt->pairs, prev, ext(k, os), 1);
         else {
-            cc->batch.next_first = ext(k, os) + 1;
-            cc->batch.next_first_bubble = 0;
+            bt->next_first = ext(k, os) + 1;
+            bt->next_first_bubble = 0;
         }
         prev = ext(k, os);
     }
     if (m) {
-        acc_last_add(cc, prev, 1);
-        cc->batch.cut_last = prev + 1; /* the batch's last clock until a block runs */
+        acc_last_add(bt, prev, 1);
+        bt->cut_last = prev + 1; /* the batch's last clock until a block runs */
     }
 }

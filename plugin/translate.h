@@ -8,7 +8,9 @@
 
 #include "counting_types.h"
 
+struct batch_vcpu; /* batch.h */
+
 uint32_t counting_translate(struct qemu_plugin_tb *tb, struct vcpu *v);
-void counting_credit_wrmsr(unsigned vi, uint64_t addr, int os);
+void counting_credit_wrmsr(struct batch_vcpu *bt, uint64_t addr, int os);
 
 #endif
