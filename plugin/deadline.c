@@ -474,7 +474,7 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     if (nw <= 0 || !o->winc) return 0;
     c->deadline.fast_checks++;
     c->deadline.fast_scanned += c->batch.ndirty;
-    silent_catch_up_all(vi); /* the silent branch outcomes so far */
+    silent_catch_up_all(vi, c); /* the silent branch outcomes so far */
     const struct pensum *pen = pen_sum(vi, o);
     if (!pen->ok) return 0;
     int64_t U[P4_NCOUNTERS], N[P4_NCOUNTERS];

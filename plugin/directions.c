@@ -55,10 +55,11 @@ void directions_note_block(struct blk *b)
 }
 
 /* this vCPU's outcomes of group gid against and with its silent direction in the window */
-static void group_tally(unsigned vi, uint32_t gid, uint64_t *against, uint64_t *with)
+static void group_tally(const struct resolve_vcpu *rv, uint32_t gid, uint64_t *against,
+                        uint64_t *with)
 {
     *against = *with = 0;
-    const struct group_state *g = group_state_peek(vi, gid);
+    const struct group_state *g = group_state_peek(rv, gid);
     if (!g) return;
     int t = p4.blocks->groups[gid]->silent_t;
     *against = g->dir[!t];
@@ -67,9 +68,8 @@ static void group_tally(unsigned vi, uint32_t gid, uint64_t *against, uint64_t *
 
 /* Rewrite the byte at guest-physical address hw with its own value: QEMU drops the
  * translated blocks that hold it.  Returns 1 if both accesses succeeded. */
-static int rewrite_byte(unsigned vi, uint64_t hw)
+static int rewrite_byte(struct vcpu *v, uint64_t hw)
 {
-    struct vcpu *v = bridge_vcpu(vi);
     g_byte_array_set_size(v->buf, 0);
     if ((int)qemu_plugin_read_memory_hwaddr(hw, v->buf, 1) != 0 || v->buf->len < 1) return 0;
     return (int)qemu_plugin_write_memory_hwaddr(hw, v->buf) == 0;
@@ -79,7 +79,7 @@ static int rewrite_byte(unsigned vi, uint64_t hw)
  * outcome pending): its silent outcomes replayed and the group released (group_retire), the
  * other direction, every member's translation dropped, the members list emptied (the
  * blocks translated again join it).  0 when a member's physical address is unknown. */
-static int group_flip(unsigned vi, uint32_t gid)
+static int group_flip(unsigned vi, struct vcpu_counting *c, uint32_t gid)
 {
     struct pred_group *gr = p4.blocks->groups[gid];
     uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
@@ -89,11 +89,12 @@ static int group_flip(unsigned vi, uint32_t gid)
             return 0;
         }
     }
-    group_retire(vi, gid);
+    group_retire(vi, c, gid);
     gr->silent_t ^= 1;
     gr->flips++;
-    for (uint32_t i = 0; i < nm && p4.run->dir_rewrite; i++) {
-        p4.directions->rewrites += (uint64_t)rewrite_byte(vi, p4.blocks->by_id[gr->mem[i]]->br_hw);
+    struct vcpu *v = p4.run->dir_rewrite ? bridge_vcpu(vi) : NULL;
+    for (uint32_t i = 0; i < nm && v; i++) {
+        p4.directions->rewrites += (uint64_t)rewrite_byte(v, p4.blocks->by_id[gr->mem[i]]->br_hw);
     }
     __atomic_store_n(&gr->nmem, 0, __ATOMIC_RELEASE);
     p4.directions->groups_flipped++;
@@ -103,9 +104,8 @@ static int group_flip(unsigned vi, uint32_t gid)
 /* At the entry of block `cur` (cb_xcheck) when vCPU vi's resolutions reached its next look:
  * change the direction of every group worth it, but those of `cur` (running) and of `prev`
  * (its outcome is about to be resolved), then start a new window. */
-void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
+void directions_update(unsigned vi, struct vcpu_counting *c, const struct blk *cur, uint32_t prev)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (!p4.run->dir_first_look || p4.n_vcpus_max != 1) {
         c->dir.look_at = UINT64_MAX; /* (directions=0, or several vCPUs: never) */
         return;
@@ -113,7 +113,7 @@ void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
     c->dir.look_at = c->res.resolutions + p4.run->dir_first_look;
     p4.directions->looks++;
     if (!p4.run->instrument || p4.lite->active) {
-        group_counts_reset(vi);
+        group_counts_reset(&c->res);
         return;
     }
     uint32_t skip1 = cur->end == BRK_COND ? cur->gid : 0;
@@ -122,14 +122,14 @@ void directions_update(unsigned vi, const struct blk *cur, uint32_t prev)
     if (lead < DIR_MIN_LEAD) lead = DIR_MIN_LEAD;
     for (uint32_t gid = 1; gid < p4.blocks->n_groups; gid++) {
         uint64_t a, w;
-        group_tally(vi, gid, &a, &w);
+        group_tally(&c->res, gid, &a, &w);
         if (a < w + lead || gid == skip1 || gid == skip2 ||
             p4.blocks->groups[gid]->flips >= DIR_MAX_GROUP_FLIPS) {
             continue;
         }
-        changed += (uint64_t)group_flip(vi, gid);
+        changed += (uint64_t)group_flip(vi, c, gid);
     }
-    group_counts_reset(vi);
+    group_counts_reset(&c->res);
     if (changed) {
         DBG("directions: vCPU %u at %llu resolutions: %llu groups changed direction (%llu in "
             "all, %llu branch bytes rewritten)\n",
@@ -162,15 +162,16 @@ void directions_stale_ran(uint32_t id)
 void groups_after_flush(void)
 {
     for (int vi = 0; vi < p4.n_vcpus_max; vi++) {
-        if (p4.run->per_vcpu[vi].init) silent_catch_up_all((unsigned)vi);
+        struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+        if (c->init) silent_catch_up_all((unsigned)vi, c);
     }
     for (uint32_t gid = 1; gid < p4.blocks->n_groups; gid++) {
         struct pred_group *gr = p4.blocks->groups[gid];
         gr->stale = 0;
         if (!gr->nmem) continue;
         for (int vi = 0; vi < p4.n_vcpus_max; vi++) {
-            if (p4.run->per_vcpu[vi].init && group_state_peek((unsigned)vi, gid))
-                group_release((unsigned)vi, gid);
+            struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+            if (c->init && group_state_peek(&c->res, gid)) group_release(c, gid);
         }
         __atomic_store_n(&gr->nmem, 0, __ATOMIC_RELEASE);
     }

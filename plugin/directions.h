@@ -15,7 +15,7 @@ struct directions_vcpu {
     uint64_t look_at; /* resolutions at which directions.c looks next */
 };
 
-void directions_update(unsigned vi, const struct blk *cur, uint32_t prev);
+void directions_update(unsigned vi, struct vcpu_counting *c, const struct blk *cur, uint32_t prev);
 void directions_stale_ran(uint32_t id);
 void groups_after_flush(void);
 void directions_note_block(struct blk *b);

@@ -292,7 +292,7 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     const int pairs = !(o->nopairs && p4.run->threads == 1);
     c->fold.pairless_folds += !pairs;
     int mem_keep = mem_fold_begin(c);
-    silent_before_fold(vi);
+    silent_before_fold(vi, c);
     fold_blocks(vi, c, pairs);
     c->fold.o_n = c->fold.o_np = 0;
     c->fold.o_bad = 0;

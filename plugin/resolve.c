@@ -115,12 +115,12 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     } else {
         c->res.n = -1;
     }
-    scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += nfull + 1;
+    c->sbase[SB_DEADLINE_CLOCKS] += nfull + 1;
     if (c->exact.on) {
         int64_t events = exact_increment(&p4.exact->sig, ext(p4.kinds->rep_full, os),
                                          (int64_t)nfull) +
                          exact_increment(&p4.exact->sig, ext(fk, os), 1);
-        scoreboard_of(vi)[SB_EXACT_EVENTS] += (uint64_t)events;
+        c->sbase[SB_EXACT_EVENTS] += (uint64_t)events;
     }
 }
 
@@ -209,18 +209,18 @@ static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred,
  * cond_tab.mmax in a row from the entry's state); their penalty clocks are reserved in W
  * (group_state.resv, vcpu_counting.w_resv, also re-added by arm()) until the replay knows them.
  */
-static inline struct group_state *group_state_of(struct vcpu_counting *c, uint32_t gid)
+static inline struct group_state *group_state_of(struct resolve_vcpu *rv, uint32_t gid)
 {
-    struct group_state **ch = &c->res.group_chunks[gid / GCHUNK];
+    struct group_state **ch = &rv->group_chunks[gid / GCHUNK];
     if (__builtin_expect(!*ch, 0)) *ch = calloc(GCHUNK, sizeof(struct group_state));
     return &(*ch)[gid % GCHUNK];
 }
 
 /* this vCPU's state of b's group (the pointer is kept in b's per-vCPU record) */
-static inline struct group_state *block_group_state(struct vcpu_counting *c, const struct blk *b,
+static inline struct group_state *block_group_state(struct resolve_vcpu *rv, const struct blk *b,
                                                     struct block_outcomes *r)
 {
-    if (__builtin_expect(!r->g, 0)) r->g = group_state_of(c, b->gid);
+    if (__builtin_expect(!r->g, 0)) r->g = group_state_of(rv, b->gid);
     return r->g;
 }
 
@@ -274,7 +274,7 @@ catch_up_b(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *
         c->res.silent_bad++;
         return -1;
     }
-    struct group_state *g = block_group_state(c, b, r);
+    struct group_state *g = block_group_state(&c->res, b, r);
     int t = b->silent_t;
     unsigned x = (unsigned)g->e;
     unsigned kk = k < 3 ? (unsigned)k : 3;
@@ -419,7 +419,7 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
     int taken = a_new == pb->btarget || pb->btarget == pb->bnext;
     c->res.resolutions++;
     struct block_outcomes *r = &pb->res[vi];
-    struct group_state *g = block_group_state(c, pb, r);
+    struct group_state *g = block_group_state(&c->res, pb, r);
     if (__builtin_expect(g->open, 0)) {
         catch_up_open(vi, c, p4.blocks->groups[pb->gid], pid);
     } else {
@@ -449,10 +449,9 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
 
 /* Before the group's silent direction changes (a flush, every vCPU stopped, every silent
  * outcome replayed): no member runs silently any more, no reservation is held for one */
-void group_release(unsigned vi, uint32_t gid)
+void group_release(struct vcpu_counting *c, uint32_t gid)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    struct group_state *g = group_state_of(c, gid);
+    struct group_state *g = group_state_of(&c->res, gid);
     group_gates(c, p4.blocks->groups[gid], 0, 0);
     g->open = 0;
     set_owner(g, 0);
@@ -462,24 +461,22 @@ void group_release(unsigned vi, uint32_t gid)
 
 /* Before group gid's direction changes on vCPU vi (directions.c; none of its members runs
  * or has an outcome pending): every member's silent outcomes replayed, then released */
-void group_retire(unsigned vi, uint32_t gid)
+void group_retire(unsigned vi, struct vcpu_counting *c, uint32_t gid)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     const struct pred_group *gr = p4.blocks->groups[gid];
     uint32_t nm = __atomic_load_n(&gr->nmem, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < nm; i++) {
         uint32_t m = gr->mem[i];
         catch_up(vi, c, m, cur_pending(c, m));
     }
-    group_release(vi, gid);
+    group_release(c, gid);
 }
 
 /* the outcome counts of every group of this vCPU start again */
-void group_counts_reset(unsigned vi)
+void group_counts_reset(struct resolve_vcpu *rv)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     for (uint32_t k = 0; k < MAX_GROUPS / GCHUNK; k++) {
-        struct group_state *ch = c->res.group_chunks[k];
+        struct group_state *ch = rv->group_chunks[k];
         if (!ch) continue;
         for (uint32_t i = 0; i < GCHUNK; i++)
             ch[i].dir[0] = ch[i].dir[1] = 0;
@@ -487,9 +484,9 @@ void group_counts_reset(unsigned vi)
 }
 
 /* this vCPU's state of group gid, if it has one */
-const struct group_state *group_state_peek(unsigned vi, uint32_t gid)
+const struct group_state *group_state_peek(const struct resolve_vcpu *rv, uint32_t gid)
 {
-    struct group_state *ch = p4.run->per_vcpu[vi].res.group_chunks[gid / GCHUNK];
+    struct group_state *ch = rv->group_chunks[gid / GCHUNK];
     return ch ? &ch[gid % GCHUNK] : NULL;
 }
 
@@ -536,7 +533,7 @@ static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid, c
 /* One taken outcome (predicted or not) of block pb's end straight into the accumulators:
  * the final clock, its penalty clocks, the execution end (res_seq, res_last: the clocks it
  * added). */
-static void account_taken(unsigned vi, struct vcpu_counting *c, const struct blk *pb, int pred)
+static void account_taken(struct vcpu_counting *c, const struct blk *pb, int pred)
 {
     const int os = pb->os, taken = 1;
     uint32_t fin = pb->var[taken * 2 + !pred];
@@ -552,8 +549,8 @@ static void account_taken(unsigned vi, struct vcpu_counting *c, const struct blk
             lastk = p4.kinds->penalty[p];
             if (c->res.n < 64) c->res.seq[c->res.n++] = ext(lastk, os);
         }
-        scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += p4.kinds->n_penalty;
-        scoreboard_of(vi)[SB_EXACT_EVENTS] += c->exact.pen[os ? 1 : 0];
+        c->sbase[SB_DEADLINE_CLOCKS] += p4.kinds->n_penalty;
+        c->sbase[SB_EXACT_EVENTS] += c->exact.pen[os ? 1 : 0];
     }
     acc_last_add(&c->batch, ext(lastk, os), 1);
     c->res.last = ext(lastk, os) + 1;
@@ -597,7 +594,7 @@ void resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, uint64_t a_new,
         return;
     }
     if (p4.run->branch_trace) trace_line(pb, a_new, 1, pred, 1);
-    account_taken(vi, c, pb, pred);
+    account_taken(c, pb, pred);
     c->mem.res_fin = 0;
     if (__builtin_expect(c->mem.mx.b != 0, 0)) {
         mem_resolved(vi, c, pid, pb, 2u + !pred);
@@ -625,28 +622,23 @@ void entry_settle(unsigned vi, struct vcpu_counting *c)
 
 /* every dirty (and the carried) silent-capable block: replay what is not yet accounted;
  * the current block's last execution stays pending if its outcome is */
-void silent_catch_up_all(unsigned vi)
+void silent_catch_up_all(unsigned vi, struct vcpu_counting *c)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = c->sbase;
-    uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
     for (uint32_t i = 0; i < c->batch.ndirty; i++) {
         uint32_t id = c->batch.dirty[i];
         if (p4.blocks->by_id[id]->gate) catch_up(vi, c, id, cur_pending(c, id));
     }
     uint32_t cb = c->res.carry_b;
     if (cb && !en_total(c, cb)) catch_up(vi, c, cb, cur_pending(c, cb));
-    (void)cur;
 }
 
 /* before a batch is closed (fold_close): all silent outcomes in, and the per-batch
  * bookkeeping restarted where the block counters restart (an execution whose outcome is
  * still pending is carried into the next batch) */
-void silent_before_fold(unsigned vi)
+void silent_before_fold(unsigned vi, struct vcpu_counting *c)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t *sb = c->sbase;
-    silent_catch_up_all(vi);
+    silent_catch_up_all(vi, c);
     for (uint32_t i = 0; i < c->batch.ndirty; i++) {
         const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
         if (b->end == BRK_COND) b->res[vi].acc = -cur_pending(c, c->batch.dirty[i]);
@@ -680,7 +672,7 @@ void cb_first(unsigned int vi, void *ud)
     c->batch.dirty[c->batch.ndirty++] = (uint32_t)(uintptr_t)ud;
     if (c->batch.ndirty == MAX_DIRTY - 1 && !c->deadline.force_fold) {
         c->deadline.force_fold = 1;
-        scoreboard_of(vi)[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
+        c->sbase[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
     }
 }
 
@@ -714,7 +706,7 @@ void cb_xcheck(unsigned int vi, void *ud)
     if (x == X_ACCOUNTED) return;
     uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
     if (__builtin_expect(c->res.resolutions >= c->dir.look_at, 0))
-        p4.up.directions_update(vi, b, prev);
+        p4.up.directions_update(vi, c, b, prev);
     if (!prev) return;
     const struct xcache *xc = vi ? (b->xcv ? &b->xcv[vi - 1] : NULL) : &b->xc0;
     if (__builtin_expect(xc && xc->prev == prev, 1)) {
@@ -727,8 +719,9 @@ void cb_xcheck(unsigned int vi, void *ud)
         if (pb->gate && vaddr != (pb->silent_t ? pb->btarget : pb->bnext)) {
             struct xcache *w = xcache_of(vi, b);
             struct block_outcomes *r = &pb->res[vi];
-            *w = (struct xcache){prev,        pb->silent_t, pb->back, {0, 0},
-                                 pb->btarget, pb->bnext,    r,        block_group_state(c, pb, r)};
+            *w = (struct xcache){
+                prev,        pb->silent_t, pb->back, {0, 0},
+                pb->btarget, pb->bnext,    r,        block_group_state(&c->res, pb, r)};
             resolve_cond_fast(vi, c, prev, w, vaddr);
         } else {
             resolve_cond(vi, c, prev, pb, vaddr);
@@ -751,7 +744,7 @@ void cb_xcheck(unsigned int vi, void *ud)
 static void member_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b)
 {
     entry_settle(vi, c);
-    struct group_state *g = block_group_state(c, b, &b->res[vi]);
+    struct group_state *g = block_group_state(&c->res, b, &b->res[vi]);
     if (g->open) {
         gate_open(c, id); /* (a member that joined the group while it was open) */
         return;
@@ -782,7 +775,7 @@ static void stale_entry(unsigned vi, struct vcpu_counting *c, uint32_t id, const
 {
     entry_settle(vi, c);
     struct pred_group *gr = p4.blocks->groups[b->gid];
-    struct group_state *g = block_group_state(c, b, &b->res[vi]);
+    struct group_state *g = block_group_state(&c->res, b, &b->res[vi]);
     gr->stale = 1;
     p4.up.directions_stale_ran(id);
     if (g->open) {

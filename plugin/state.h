@@ -24,6 +24,7 @@ struct lite_level_state;     /* counting_types.h, flush.c */
 struct memory_level_state;   /* memory.h */
 struct p4c_mirror;           /* p4c_api.h, mirror.c */
 struct trace_run;            /* trace.h */
+struct vcpu_counting;        /* counting.h */
 
 /* The calls a unit makes to a unit above it (docs/plugin.md, "Layers"), through pointers
  * install.c sets (connect_upcalls) */
@@ -35,7 +36,8 @@ struct p4pmu_upcalls {
     void (*cut_abandoned)(unsigned vi, uint32_t id, unsigned j);
     /* resolve.c -> directions.c: a look at the directions is due (cb_xcheck), a stale
      * block ran (stale_entry) */
-    void (*directions_update)(unsigned vi, const struct blk *cur, uint32_t prev);
+    void (*directions_update)(unsigned vi, struct vcpu_counting *c, const struct blk *cur,
+                              uint32_t prev);
     void (*directions_stale_ran)(uint32_t id);
 };
 
