@@ -20,9 +20,8 @@
 
 /* start index of the open execution of block id in the current batch, and whether it is
  * represented by the block's counter (else by a credited portion) */
-unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
+unsigned open_start(const struct vcpu_counting *c, uint32_t id)
 {
-    (void)sb;
     if (c->batch.open_b == id && c->batch.open_stamp == en_total(c, id)) {
         return c->batch.open_a;
     }
@@ -33,7 +32,7 @@ unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb)
  * user-level clock right after the clock `last` (ext + 1: the end of the execution the
  * exception stopped or followed), which it replaces as that execution's end.  Without such a
  * clock in the batch (0) it is not counted. */
-static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t last)
+static void append_return_tail(struct vcpu_counting *c, uint32_t last)
 {
     if (!last) return;
     uint32_t t = ext(kind_with_return_tail(p4.kinds->empty), 0);
@@ -42,9 +41,8 @@ static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t la
     acc_last_add(&c->batch, last - 1, -1);
     acc_last_add(&c->batch, t, 1);
     c->batch.cut_last = t + 1;
-    uint64_t *sb = scoreboard_of(vi);
-    sb[SB_DEADLINE_CLOCKS] += 1;
-    if (c->exact.on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, t, 1);
+    c->sbase[SB_DEADLINE_CLOCKS] += 1;
+    if (c->exact.on) c->sbase[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, t, 1);
 }
 
 /* The execution of block `id` stops after instruction e-1 (instructions e.. do not retire in
@@ -52,14 +50,14 @@ static void append_return_tail(unsigned vi, struct vcpu_counting *c, uint32_t la
  * `tail`: an exception taken from user code, whose return silicon counts after its last
  * clock (clockmodel.RETURN_TAIL).  Called on the vCPU's thread (exception callback,
  * abandoned blocks). */
-static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail)
+static void cut_exec(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigned e, int pending,
+                     int tail)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = scoreboard_of(vi);
+    uint64_t *sb = c->sbase;
     const struct blk *b = p4.blocks->by_id[id];
     if (e >= b->n) return;
     mem_cut(c, id); /* (before the portions: the fixes are of whole-execution clocks) */
-    unsigned a = open_start(c, id, sb);
+    unsigned a = open_start(c, id);
     if (e < pos_insn(a)) e = pos_insn(a);
     acc_portion(&c->batch, b, a, b->n, !dyn_end(b), -1);
     acc_portion(&c->batch, b, a, e, 1, +1);
@@ -80,26 +78,26 @@ static void cut_exec(unsigned vi, uint32_t id, unsigned e, int pending, int tail
     sb[SB_CURRENT_BLOCK] = 0;
     c->batch.open_b = 0;
     c->batch.entry_b = 0;
-    if (tail) append_return_tail(vi, c, c->batch.cut_last);
+    if (tail) append_return_tail(c, c->batch.cut_last);
 }
 
-static void counting_cut(unsigned vi, uint32_t id, unsigned e, int tail)
+static void counting_cut(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigned e, int tail)
 {
-    cut_exec(vi, id, e, scoreboard_of(vi)[SB_SILENT_NEXT] != X_ACCOUNTED, tail);
+    cut_exec(vi, c, id, e, c->sbase[SB_SILENT_NEXT] != X_ACCOUNTED, tail);
 }
 
 /* Block `id`, whose outcome was pending, was abandoned before its instruction j
  * (blocks.c abandoned_insn): its execution is cut there. */
-void cut_abandoned(unsigned vi, uint32_t id, unsigned j)
+void cut_abandoned(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigned j)
 {
-    cut_exec(vi, id, j, 1, 0);
+    cut_exec(vi, c, id, j, 1, 0);
 }
 
 /* Was block `id`, whose outcome was pending, abandoned before `a`?  Cut it there if so. */
-static int abandoned_at(unsigned vi, uint32_t id, uint64_t a)
+static int abandoned_at(unsigned vi, struct vcpu_counting *c, uint32_t id, uint64_t a)
 {
     int j = abandoned_insn(p4.blocks->by_id[id], a);
-    if (j) cut_abandoned(vi, id, (unsigned)j);
+    if (j) cut_abandoned(vi, c, id, (unsigned)j);
     return j != 0;
 }
 
@@ -120,11 +118,11 @@ static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
  * interrupt is taken between blocks: the block that ran last completed, and its pending end
  * goes to `from`.  An exception is raised inside the current block (whose entry operations
  * ran): its execution stops there. */
-void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
+void counting_discon(unsigned vi, struct vcpu *v, uint64_t from, int retires, int interrupt)
 {
     if (!p4.run->instrument || !p4.run->per_vcpu || !p4.run->per_vcpu[vi].init) return;
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = scoreboard_of(vi);
+    uint64_t *sb = c->sbase;
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
     const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     if (!interrupt) {
@@ -152,21 +150,22 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
         }
         /* a fault in user code: its return is counted there (clockmodel.RETURN_TAIL) */
         int tail = !retires && !b->os;
-        counting_cut(vi, id, (unsigned)j + (retires ? 1 : 0), tail);
+        counting_cut(vi, c, id, (unsigned)j + (retires ? 1 : 0), tail);
         return;
     }
     /* not inside the current block: the block that ended before completed; its outcome,
      * if still pending (even a silent one: the next block has not started), goes to
      * `from` -- unless QEMU left it in the middle (abandoned_at) */
-    if (b && sb[SB_SILENT_NEXT] != X_ACCOUNTED && interrupt && abandoned_at(vi, id, from)) return;
+    if (b && sb[SB_SILENT_NEXT] != X_ACCOUNTED && interrupt && abandoned_at(vi, c, id, from))
+        return;
     if (b && dyn_end(b) && sb[SB_SILENT_NEXT] != X_ACCOUNTED) {
         sb[SB_SILENT_NEXT] = X_ACCOUNTED;
         resolve(vi, c, id, from, 1);
     }
     /* an exception raised in user code before any instruction of its block ran (an
      * instruction fetch's page fault): its return follows the execution that ran last */
-    if (!interrupt && !retires && current_cpl(&p4.vcpus[vi]) != 0) {
-        append_return_tail(vi, c, last_end(c, id));
+    if (!interrupt && !retires && current_cpl(v) != 0) {
+        append_return_tail(c, last_end(c, id));
         sb[SB_CURRENT_BLOCK] = 0;
         sb[SB_SILENT_NEXT] = X_ACCOUNTED;
         c->batch.open_b = 0;
@@ -179,12 +178,12 @@ void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt)
 void counting_abandon(int vi, uint64_t addr, int retired)
 {
     if (vi < 0 || !p4.run->instrument || !p4.run->per_vcpu || !p4.run->per_vcpu[vi].init) return;
-    uint64_t *sb = scoreboard_of((unsigned)vi);
-    uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    uint32_t id = (uint32_t)c->sbase[SB_CURRENT_BLOCK];
     if (!id) return;
     int j = find_insn(p4.blocks->by_id[id], addr);
     if (j < 0) return;
-    counting_cut((unsigned)vi, id, (unsigned)j + (retired ? 1 : 0), 0);
+    counting_cut((unsigned)vi, c, id, (unsigned)j + (retired ? 1 : 0), 0);
 }
 
 /* A memory access of the one instruction of block `ud` (outcome-free level).  A block's entry
@@ -206,5 +205,5 @@ void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud)
     int j = find_insn(p4.blocks->by_id[cur], p4.blocks->by_id[self]->vaddr);
     if (j < 0) return;
     c->cut.memi_cuts++;
-    cut_exec(vi, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED, 0);
+    cut_exec(vi, c, cur, (unsigned)j + 1, sb[SB_SILENT_NEXT] != X_ACCOUNTED, 0);
 }

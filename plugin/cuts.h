@@ -15,9 +15,9 @@ struct cuts_vcpu {
     uint64_t memi_cuts; /* executions cut by cb_memi (outcome-free level) */
 };
 
-unsigned open_start(struct vcpu_counting *c, uint32_t id, uint64_t *sb);
-void cut_abandoned(unsigned vi, uint32_t id, unsigned j);
-void counting_discon(unsigned vi, uint64_t from, int retires, int interrupt);
+unsigned open_start(const struct vcpu_counting *c, uint32_t id);
+void cut_abandoned(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigned j);
+void counting_discon(unsigned vi, struct vcpu *v, uint64_t from, int retires, int interrupt);
 void counting_abandon(int vi, uint64_t addr, int retired);
 void cb_memi(unsigned int vi, uint32_t info, uint64_t vaddr, void *ud);
 

@@ -375,7 +375,7 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
         c->batch.entry_b = 0;
         return 0;
     }
-    unsigned a = open_start(c, id, sb);
+    unsigned a = open_start(c, id);
     if ((unsigned)i < pos_insn(a)) i = (int)pos_insn(a);
     /* an access by the block's first instruction: the fetch's memory fields went to that
      * instruction's clock, which is in neither portion (not counted, like a cut's) */

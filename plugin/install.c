@@ -89,8 +89,8 @@ static void on_interrupt(unsigned int vi, enum p4_discon_type type, uint64_t fro
     (void)type;
     (void)to;
     (void)ud;
-    bridge_vcpu(vi);
-    counting_discon(vi, from, 0, 1); /* C only: QEMU holds the BQL here */
+    struct vcpu *v = bridge_vcpu(vi);
+    counting_discon(vi, v, from, 0, 1); /* C only: QEMU holds the BQL here */
 }
 
 static void on_idle(unsigned int vi, void *ud)

@@ -649,7 +649,7 @@ void on_exception(unsigned int vi, enum p4_discon_type type, uint64_t from, uint
 
     /* counting: the faulting instruction and the rest of its block do not retire; a served
      * RDPMC (its #UD is ours) does */
-    counting_discon(vi, from, v->ud_armed && !v->ud_fault, 0);
+    counting_discon(vi, v, from, v->ud_armed && !v->ud_fault, 0);
 
     /*
      * A redirect or an armed RDPMC is always followed by the exception of that very

@@ -730,7 +730,7 @@ void cb_xcheck(unsigned int vi, void *ud)
     }
     int j = abandoned_insn(pb, vaddr);
     if (__builtin_expect(j != 0, 0)) {
-        p4.up.cut_abandoned(vi, prev, (unsigned)j);
+        p4.up.cut_abandoned(vi, c, prev, (unsigned)j);
         return;
     }
     if (pb->end == BRK_COND) resolve_cond(vi, c, prev, pb, vaddr);

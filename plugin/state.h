@@ -33,7 +33,7 @@ struct p4pmu_upcalls {
     void (*groups_after_flush)(void); /* flush.c -> directions.c, at every flush */
     void (*exact_drop)(unsigned vi);  /* flush.c -> deadline.c, at a new signature */
     /* resolve.c -> cuts.c: block id was abandoned before its instruction j (cb_xcheck) */
-    void (*cut_abandoned)(unsigned vi, uint32_t id, unsigned j);
+    void (*cut_abandoned)(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigned j);
     /* resolve.c -> directions.c: a look at the directions is due (cb_xcheck), a stale
      * block ran (stale_entry) */
     void (*directions_update)(unsigned vi, struct vcpu_counting *c, const struct blk *cur,
