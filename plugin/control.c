@@ -78,9 +78,8 @@ int control_breaks(void)
 
 /* make the next block entry call cb_sched (deadline.c arm keeps SB_FORCE_FIRE while
  * force_fold is set) */
-static void force_entry(unsigned vi)
+static void force_entry(struct vcpu_counting *c)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (!c->init || !c->sbase || c->deadline.force_fold) return;
     c->deadline.force_fold = 1;
     c->sbase[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
@@ -105,7 +104,7 @@ static void control_stop(unsigned vi, const struct p4c_break *b, const struct p4
     p4.control->cv[vi].hold = 1;
     p4.control->cv[vi].hold_since = now_ns();
     __atomic_add_fetch(&p4.control->ctl.holding, 1, __ATOMIC_ACQ_REL);
-    force_entry(vi);
+    force_entry(&p4.run->per_vcpu[vi]);
     pthread_mutex_unlock(&p4.control->lock);
     char one = 's';
     if (p4.control->ctl.wake_fd >= 0 && write(p4.control->ctl.wake_fd, &one, 1) != 1 &&
@@ -271,14 +270,15 @@ void p4c_control_leave(void)
 int p4c_control_fold(unsigned vi)
 {
     if ((int)vi >= p4.n_vcpus_max || !p4.run->instrument || !p4.run->per_vcpu[vi].init) return 0;
-    fold_between_blocks(vi);
-    force_entry(vi);
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    fold_between_blocks(vi, c);
+    force_entry(c);
     return 1;
 }
 
 void p4c_control_changed(unsigned vi)
 {
-    force_entry(vi);
+    force_entry(&p4.run->per_vcpu[vi]);
 }
 
 /* QEMU reported the VM stopped (QMP event STOP): every hold has done its job */

@@ -584,7 +584,7 @@ static void deadline_step(unsigned vi, uint32_t id)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     c->deadline.deadlines++;
-    fold_at_entry(vi, id);
+    fold_at_entry(vi, c, id);
     uint8_t ovf[P4_NCOUNTERS];
     int watch = control_breaks();
     if (watch) control_snap(vi, ovf);

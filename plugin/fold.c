@@ -28,52 +28,50 @@
  * only the clocks beyond it are new core clocks.  A halted LP's local clock stands still;
  * when it runs again it joins the core's clock (lp_resync).  Returns the batch's shared
  * clocks (its first ones, in time). */
-void lp_resync(unsigned vi)
+void lp_resync(unsigned vi, struct fold_vcpu *f)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (p4.run->threads != 2 || !p4.run->core_clock) return;
     uint64_t core = __atomic_load_n(&p4.run->core_clock[vi >> 1], __ATOMIC_SEQ_CST);
-    if (!c->fold.lclk_on || c->fold.lclk < core) c->fold.lclk = core;
-    c->fold.lclk_on = 1;
+    if (!f->lclk_on || f->lclk < core) f->lclk = core;
+    f->lclk_on = 1;
 }
 
-int64_t lp_timeline(unsigned vi, int64_t clocks)
+int64_t lp_timeline(unsigned vi, struct fold_vcpu *f, int64_t clocks)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (p4.run->threads != 2 || !p4.run->core_clock || clocks <= 0) return 0;
-    if (!c->fold.lclk_on) lp_resync(vi); /* the LP's first clocks start at the core's clock */
+    if (!f->lclk_on) lp_resync(vi, f); /* the LP's first clocks start at the core's clock */
     uint64_t *cc = &p4.run->core_clock[vi >> 1];
-    c->fold.lclk += (uint64_t)clocks;
+    f->lclk += (uint64_t)clocks;
     uint64_t cur = __atomic_load_n(cc, __ATOMIC_SEQ_CST);
-    while (cur < c->fold.lclk && !__atomic_compare_exchange_n(cc, &cur, c->fold.lclk, 0,
-                                                              __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    while (cur < f->lclk &&
+           !__atomic_compare_exchange_n(cc, &cur, f->lclk, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
-    int64_t fresh = cur < c->fold.lclk ? (int64_t)(c->fold.lclk - cur) : 0;
+    int64_t fresh = cur < f->lclk ? (int64_t)(f->lclk - cur) : 0;
     return fresh >= clocks ? 0 : clocks - fresh;
 }
 
-static void out_push(struct vcpu_counting *c, uint32_t e, int64_t n)
+static void out_push(struct fold_vcpu *f, uint32_t e, int64_t n)
 {
-    if (c->fold.o_n == c->fold.o_cap) {
-        c->fold.o_cap *= 2;
-        c->fold.o_ext = realloc(c->fold.o_ext, sizeof(uint32_t) * c->fold.o_cap);
-        c->fold.o_cnt = realloc(c->fold.o_cnt, sizeof(int64_t) * c->fold.o_cap);
+    if (f->o_n == f->o_cap) {
+        f->o_cap *= 2;
+        f->o_ext = realloc(f->o_ext, sizeof(uint32_t) * f->o_cap);
+        f->o_cnt = realloc(f->o_cnt, sizeof(int64_t) * f->o_cap);
     }
-    c->fold.o_ext[c->fold.o_n] = e;
-    c->fold.o_cnt[c->fold.o_n++] = n;
+    f->o_ext[f->o_n] = e;
+    f->o_cnt[f->o_n++] = n;
 }
 
-static void out_pair(struct vcpu_counting *c, uint32_t a, uint32_t b, int64_t n)
+static void out_pair(struct fold_vcpu *f, uint32_t a, uint32_t b, int64_t n)
 {
-    if (c->fold.o_np == c->fold.o_pcap) {
-        c->fold.o_pcap *= 2;
-        c->fold.o_pa = realloc(c->fold.o_pa, sizeof(uint32_t) * c->fold.o_pcap);
-        c->fold.o_pb = realloc(c->fold.o_pb, sizeof(uint32_t) * c->fold.o_pcap);
-        c->fold.o_pn = realloc(c->fold.o_pn, sizeof(int64_t) * c->fold.o_pcap);
+    if (f->o_np == f->o_pcap) {
+        f->o_pcap *= 2;
+        f->o_pa = realloc(f->o_pa, sizeof(uint32_t) * f->o_pcap);
+        f->o_pb = realloc(f->o_pb, sizeof(uint32_t) * f->o_pcap);
+        f->o_pn = realloc(f->o_pn, sizeof(int64_t) * f->o_pcap);
     }
-    c->fold.o_pa[c->fold.o_np] = a;
-    c->fold.o_pb[c->fold.o_np] = b;
-    c->fold.o_pn[c->fold.o_np++] = n;
+    f->o_pa[f->o_np] = a;
+    f->o_pb[f->o_np] = b;
+    f->o_pn[f->o_np++] = n;
 }
 
 /* The dirty blocks' executions and the outcomes the fast resolution path counted per block,
@@ -81,7 +79,7 @@ static void out_pair(struct vcpu_counting *c, uint32_t a, uint32_t b, int64_t n)
  * internal adjacent pairs. */
 static void fold_blocks(unsigned vi, struct vcpu_counting *c, int pairs)
 {
-    uint64_t *sb = scoreboard_of(vi);
+    uint64_t *sb = c->sbase;
     for (uint32_t i = 0; i < c->batch.ndirty; i++) {
         uint32_t id = c->batch.dirty[i];
         uint64_t n = en_total(c, id);
@@ -131,7 +129,7 @@ static int64_t fold_kinds(struct vcpu_counting *c, const struct p4c_out *o, int6
             c->batch.acc[e] = 0;
         }
         if (!c->batch.acc[e]) continue;
-        out_push(c, e, c->batch.acc[e]);
+        out_push(&c->fold, e, c->batch.acc[e]);
         clocks += c->batch.acc[e];
         if (!*tot_ok) continue;
         if (e >= o->nkext) {
@@ -202,7 +200,7 @@ static int64_t fold_pairs(struct vcpu_counting *c, int pairs)
         }
         if (!v) continue;
         uint64_t k = c->batch.pairs.key[s] - 1;
-        out_pair(c, (uint32_t)(k >> 32), (uint32_t)k, v);
+        out_pair(&c->fold, (uint32_t)(k >> 32), (uint32_t)k, v);
         npairs += v;
     }
     return npairs;
@@ -234,16 +232,16 @@ static void fold_report_bad(unsigned vi, struct vcpu_counting *c, uint32_t last,
 }
 
 /* the accumulators restart empty */
-static void fold_reset(struct vcpu_counting *c)
+static void fold_reset(struct batch_vcpu *bt)
 {
-    for (uint32_t i = 0; i < c->batch.ntouched; i++) {
-        uint32_t e = c->batch.touched[i];
-        c->batch.acc[e] = c->batch.acc_last[e] = 0;
-        c->batch.tmark[e] = 0;
+    for (uint32_t i = 0; i < bt->ntouched; i++) {
+        uint32_t e = bt->touched[i];
+        bt->acc[e] = bt->acc_last[e] = 0;
+        bt->tmark[e] = 0;
     }
-    c->batch.ntouched = 0;
-    c->batch.firsts[0] = c->batch.firsts[1] = 0;
-    pair_hash_clear(&c->batch.pairs);
+    bt->ntouched = 0;
+    bt->firsts[0] = bt->firsts[1] = 0;
+    pair_hash_clear(&bt->pairs);
 }
 
 /* The output arrays, boundaries and totals into the vCPU's p4c_out for Python; the
@@ -266,7 +264,7 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
     int sib = p4.run->threads == 2 ? (int)(vi ^ 1) : -1;
     o->other_active = c->fold.oth_active;
     o->other_os = c->fold.oth_os;
-    o->shared = lp_timeline(vi, clocks);
+    o->shared = lp_timeline(vi, &c->fold, clocks);
     c->fold.oth_active = sib >= 0 && sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init &&
                          !lp_halted(&p4.run->per_vcpu[sib]);
     c->fold.oth_os = sib >= 0 && sib < p4.n_vcpus_max ? p4.run->per_vcpu[sib].cpl_os : 0;
@@ -281,9 +279,8 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
  * the batch's last clock, `last_is_end` = that clock ends an execution (it is then not paired
  * with a following bubble inside this batch).
  */
-static void fold_close(unsigned vi, uint32_t last, int last_is_end)
+static void fold_close(unsigned vi, struct vcpu_counting *c, uint32_t last, int last_is_end)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     struct p4c_out *o = &p4.run->fold_out[vi];
     c->fold.folds++;
     /* the batch's adjacent clock pairs only when a counter needs them (an EDGE detector:
@@ -305,52 +302,65 @@ static void fold_close(unsigned vi, uint32_t last, int last_is_end)
     int64_t npairs = fold_pairs(c, pairs);
     if (clocks && npairs != clocks - 1 && pairs) c->fold.o_bad++;
     if (c->fold.o_bad) fold_report_bad(vi, c, last, last_is_end, clocks, npairs, cols);
-    fold_reset(c);
+    fold_reset(&c->batch);
     mem_fold_end(c, mem_keep);
     o->tot_ok = tot_ok ? 1 : 0;
     memcpy(o->tot, tot, sizeof(tot));
     fold_publish(vi, c, last, clocks);
 }
 
+/* ext kind + 1 of the last clock of the execution of block id that ran last, a block with a
+ * static end (as the memory side corrected it) */
+static uint32_t static_end_last(const struct vcpu_counting *c, uint32_t id)
+{
+    const struct blk *b = p4.blocks->by_id[id];
+    return ext(mem_last_kind(c, id, b), b->os) + 1;
+}
+
+/* A batch of exactly one block execution, prev's (the previous fold was at its entry): its
+ * clocks in order into c->fold.seq, so that an overflow inside it can be placed exactly.
+ * Returns how many (0: the batch is not one such execution). */
+static uint32_t one_execution_seq(struct vcpu_counting *c, uint32_t prev)
+{
+    if (!prev || c->batch.entry_b != prev || c->batch.ndirty != 1 || c->batch.dirty[0] != prev ||
+        en_total(c, prev) != 1)
+        return 0;
+    const struct blk *b = p4.blocks->by_id[prev];
+    if (dyn_end(b) && !(c->res.b == prev && c->res.n > 0)) return 0;
+    const uint32_t *s;
+    unsigned n = portion_seq(b, 0, b->n, &s);
+    unsigned need = n + (dyn_end(b) ? (unsigned)c->res.n : 0);
+    if (need > c->fold.seq_cap) {
+        c->fold.seq_cap = need * 2;
+        c->fold.seq = realloc(c->fold.seq, sizeof(uint32_t) * c->fold.seq_cap);
+    }
+    uint32_t nseq = 0;
+    for (unsigned i = 0; i < n; i++)
+        c->fold.seq[nseq++] = ext(s[i], b->os);
+    mem_patch_seq(c, prev, b, c->fold.seq, n);
+    if (dyn_end(b)) {
+        for (int i = 0; i < c->res.n; i++)
+            c->fold.seq[nseq++] = c->res.seq[i];
+    }
+    return nseq;
+}
+
 /* Fold at the entry of block `id` (before it runs): the batch ends with the previous
  * execution. */
-void fold_at_entry(unsigned vi, uint32_t id)
+void fold_at_entry(unsigned vi, struct vcpu_counting *c, uint32_t id)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = scoreboard_of(vi);
-    uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
+    uint32_t prev = (uint32_t)c->sbase[SB_CURRENT_BLOCK];
     uint32_t last = 0;
     res_fill(c);
-    /* a batch of exactly one block execution (the previous fold was at its entry): give
-     * its clocks in order, so that an overflow inside it can be placed exactly */
-    uint32_t nseq = 0;
-    if (prev && c->batch.entry_b == prev && c->batch.ndirty == 1 && c->batch.dirty[0] == prev &&
-        en_total(c, prev) == 1 &&
-        (!dyn_end(p4.blocks->by_id[prev]) || (c->res.b == prev && c->res.n > 0))) {
-        const struct blk *b = p4.blocks->by_id[prev];
-        const uint32_t *s;
-        unsigned n = portion_seq(b, 0, b->n, &s);
-        unsigned need = n + (dyn_end(b) ? (unsigned)c->res.n : 0);
-        if (need > c->fold.seq_cap) {
-            c->fold.seq_cap = need * 2;
-            c->fold.seq = realloc(c->fold.seq, sizeof(uint32_t) * c->fold.seq_cap);
-        }
-        for (unsigned i = 0; i < n; i++)
-            c->fold.seq[nseq++] = ext(s[i], b->os);
-        mem_patch_seq(c, prev, b, c->fold.seq, n);
-        if (dyn_end(b)) {
-            for (int i = 0; i < c->res.n; i++)
-                c->fold.seq[nseq++] = c->res.seq[i];
-        }
-    }
+    uint32_t nseq = one_execution_seq(c, prev);
     if (!prev) {
         last = c->batch.cut_last;
     } else if (dyn_end(p4.blocks->by_id[prev])) {
         last = c->res.b == prev ? c->res.last : 0;
     } else {
-        last = ext(mem_last_kind(c, prev, p4.blocks->by_id[prev]), p4.blocks->by_id[prev]->os) + 1;
+        last = static_end_last(c, prev);
     }
-    fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
+    fold_close(vi, c, last, last != 0); /* (cut_last, too, ends an execution) */
     p4.run->fold_out[vi].seq = nseq ? c->fold.seq : NULL;
     p4.run->fold_out[vi].nseq = nseq;
     c->batch.next_first = ext(p4.kinds->bubble, p4.blocks->by_id[id]->os) + 1;
@@ -361,16 +371,14 @@ void fold_at_entry(unsigned vi, uint32_t id)
 
 /* Fold at a PMU access at instruction address `addr` of the current block (before it):
  * returns the clocks of the rest of the block (already in W). */
-int64_t fold_at_access(unsigned vi, uint64_t addr)
+int64_t fold_at_access(unsigned vi, struct vcpu_counting *c, uint64_t addr)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = scoreboard_of(vi);
-    uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
+    uint32_t id = (uint32_t)c->sbase[SB_CURRENT_BLOCK];
     const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     int i = b ? find_insn(b, addr) : -1;
     if (i < 0) {
         /* (nothing ran since a cut: its last clock ends the batch and an execution) */
-        fold_close(vi, c->batch.cut_last, !id && c->batch.cut_last);
+        fold_close(vi, c, c->batch.cut_last, !id && c->batch.cut_last);
         c->batch.next_first = 0;
         c->batch.entry_b = 0;
         return 0;
@@ -389,7 +397,7 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
         last = ext(mem_kind_at(c, id, b, b->iclk[i - 1]), b->os) + 1;
         mem_split_before(c, id, b, b->iclk[i - 1]);
     }
-    fold_close(vi, last, 0);
+    fold_close(vi, c, last, 0);
     /* the rest of this execution is credited to the next batch */
     acc_portion(&c->batch, b, (unsigned)i + 1, b->n, !dyn_end(b), +1);
     n = portion_seq(b, (unsigned)i + 1, b->n, &s);
@@ -406,18 +414,16 @@ int64_t fold_at_access(unsigned vi, uint64_t addr)
 
 /* Fold the activity of vCPU vi while it is between two blocks (round-robin TCG: called on
  * its sibling's turn).  Its pending block end, if any, stays pending. */
-void fold_between_blocks(unsigned vi)
+void fold_between_blocks(unsigned vi, struct vcpu_counting *c)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = scoreboard_of(vi);
-    uint32_t prev = (uint32_t)sb[SB_CURRENT_BLOCK];
+    uint32_t prev = (uint32_t)c->sbase[SB_CURRENT_BLOCK];
     uint32_t last = 0;
     if (!prev) {
         last = c->batch.cut_last;
     } else if (!dyn_end(p4.blocks->by_id[prev])) {
-        last = ext(mem_last_kind(c, prev, p4.blocks->by_id[prev]), p4.blocks->by_id[prev]->os) + 1;
+        last = static_end_last(c, prev);
     }
-    fold_close(vi, last, last != 0); /* (cut_last, too, ends an execution) */
+    fold_close(vi, c, last, last != 0); /* (cut_last, too, ends an execution) */
     c->batch.next_first = 0;
     c->batch.entry_b = 0;
     c->batch.cut_last = 0;

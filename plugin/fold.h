@@ -37,10 +37,10 @@ struct fold_vcpu {
     uint64_t bad_folds;      /* folds whose bookkeeping was inconsistent (o_bad): a bug */
 };
 
-void lp_resync(unsigned vi);
-int64_t lp_timeline(unsigned vi, int64_t clocks);
-void fold_at_entry(unsigned vi, uint32_t id);
-int64_t fold_at_access(unsigned vi, uint64_t addr);
-void fold_between_blocks(unsigned vi);
+void lp_resync(unsigned vi, struct fold_vcpu *f);
+int64_t lp_timeline(unsigned vi, struct fold_vcpu *f, int64_t clocks);
+void fold_at_entry(unsigned vi, struct vcpu_counting *c, uint32_t id);
+int64_t fold_at_access(unsigned vi, struct vcpu_counting *c, uint64_t addr);
+void fold_between_blocks(unsigned vi, struct vcpu_counting *c);
 
 #endif

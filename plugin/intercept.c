@@ -262,7 +262,7 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     int was = p4.run->instrument || p4.run->start_requested;
     uint64_t t0 = access_time_start();
     sibling_sync(vi, s.linear);
-    int64_t rest = p4.run->instrument ? fold_at_access(vi, s.linear) : 0;
+    int64_t rest = p4.run->instrument ? fold_at_access(vi, &p4.run->per_vcpu[vi], s.linear) : 0;
     trace_access(vi, s.linear, 0);
     uint8_t ovf[P4_NCOUNTERS];
     int watch = control_breaks(); /* breakpoints (control.c) */
@@ -302,7 +302,9 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         }
         uint64_t t0 = access_time_start();
         sibling_sync(vi, unpack_site(ud).linear);
-        int64_t rest = p4.run->instrument ? fold_at_access(vi, unpack_site(ud).linear) : 0;
+        int64_t rest = p4.run->instrument
+                           ? fold_at_access(vi, &p4.run->per_vcpu[vi], unpack_site(ud).linear)
+                           : 0;
         trace_access(vi, unpack_site(ud).linear, 0);
         uint8_t ovf[P4_NCOUNTERS];
         int watch = control_breaks(); /* breakpoints (control.c) */
@@ -386,7 +388,7 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     } else {
         uint64_t t0 = access_time_start();
         sibling_sync(vi, s.linear);
-        int64_t rest = p4.run->instrument ? fold_at_access(vi, s.linear) : 0;
+        int64_t rest = p4.run->instrument ? fold_at_access(vi, &p4.run->per_vcpu[vi], s.linear) : 0;
         trace_access(vi, s.linear, cpl);
         uint8_t ovf[P4_NCOUNTERS];
         int watch = control_breaks(); /* breakpoints (control.c) */

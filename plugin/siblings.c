@@ -58,7 +58,7 @@ static void sibling_relabel(unsigned vi)
         lp_halted(&p4.run->per_vcpu[sib]))
         return;
     if (lp_same_thread(sib)) {
-        fold_between_blocks(sib);
+        fold_between_blocks(sib, &p4.run->per_vcpu[sib]);
         if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
         after_python_other(sib);
         return;
@@ -81,7 +81,7 @@ void cb_xpend(unsigned int vi, void *ud)
     if (c->ht.hlt_halted) {
         c->ht.hlt_halted = 0; /* running again after the HLT */
         c->ht.hlt_valid = 0;
-        lp_resync(vi);
+        lp_resync(vi, &c->fold);
         sibling_relabel(vi);
     }
     if (__atomic_exchange_n(&c->ht.mask_pending, 0, __ATOMIC_SEQ_CST)) {
@@ -94,7 +94,7 @@ void cb_xpend(unsigned int vi, void *ud)
         __atomic_store_n(&c->ht.pmi_pending, 0, __ATOMIC_SEQ_CST);
     }
     if (__atomic_exchange_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST)) {
-        fold_at_entry(vi, id);
+        fold_at_entry(vi, c, id);
         folded = 1;
         DBG("xpend vCPU %u: fold %lld clocks (other active %d)\n", vi,
             (long long)p4.run->fold_out[vi].clocks, p4.run->fold_out[vi].other_active);
@@ -131,7 +131,7 @@ static void serve_fold_request(unsigned vi, uint64_t addr)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (!__atomic_exchange_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST)) return;
-    int64_t rest = fold_at_access(vi, addr);
+    int64_t rest = fold_at_access(vi, c, addr);
     if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
     __atomic_add_fetch(&c->ht.fold_seq, 1, __ATOMIC_SEQ_CST);
@@ -150,7 +150,7 @@ void sibling_sync(unsigned vi, uint64_t addr)
     }
     if (lp_same_thread(sib)) {
         /* round robin: the sibling is between blocks; fold it from here */
-        fold_between_blocks(sib);
+        fold_between_blocks(sib, s);
         if (py_deadline(sib) != P4_PY_OK) p4.run->fold_out[sib].budget = 0;
         after_python_other(sib);
         return;
@@ -196,7 +196,7 @@ void cb_hlt(unsigned int vi, void *ud)
             break;
         }
     }
-    int64_t rest = fold_at_access(vi, addr);
+    int64_t rest = fold_at_access(vi, c, addr);
     DBG("hlt vCPU %u: fold %lld clocks\n", vi, (long long)p4.run->fold_out[vi].clocks);
     if (py_deadline(vi) != P4_PY_OK) p4.run->fold_out[vi].budget = 0;
     after_python(vi, rest);
@@ -219,11 +219,12 @@ void cb_hlt(unsigned int vi, void *ud)
 void counting_halt_change(unsigned vi, int halted)
 {
     if (!p4.run->per_vcpu || vi >= (unsigned)p4.n_vcpus_max) return;
-    p4.run->per_vcpu[vi].ht.halted = halted;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    c->ht.halted = halted;
     DBG("vCPU %u %s\n", vi, halted ? "idle" : "resumes");
     if (!halted) {
-        p4.run->per_vcpu[vi].ht.hlt_valid = 0;
-        lp_resync(vi); /* (on this vCPU's thread, before it runs again) */
+        c->ht.hlt_valid = 0;
+        lp_resync(vi, &c->fold); /* (on this vCPU's thread, before it runs again) */
     }
     if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
