@@ -134,7 +134,7 @@ static void debug_report(int i)
         p4_message("p4pmu-debug: vCPU %d: memory level %s, installed %u time(s), "
                    "removed %u\n",
                    i, p4.memlvl->active ? "on" : "off", p4.memlvl->installs, p4.memlvl->removals);
-        mem_report((unsigned)i, c);
+        mem_report((unsigned)i, &c->mem);
     }
     if (i == 0) {
         unsigned long long members = 0, largest = 0, full = 0;

@@ -272,21 +272,21 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
 }
 
 /* this vCPU's model (made at its first use) */
-static struct mm_state *model_of(unsigned vi, struct vcpu_counting *c)
+static struct mm_state *model_of(unsigned vi, struct memory_vcpu *mv)
 {
-    if (!c->mem.mm) {
-        c->mem.mm = calloc(1, sizeof(struct mm_state));
+    if (!mv->mm) {
+        mv->mm = calloc(1, sizeof(struct mm_state));
         const unsigned *g = p4_mm_geometry[p4.run->mm_model];
         struct mm_params p = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]};
-        if (!c->mem.mm || mm_init(c->mem.mm, &p)) {
+        if (!mv->mm || mm_init(mv->mm, &p)) {
             p4_message("p4pmu: error: no memory for vCPU %u's memory model\n", vi);
             exit(1);
         }
         int level = memory_level_active();
-        c->mem.mm->code_on = (level & P4_MEM_CODE) != 0;
-        c->mem.mm->sb_on = (level & P4_MEM_SB) != 0;
+        mv->mm->code_on = (level & P4_MEM_CODE) != 0;
+        mv->mm->sb_on = (level & P4_MEM_SB) != 0;
     }
-    return c->mem.mm;
+    return mv->mm;
 }
 
 /* instruction i of block id (the execution under way) gets the memory fields d */
@@ -319,9 +319,8 @@ static void add_stall(unsigned vi, struct vcpu_counting *c, const struct blk *b,
     uint32_t e = ext(p4.kinds->empty, b->os);
     acc_add(&c->batch, e, n);
     if (pairs_wanted(vi)) pair_hash_add(&c->batch.pairs, e, e, n);
-    uint64_t *sb = scoreboard_of(vi);
-    sb[SB_DEADLINE_CLOCKS] += n;
-    if (c->exact.on) sb[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, e, n);
+    c->sbase[SB_DEADLINE_CLOCKS] += n;
+    if (c->exact.on) c->sbase[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, e, n);
     c->mem.stall_clocks += n;
 }
 
@@ -335,7 +334,7 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
         c->mem.elsewhere++;
         return;
     }
-    struct mm_state *m = model_of(vi, c);
+    struct mm_state *m = model_of(vi, &c->mem);
     c->mem.accesses++;
     struct mm_outcome o;
     int store = qemu_plugin_mem_is_store(info);
@@ -363,7 +362,7 @@ void cb_fetch(unsigned int vi, void *ud)
     uint32_t id = (uint32_t)(uintptr_t)ud;
     if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id) return;
     const struct blk *b = p4.blocks->by_id[id];
-    struct mm_state *m = model_of(vi, c);
+    struct mm_state *m = model_of(vi, &c->mem);
     const struct insn_info *last = &b->ins[b->n - 1];
     int level = memory_level_active();
     if (level & P4_MEM_CODE) mm_fetch_code(m, b->vaddr, last->addr + last->len);
@@ -492,7 +491,8 @@ void mem_fold_end(struct vcpu_counting *c, int keep)
 void mem_models_reset(int added, int on)
 {
     for (int i = 0; p4.run->per_vcpu && i < p4.n_vcpus_max; i++) {
-        struct mm_state *m = p4.run->per_vcpu[i].mem.mm;
+        struct memory_vcpu *mv = &p4.run->per_vcpu[i].mem;
+        struct mm_state *m = mv->mm;
         if (m && (added & P4_MEM_DATA)) mm_reset_data(m);
         if (m && (added & P4_MEM_FETCH)) mm_reset_itlb(m);
         if (m && (added & P4_MEM_CODE)) mm_reset_code(m);
@@ -501,17 +501,17 @@ void mem_models_reset(int added, int on)
             m->code_on = (on & P4_MEM_CODE) != 0;
             m->sb_on = (on & P4_MEM_SB) != 0;
         }
-        if (added) p4.run->per_vcpu[i].mem.mx.b = 0;
+        if (added) mv->mx.b = 0;
     }
 }
 
-void mem_report(unsigned vi, const struct vcpu_counting *c)
+void mem_report(unsigned vi, const struct memory_vcpu *mv)
 {
-    if (!c->mem.accesses) return;
+    if (!mv->accesses) return;
     p4_message("p4pmu-debug: vCPU %u memory: %llu accesses, %llu clock fixes, %llu "
                "outcomes not counted (cut executions, long blocks), %llu MMIO re-executions, "
                "%llu TLB flushes, %llu stall clocks\n",
-               vi, (unsigned long long)c->mem.accesses, (unsigned long long)c->mem.fixes,
-               (unsigned long long)c->mem.dropped, (unsigned long long)c->mem.elsewhere,
-               (unsigned long long)c->mem.tlb_flushes, (unsigned long long)c->mem.stall_clocks);
+               vi, (unsigned long long)mv->accesses, (unsigned long long)mv->fixes,
+               (unsigned long long)mv->dropped, (unsigned long long)mv->elsewhere,
+               (unsigned long long)mv->tlb_flushes, (unsigned long long)mv->stall_clocks);
 }

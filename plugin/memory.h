@@ -81,6 +81,6 @@ void mem_fold_end(struct vcpu_counting *c, int keep);
  * up the parts `on` feeds (the code-line record and the store buffers looked up or not) */
 void mem_models_reset(int added, int on);
 
-void mem_report(unsigned vi, const struct vcpu_counting *c);
+void mem_report(unsigned vi, const struct memory_vcpu *mv);
 
 #endif
