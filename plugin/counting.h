@@ -100,6 +100,13 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
 void counting_vcpu_init(unsigned vi);
 void counting_report(void);
 
+/* vCPU vi's counting state once its vCPU init has run, else NULL (a sibling not started yet) */
+static inline struct vcpu_counting *vcpu_started(unsigned vi)
+{
+    if ((int)vi >= p4.n_vcpus_max || !p4.run->per_vcpu[vi].init) return NULL;
+    return &p4.run->per_vcpu[vi];
+}
+
 /* single-threaded TCG (round robin): both siblings run on this thread, so the sibling is
  * between two of its blocks now and its state may be touched from here */
 static inline int lp_same_thread(unsigned sib)

@@ -32,7 +32,7 @@ static inline int64_t watch_clocks(const struct p4c_out *o, int w, int64_t event
     return (events + rate - 1) / rate;
 }
 
-/* does the increment table of run.fold_out[vi] give counter `ctr` the signature's increments?
+/* does the increment table of fold output `o` give counter `ctr` the signature's increments?
  * Any counter may: W2 adds the signature's events per kind, which are ctr's when the columns
  * are equal (the two logical processors of a core count the same events on different
  * counters: Linux's P4 driver gives thread 1 counter 14 where thread 0 has 12). */
@@ -51,39 +51,34 @@ static int exact_matches(const struct p4c_out *o, int ctr)
     return 1;
 }
 
-/* After a step (Python or the mirror wrote run.fold_out[vi]; the batch was just folded): is this
- * vCPU's deadline counter the signature's?  Then W2 watches it, with its headroom.  Else
- * count how long the same counter has driven the deadline, and install it as the signature
- * when it has for long enough. */
 /* a deadline check caused by counter n (W's budget or W2's): a vote for exact_vote */
-static inline void exact_note(struct vcpu_counting *c, int n)
+static inline void exact_note(struct exact_vcpu *x, int n)
 {
     if (n >= 0 && n < P4_NCOUNTERS) {
-        c->exact.votes[n]++;
-        c->exact.steps++;
+        x->votes[n]++;
+        x->steps++;
     }
 }
 
 /* The first signature: the same candidate W2_STREAK steps in a row (with the same table). */
-static void exact_first(struct vcpu_counting *c, const struct p4c_out *o, int cand)
+static void exact_first(struct exact_vcpu *x, const struct p4c_out *o, int cand)
 {
-    if (c->exact.cand == o->widx[cand] && c->exact.cand_winc == o->winc &&
-        c->exact.cand_nk == o->nkext) {
-        c->exact.streak++;
+    if (x->cand == o->widx[cand] && x->cand_winc == o->winc && x->cand_nk == o->nkext) {
+        x->streak++;
     } else {
-        c->exact.cand = o->widx[cand];
-        c->exact.cand_winc = o->winc;
-        c->exact.cand_nk = o->nkext;
-        c->exact.streak = 1;
+        x->cand = o->widx[cand];
+        x->cand_winc = o->winc;
+        x->cand_nk = o->nkext;
+        x->streak = 1;
     }
-    if (c->exact.streak >= W2_STREAK) {
-        c->exact.streak = 0;
+    if (x->streak >= W2_STREAK) {
+        x->streak = 0;
         exact_request(o, cand);
     }
 }
 
 /* P4PMU_DEBUG: a vCPU replaces the signature with counter `top`: where its column differs */
-static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out *o, int top)
+static void exact_move_note(const struct exact_vcpu *x, const struct p4c_out *o, int top)
 {
     const struct exact_signature *g = &p4.exact->sig;
     uint32_t e = 0, nk = o->nkext < g->nk ? o->nkext : g->nk;
@@ -91,7 +86,7 @@ static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out 
         e++;
     DBG("exact: a vCPU replaces the signature (counter %d) with counter %d (counters with the "
         "signature's column %#x; kinds %u and %u, first difference at %u: %d and %d)\n",
-        g->ctr, top, c->exact.key_match, o->nkext, g->nk, e,
+        g->ctr, top, x->key_match, o->nkext, g->nk, e,
         e < nk ? o->winc[(size_t)e * P4_NCOUNTERS + top] : -1, e < nk ? g->col[e] : -1);
 }
 
@@ -100,54 +95,53 @@ static void exact_move_note(const struct vcpu_counting *c, const struct p4c_out 
  * checks, not steps in a row or accesses: a sampling counter is not watched between its
  * overflow and its handler's reload and a profiler's counter is off while other tasks run,
  * so another counter (a watchdog's) drives the steps in between, but it costs no checks. */
-static void exact_vote(struct vcpu_counting *c, const struct p4c_out *o)
+static void exact_vote(struct exact_vcpu *x, const struct p4c_out *o)
 {
-    if (c->exact.steps < W2_WINDOW) return;
+    if (x->steps < W2_WINDOW) return;
     int top = 0;
     for (int n = 1; n < P4_NCOUNTERS; n++) {
-        if (c->exact.votes[n] > c->exact.votes[top]) top = n;
+        if (x->votes[n] > x->votes[top]) top = n;
     }
     int slot = -1;
     for (int w = 0; w < o->nwatch; w++) {
         if (o->widx[w] == top && !(o->wmem >> top & 1)) slot = w;
     }
     /* (a counter with the signature's column is watched by W2 already: exact_take_up) */
-    int move = !(c->exact.key_match >> top & 1) && slot >= 0 &&
-               c->exact.votes[top] * 3 >= 2 * c->exact.steps;
-    memset(c->exact.votes, 0, sizeof(c->exact.votes));
-    c->exact.steps = 0;
-    if (move && p4.debug) exact_move_note(c, o, top);
+    int move = !(x->key_match >> top & 1) && slot >= 0 && x->votes[top] * 3 >= 2 * x->steps;
+    memset(x->votes, 0, sizeof(x->votes));
+    x->steps = 0;
+    if (move && p4.debug) exact_move_note(x, o, top);
     if (move) exact_request(o, slot);
 }
 
 /* Take up the installed signature if one of this vCPU's watched counters has its increments
  * (W2 watches that counter; of several, the nearest to its limit); returns its watched slot
  * or -1.  Which counters match is cached per increment table (a flush clears the cache). */
-static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
+static int exact_take_up(struct exact_vcpu *x, const struct p4c_out *o)
 {
-    if (c->exact.key_winc != o->winc || c->exact.key_nk != o->nkext) {
-        c->exact.key_winc = o->winc;
-        c->exact.key_nk = o->nkext;
-        c->exact.key_match = 0;
+    if (x->key_winc != o->winc || x->key_nk != o->nkext) {
+        x->key_winc = o->winc;
+        x->key_nk = o->nkext;
+        x->key_match = 0;
         for (int n = 0; n < P4_NCOUNTERS; n++) {
-            if (exact_matches(o, n)) c->exact.key_match |= 1u << n;
+            if (exact_matches(o, n)) x->key_match |= 1u << n;
         }
     }
     int slot = -1;
     for (int w = 0; w < o->nwatch; w++) {
         /* (a counter whose increments memory outcomes change gets no W2) */
         int n = o->widx[w];
-        int usable = (c->exact.key_match >> n & 1) && !(o->wmem >> n & 1);
+        int usable = (x->key_match >> n & 1) && !(o->wmem >> n & 1);
         if (usable && (slot < 0 || o->whead[w] < o->whead[slot])) slot = w;
     }
     if (slot < 0) return -1;
-    c->exact.on = 1;
+    x->on = 1;
     for (int os = 0; os < 2; os++) {
-        c->exact.pen[os] = (uint32_t)(p4.exact->sig.pen[os] > 0 ? p4.exact->sig.pen[os] : 0);
+        x->pen[os] = (uint32_t)(p4.exact->sig.pen[os] > 0 ? p4.exact->sig.pen[os] : 0);
     }
-    c->exact.slot = slot;
-    c->exact.left = o->whead[slot];
-    c->exact.fresh = 1;
+    x->slot = slot;
+    x->left = o->whead[slot];
+    x->fresh = 1;
     return slot;
 }
 
@@ -155,10 +149,9 @@ static int exact_take_up(struct vcpu_counting *c, const struct p4c_out *o)
  * every vCPU until its next step takes the new one up.  A vCPU whose W left W2's counter out
  * (exact_budget) must not run on that budget: its next block entry checks every watched
  * counter (cb_sched, fast_check). */
-void exact_drop(unsigned vi)
+void exact_drop(struct vcpu_counting *c)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = scoreboard_of(vi);
+    uint64_t *sb = c->sbase;
     if (c->exact.on && c->deadline.py_left > 0) {
         c->deadline.py_left = 1;
         if (sb[SB_DEADLINE_CLOCKS] < SB_FIRES_AT) sb[SB_DEADLINE_CLOCKS] = SB_FIRES_AT;
@@ -169,10 +162,12 @@ void exact_drop(unsigned vi)
     sb[SB_EXACT_EVENTS] = 0;
 }
 
-void exact_update(unsigned vi)
+/* After a step (Python or the mirror wrote the vCPU's fold output `o`; the batch was just
+ * folded): is this vCPU's deadline counter the signature's?  Then W2 watches it, with its
+ * headroom.  Else count how long the same counter has driven the deadline, and install it as
+ * the signature when it has for long enough. */
+void exact_update(struct vcpu_counting *c, const struct p4c_out *o)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    const struct p4c_out *o = &p4.run->fold_out[vi];
     c->exact.on = 0;
     c->exact.pen[0] = c->exact.pen[1] = 0;
     c->deadline.w_driver = -1;
@@ -190,7 +185,7 @@ void exact_update(unsigned vi)
             cand = w;
         }
     }
-    int slot = p4.exact->active ? exact_take_up(c, o) : -1;
+    int slot = p4.exact->active ? exact_take_up(&c->exact, o) : -1;
     /* the counter that sets W's clock budget (W2's is left out: exact_budget) */
     int drv = -1;
     best = INT64_MAX;
@@ -204,9 +199,9 @@ void exact_update(unsigned vi)
     c->deadline.w_driver = drv >= 0 ? o->widx[drv] : -1;
     if (cand < 0 || p4.run->flush_pending || p4.exact->flushes >= W2_MAX_FLUSHES) return;
     if (p4.exact->active) {
-        exact_vote(c, o);
+        exact_vote(&c->exact, o);
     } else {
-        exact_first(c, o, cand);
+        exact_first(&c->exact, o, cand);
     }
 }
 
@@ -226,10 +221,9 @@ static void exact_budget(struct vcpu_counting *c, const struct p4c_out *o)
 
 /* Arm W: fire after min(py_left, PMI_RECHECK if a request is asserted) clocks from now;
  * `rest` clocks already added to W belong after this point. */
-void arm(unsigned vi, int64_t rest)
+void arm(struct vcpu_counting *c, int64_t rest)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint64_t *sb = scoreboard_of(vi);
+    uint64_t *sb = c->sbase;
     int64_t h = c->deadline.py_left > 0 ? c->deadline.py_left : (int64_t)(SB_FIRES_AT >> 2);
     if (c->deadline.pmi_level && p4.run->pmi_on && h > PMI_RECHECK) h = PMI_RECHECK;
     if (h > (int64_t)(SB_FIRES_AT >> 2)) h = (int64_t)(SB_FIRES_AT >> 2);
@@ -255,11 +249,29 @@ void arm(unsigned vi, int64_t rest)
     /* else: W2 keeps counting from its last arming */
 }
 
-/* Returns 1 if an interrupt was delivered to this vCPU. */
-int after_python(unsigned vi, int64_t rest_clocks)
+/* The interrupt requests a step left in o->pmi: this LP's (lp) delivered here, the sibling's
+ * (threads=2) handed to it.  Returns 1 if an interrupt was delivered to this vCPU. */
+static int deliver_requests(unsigned vi, const struct p4c_out *o, int lp)
+{
+    int delivered = 0;
+    if (!p4.run->pmi_on) return 0;
+    for (int t = 0; t < p4.run->threads; t++) {
+        if (!o->pmi[t]) continue;
+        if (t == lp) {
+            delivered |= pmi_deliver_here(vi) == 1;
+        } else if (vcpu_started(vi ^ 1)) {
+            sibling_pmi(vi, vi ^ 1);
+        }
+    }
+    return delivered;
+}
+
+/* After a step of vCPU vi's PMU (Python or the mirror wrote its fold output): its deadlines,
+ * the translation levels, W armed (`rest_clocks` already added to W belong after this point),
+ * the interrupts raised.  Returns 1 if an interrupt was delivered to this vCPU. */
+int after_python(unsigned vi, struct vcpu_counting *c, int64_t rest_clocks)
 {
     struct p4c_out *o = &p4.run->fold_out[vi];
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     if (o->start) {
         o->start = 0;
         if (p4.run->count_mode && !p4.run->instrument && !p4.run->start_requested) counting_start();
@@ -267,26 +279,12 @@ int after_python(unsigned vi, int64_t rest_clocks)
     c->deadline.py_left = o->budget > 0 ? o->budget : -1;
     int lp = p4.run->threads == 2 ? (int)(vi & 1) : 0;
     c->deadline.pmi_level = o->pmi[lp] != 0;
-    exact_update(vi);
+    exact_update(c, o);
     exact_budget(c, o);
     lite_update();
     mem_update();
-    arm(vi, rest_clocks);
-    int delivered = 0;
-    if (p4.run->pmi_on) {
-        for (int t = 0; t < p4.run->threads; t++) {
-            if (!o->pmi[t]) continue;
-            if (t == lp) {
-                delivered |= pmi_deliver_here(vi) == 1;
-            } else {
-                unsigned sib = vi ^ 1;
-                if ((int)sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init) {
-                    sibling_pmi(vi, sib);
-                }
-            }
-        }
-    }
-    return delivered;
+    arm(c, rest_clocks);
+    return deliver_requests(vi, o, lp);
 }
 
 
@@ -466,9 +464,8 @@ static int next_block_events(const struct blk *next, const struct p4c_out *o,
  * from the per-kind tables Python left in run.fold_out[vi].  Returns the clocks that may
  * safely pass from here (> 0), or 0 when Python must look (an overflow may have happened,
  * unknown kinds, or the next block may overflow). */
-static int64_t fast_check(unsigned vi, const struct blk *next)
+static int64_t fast_check(unsigned vi, struct vcpu_counting *c, const struct blk *next)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     struct p4c_out *o = &p4.run->fold_out[vi];
     int nw = o->nwatch;
     if (nw <= 0 || !o->winc) return 0;
@@ -502,10 +499,41 @@ static int64_t fast_check(unsigned vi, const struct blk *next)
     return best > 0 ? best : 1;
 }
 
+static void deadline_step(unsigned vi, struct vcpu_counting *c, uint32_t id);
+
+/* W fired at the entry of block b (mx: the most clocks it can add): the clocks since the last
+ * arming leave Python's budget (py_left); when b may take the rest of it, the C check looks
+ * (unless a step is `need`ed anyway).  Returns 1 if the PMU must step before b runs. */
+static int budget_check(unsigned vi, struct vcpu_counting *c, const struct blk *b, uint64_t mx,
+                        int need)
+{
+    uint64_t *sb = c->sbase;
+    /* clocks since the last arm; this block might take the deadline */
+    int64_t elapsed = (int64_t)(sb[SB_DEADLINE_CLOCKS] - c->deadline.w_base);
+    c->deadline.w_base = sb[SB_DEADLINE_CLOCKS];
+    if (c->deadline.py_left <= 0) return need;
+    c->deadline.py_left -= elapsed;
+    if (c->deadline.py_left > (int64_t)mx || need) return need;
+    exact_note(&c->exact, c->deadline.w_driver);
+    int64_t ok = fast_check(vi, c, b);
+    if (ok <= 0) return 1;
+    c->deadline.py_left = ok;
+    return 0;
+}
+
+/* no step due: only a look at the LVT (the request is still asserted), W armed again */
+static void pmi_recheck(unsigned vi, struct vcpu_counting *c)
+{
+    int got = c->deadline.pmi_level && p4.run->pmi_on ? pmi_deliver_here(vi) : 0;
+    arm(c, 0);
+    if (got == 1) {
+        c->batch.entry_b = 0;
+        qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
+    }
+}
+
 /* block entry, conditional on W >= 2^62: a pending block end to resolve, a deadline, or a
  * fold request */
-static void deadline_step(unsigned vi, uint32_t id);
-
 void cb_sched(unsigned int vi, void *ud)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
@@ -514,7 +542,7 @@ void cb_sched(unsigned int vi, void *ud)
     const struct blk *b = p4.blocks->by_id[id];
     if (__builtin_expect(c->deadline.force_fold, 0)) control_hold(vi); /* a stop on its way */
     c->cpl_os = b->os;
-    if (trace_of(vi)) trace_block_entry(vi, b->vaddr);
+    if (trace_of(vi)) trace_block_entry(vi, c, b->vaddr);
     int need = 0;
     if (c->deadline.force_fold) {
         c->deadline.force_fold = 0;
@@ -524,32 +552,8 @@ void cb_sched(unsigned int vi, void *ud)
     uint64_t mx = maxclk(b);
     if (sb[SB_DEADLINE_CLOCKS] + mx < SB_FIRES_AT && !need) return;
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
-    /* clocks since the last arm; this block might take the deadline */
-    int64_t elapsed = (int64_t)(sb[SB_DEADLINE_CLOCKS] - c->deadline.w_base);
-    c->deadline.w_base = sb[SB_DEADLINE_CLOCKS];
-    if (c->deadline.py_left > 0) {
-        c->deadline.py_left -= elapsed;
-        if (c->deadline.py_left <= (int64_t)mx && !need) {
-            exact_note(c, c->deadline.w_driver);
-            int64_t ok = fast_check(vi, b);
-            if (ok > 0) {
-                c->deadline.py_left = ok;
-            } else {
-                need = 1;
-            }
-        }
-    }
-    if (!need) {
-        /* only a look at the LVT: the request is still asserted */
-        int got = c->deadline.pmi_level && p4.run->pmi_on ? pmi_deliver_here(vi) : 0;
-        arm(vi, 0);
-        if (got == 1) {
-            c->batch.entry_b = 0;
-            qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
-        }
-        return;
-    }
-    deadline_step(vi, id);
+    if (budget_check(vi, c, b, mx, need)) deadline_step(vi, c, id);
+    else pmi_recheck(vi, c);
 }
 
 /* block entry, conditional on W2 >= 2^62 - exact_max: the exact-deadline counter may reach its
@@ -565,24 +569,23 @@ void cb_exact_deadline(unsigned int vi, void *ud)
     }
     c->cpl_os = b->os;
     c->exact.checks++;
-    exact_note(c, p4.run->fold_out[vi].widx[c->exact.slot]);
+    exact_note(&c->exact, p4.run->fold_out[vi].widx[c->exact.slot]);
     entry_settle(vi, c);
-    int64_t ok = fast_check(vi, b);
+    int64_t ok = fast_check(vi, c, b);
     if (ok > 0) {
         /* not yet: fast_check re-computed the events left (and the clock budget of the
          * other watched counters) */
         c->deadline.py_left = ok;
-        arm(vi, 0);
+        arm(c, 0);
         return;
     }
-    deadline_step(vi, id);
+    deadline_step(vi, c, id);
 }
 
 /* a deadline at the entry of block `id`, before it runs: fold, the mirror or Python steps
  * the PMU, and an interrupt it raises is taken before the block */
-static void deadline_step(unsigned vi, uint32_t id)
+static void deadline_step(unsigned vi, struct vcpu_counting *c, uint32_t id)
 {
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     c->deadline.deadlines++;
     fold_at_entry(vi, c, id);
     uint8_t ovf[P4_NCOUNTERS];
@@ -594,7 +597,7 @@ static void deadline_step(unsigned vi, uint32_t id)
         p4.run->fold_out[vi].budget = P4_DEADLINE_RETRY;
     }
     if (watch) control_overflows(vi, ovf, -1, p4.blocks->by_id[id]->vaddr);
-    if (after_python(vi, 0)) {
+    if (after_python(vi, c, 0)) {
         /* take the interrupt before this block runs (its counting ops have not run yet);
          * the next batch starts with the handler's first block, not this one */
         c->batch.next_first = 0;

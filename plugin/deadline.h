@@ -67,10 +67,10 @@ struct deadline_vcpu {
     uint64_t fast_checks, fast_scanned; /* C deadline checks, dirty blocks they looked at */
 };
 
-void exact_update(unsigned vi);
-void exact_drop(unsigned vi);
-void arm(unsigned vi, int64_t rest);
-int after_python(unsigned vi, int64_t rest_clocks);
+void exact_update(struct vcpu_counting *c, const struct p4c_out *o);
+void exact_drop(struct vcpu_counting *c);
+void arm(struct vcpu_counting *c, int64_t rest);
+int after_python(unsigned vi, struct vcpu_counting *c, int64_t rest_clocks);
 void cb_sched(unsigned int vi, void *ud);
 void cb_exact_deadline(unsigned int vi, void *ud);
 

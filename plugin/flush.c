@@ -118,7 +118,8 @@ static void flush_installed(void *ud)
     p4.exact->sig = p4.exact->next;
     p4.exact->flushes++;
     for (int i = 0; i < p4.n_vcpus_max; i++) {
-        if (p4.run->per_vcpu[i].init) p4.up.exact_drop((unsigned)i);
+        struct vcpu_counting *c = &p4.run->per_vcpu[i];
+        if (c->init) p4.up.exact_drop(c);
     }
     __atomic_store_n(&p4.exact->active, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&p4.run->flush_pending, 0, __ATOMIC_RELEASE);

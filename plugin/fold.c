@@ -265,9 +265,10 @@ static void fold_publish(unsigned vi, struct vcpu_counting *c, uint32_t last, in
     o->other_active = c->fold.oth_active;
     o->other_os = c->fold.oth_os;
     o->shared = lp_timeline(vi, &c->fold, clocks);
-    c->fold.oth_active = sib >= 0 && sib < p4.n_vcpus_max && p4.run->per_vcpu[sib].init &&
-                         !lp_halted(&p4.run->per_vcpu[sib]);
-    c->fold.oth_os = sib >= 0 && sib < p4.n_vcpus_max ? p4.run->per_vcpu[sib].cpl_os : 0;
+    const struct vcpu_counting *s = sib >= 0 && sib < p4.n_vcpus_max ? &p4.run->per_vcpu[sib]
+                                                                     : NULL;
+    c->fold.oth_active = s && s->init && !lp_halted(s);
+    c->fold.oth_os = s ? s->cpl_os : 0;
     /* budget, pmi[] and start keep what Python wrote last (it rewrites them whenever they
      * may change) */
     o->seq = NULL;

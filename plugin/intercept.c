@@ -244,9 +244,42 @@ static void fault_by_patch(struct vcpu *v, const struct site *s, uint64_t rip, u
     qemu_plugin_set_pc(rip);
 }
 
+/* A PMU access being served: when it began (the access-time histogram), the clocks of the rest
+ * of the current block (fold_at_access), the OVF flags before it while a breakpoint is set */
+struct access {
+    uint64_t t0;
+    int64_t rest;
+    int watch;
+    uint8_t ovf[P4_NCOUNTERS];
+};
+
+/* Before the access at `linear` (CPL cpl) is served: the sibling's activity and this vCPU's
+ * folded, its time in the trace, the OVF flags for the breakpoints (control.c) */
+static void access_begin(unsigned vi, struct vcpu_counting *c, uint64_t linear, int cpl,
+                         struct access *a)
+{
+    a->t0 = access_time_start();
+    sibling_sync(vi, c, linear);
+    a->rest = p4.run->instrument ? fold_at_access(vi, c, linear) : 0;
+    trace_access(vi, c, linear, cpl);
+    a->watch = control_breaks();
+    if (a->watch) control_snap(vi, a->ovf);
+}
+
+/* After it was served with status r (op P4_TR_*, reg the MSR or ECX, value what was written
+ * or read): the breakpoints, the deadline armed again, the access's time */
+static void access_end(unsigned vi, struct vcpu_counting *c, const struct access *a, uint32_t op,
+                       uint32_t reg, uint64_t value, uint64_t linear, int r)
+{
+    if (a->watch) control_after_access(vi, op, reg, value, linear, r, a->ovf);
+    after_python(vi, c, a->rest);
+    access_time_end(a->t0);
+}
+
 static void cb_wrmsr(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t rcx = reg_read(v, p4.regs.rcx);
     uint32_t msr = (uint32_t)rcx;
     if (msr < PMU_MSR_FIRST || msr > PMU_MSR_LAST) {
@@ -254,25 +287,18 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     }
     struct site s = unpack_site(ud);
     if (current_cpl(v) != 0) {
-        trace_privileged(vi, v, s.linear, msr, 2);
+        trace_privileged(vi, v, c, s.linear, msr, 2);
         return; /* QEMU raises #GP */
     }
     uint64_t value = (reg_read(v, p4.regs.rdx) << 32) | (reg_read(v, p4.regs.rax) & 0xFFFFFFFFull);
     watch_counter_write(vi, v, msr, value);
     int was = p4.run->instrument || p4.run->start_requested;
-    uint64_t t0 = access_time_start();
-    sibling_sync(vi, s.linear);
-    int64_t rest = p4.run->instrument ? fold_at_access(vi, &p4.run->per_vcpu[vi], s.linear) : 0;
-    trace_access(vi, s.linear, 0);
-    uint8_t ovf[P4_NCOUNTERS];
-    int watch = control_breaks(); /* breakpoints (control.c) */
-    if (watch) control_snap(vi, ovf);
+    struct access a;
+    access_begin(vi, c, s.linear, 0, &a);
     int r = pmu_wrmsr(vi, msr, value);
-    if (watch) control_after_access(vi, P4_TR_WRMSR, msr, value, s.linear, r, ovf);
-    after_python(vi, rest);
-    access_time_end(t0);
+    access_end(vi, c, &a, P4_TR_WRMSR, msr, value, s.linear, r);
     if (!was && p4.run->start_requested) {
-        counting_credit_wrmsr(&p4.run->per_vcpu[vi].batch, s.linear, current_cpl(v) == 0);
+        counting_credit_wrmsr(&c->batch, s.linear, current_cpl(v) == 0);
     }
     if (r == P4_PY_FAULT) {
         fault_by_redirect(v, &s, rcx);
@@ -283,6 +309,7 @@ static void cb_wrmsr(unsigned int vi, void *ud)
 static void cb_rdmsr(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t rcx = reg_read(v, p4.regs.rcx);
     uint32_t msr = (uint32_t)rcx;
     int post = 0;
@@ -296,24 +323,15 @@ static void cb_rdmsr(unsigned int vi, void *ud)
         }
         post = 2; /* QEMU reads its value; patched afterwards */
     } else if (msr >= PMU_MSR_FIRST && msr <= PMU_MSR_LAST) {
+        uint64_t linear = unpack_site(ud).linear;
         if (current_cpl(v) != 0) {
-            trace_privileged(vi, v, unpack_site(ud).linear, msr, 1);
+            trace_privileged(vi, v, c, linear, msr, 1);
             return; /* QEMU raises #GP */
         }
-        uint64_t t0 = access_time_start();
-        sibling_sync(vi, unpack_site(ud).linear);
-        int64_t rest = p4.run->instrument
-                           ? fold_at_access(vi, &p4.run->per_vcpu[vi], unpack_site(ud).linear)
-                           : 0;
-        trace_access(vi, unpack_site(ud).linear, 0);
-        uint8_t ovf[P4_NCOUNTERS];
-        int watch = control_breaks(); /* breakpoints (control.c) */
-        if (watch) control_snap(vi, ovf);
+        struct access a;
+        access_begin(vi, c, linear, 0, &a);
         int r = pmu_rdmsr(vi, msr, &value);
-        if (watch)
-            control_after_access(vi, P4_TR_RDMSR, msr, value, unpack_site(ud).linear, r, ovf);
-        after_python(vi, rest);
-        access_time_end(t0);
+        access_end(vi, c, &a, P4_TR_RDMSR, msr, value, linear, r);
         if (r == P4_PY_FAULT) {
             struct site s = unpack_site(ud);
             fault_by_redirect(v, &s, rcx);
@@ -369,15 +387,38 @@ static int rdpmc_allowed(struct vcpu *v, int *cpl)
     return *cpl == 0 || (reg_read(v, p4.regs.cr4) & CR4_PCE);
 }
 
+/* RDPMC that the model faults (#GP: a bad index) */
+static void rdpmc_fault(struct vcpu *v, const struct site *s, int cpl, uint64_t rcx)
+{
+    if (cpl > 0) {
+        /* QEMU's own check then raises #GP with the exact state */
+        v->redirect = RD_CR4;
+        v->redirect_linear = s->linear;
+        v->orig_cr4 = reg_read(v, p4.regs.cr4);
+        reg_write(v, p4.regs.cr4, v->orig_cr4 & ~CR4_PCE);
+        return;
+    }
+    if (s->first) {
+        fault_by_patch(v, s, reg_read(v, p4.regs.rip), rcx);
+        return;
+    }
+    /* CPL 0, not at a block start: go through #UD and the entry hook first */
+    v->ud_armed = 1;
+    v->ud_fault = 1;
+    v->ud_linear = s->linear;
+    v->ud_len = s->len;
+}
+
 static void cb_rdpmc(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     struct site s = unpack_site(ud);
     int cpl;
     uint64_t value = 0;
 
     if (!rdpmc_allowed(v, &cpl)) {
-        trace_privileged(vi, v, s.linear, (uint32_t)reg_read(v, p4.regs.rcx), 3);
+        trace_privileged(vi, v, c, s.linear, (uint32_t)reg_read(v, p4.regs.rcx), 3);
         return; /* QEMU raises #GP */
     }
     v->last_counter_write = 0;
@@ -386,37 +427,14 @@ static void cb_rdpmc(unsigned int vi, void *ud)
     if (v->refault_linear && v->refault_linear == s.linear && s.first) {
         r = P4_PY_FAULT; /* asked already, before the #UD round trip (cb_entry) */
     } else {
-        uint64_t t0 = access_time_start();
-        sibling_sync(vi, s.linear);
-        int64_t rest = p4.run->instrument ? fold_at_access(vi, &p4.run->per_vcpu[vi], s.linear) : 0;
-        trace_access(vi, s.linear, cpl);
-        uint8_t ovf[P4_NCOUNTERS];
-        int watch = control_breaks(); /* breakpoints (control.c) */
-        if (watch) control_snap(vi, ovf);
+        struct access a;
+        access_begin(vi, c, s.linear, cpl, &a);
         r = pmu_rdpmc(vi, (uint32_t)rcx, &value);
-        if (watch) control_after_access(vi, P4_TR_RDPMC, (uint32_t)rcx, value, s.linear, r, ovf);
-        after_python(vi, rest);
-        access_time_end(t0);
+        access_end(vi, c, &a, P4_TR_RDPMC, (uint32_t)rcx, value, s.linear, r);
     }
     v->refault_linear = 0;
     if (r == P4_PY_FAULT) {
-        if (cpl > 0) {
-            /* QEMU's own check then raises #GP with the exact state */
-            v->redirect = RD_CR4;
-            v->redirect_linear = s.linear;
-            v->orig_cr4 = reg_read(v, p4.regs.cr4);
-            reg_write(v, p4.regs.cr4, v->orig_cr4 & ~CR4_PCE);
-            return;
-        }
-        if (s.first) {
-            fault_by_patch(v, &s, reg_read(v, p4.regs.rip), rcx);
-            return;
-        }
-        /* CPL 0, not at a block start: go through #UD and the entry hook first */
-        v->ud_armed = 1;
-        v->ud_fault = 1;
-        v->ud_linear = s.linear;
-        v->ud_len = s.len;
+        rdpmc_fault(v, &s, cpl, rcx);
         return;
     }
     if (r != P4_PY_OK) {

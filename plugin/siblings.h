@@ -27,7 +27,7 @@ struct sibling_vcpu {
 };
 
 void cb_xpend(unsigned int vi, void *ud);
-void sibling_sync(unsigned vi, uint64_t addr);
+void sibling_sync(unsigned vi, struct vcpu_counting *c, uint64_t addr);
 void cb_hlt(unsigned int vi, void *ud);
 void counting_halt_change(unsigned vi, int halted);
 

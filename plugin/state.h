@@ -29,9 +29,9 @@ struct vcpu_counting;        /* counting.h */
 /* The calls a unit makes to a unit above it (docs/plugin.md, "Layers"), through pointers
  * install.c sets (connect_upcalls) */
 struct p4pmu_upcalls {
-    void (*register_callbacks)(void); /* flush.c -> install.c, after every flush */
-    void (*groups_after_flush)(void); /* flush.c -> directions.c, at every flush */
-    void (*exact_drop)(unsigned vi);  /* flush.c -> deadline.c, at a new signature */
+    void (*register_callbacks)(void);            /* flush.c -> install.c, after every flush */
+    void (*groups_after_flush)(void);            /* flush.c -> directions.c, at every flush */
+    void (*exact_drop)(struct vcpu_counting *c); /* flush.c -> deadline.c, at a new signature */
     /* resolve.c -> cuts.c: block id was abandoned before its instruction j (cb_xcheck) */
     void (*cut_abandoned)(unsigned vi, struct vcpu_counting *c, uint32_t id, unsigned j);
     /* resolve.c -> directions.c: a look at the directions is due (cb_xcheck), a stale

@@ -29,10 +29,9 @@ int trace_setup(int max_vcpus)
     return 0;
 }
 
-/* instructions of vCPU vi's block executions so far: folded, and counted since the fold */
-static uint64_t insns_now(unsigned vi)
+/* instructions of the vCPU's block executions so far: folded, and counted since the fold */
+static uint64_t insns_now(const struct vcpu_counting *c)
 {
-    const struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint64_t n = c->fold.insn_total;
     for (uint32_t i = 0; i < c->batch.ndirty; i++) {
         const struct blk *b = p4.blocks->by_id[c->batch.dirty[i]];
@@ -43,25 +42,25 @@ static uint64_t insns_now(unsigned vi)
 
 /* ... less those of the current block from the one at `linear` on (its execution was counted
  * at its entry) */
-static uint64_t insns_before(unsigned vi, uint64_t linear)
+static uint64_t insns_before(const struct vcpu_counting *c, uint64_t linear)
 {
-    uint64_t n = insns_now(vi);
-    uint32_t id = (uint32_t)scoreboard_of(vi)[SB_CURRENT_BLOCK];
+    uint64_t n = insns_now(c);
+    uint32_t id = (uint32_t)c->sbase[SB_CURRENT_BLOCK];
     const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
     int i = b ? find_insn(b, linear) : -1;
     if (i >= 0 && n >= b->n - (unsigned)i) n -= b->n - (unsigned)i;
     return n;
 }
 
-void trace_access(unsigned vi, uint64_t linear, int cpl)
+void trace_access(unsigned vi, const struct vcpu_counting *c, uint64_t linear, int cpl)
 {
     struct p4c_trace *t = trace_of(vi);
     if (!t) return;
     t->pc = linear;
     t->cpl = (uint32_t)cpl;
     t->timed = p4.run->instrument;
-    t->insns = t->timed ? insns_before(vi, linear) : 0;
-    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].fold.clk_total : 0;
+    t->insns = t->timed ? insns_before(c, linear) : 0;
+    t->clk = p4.run->instrument ? c->fold.clk_total : 0;
 }
 
 void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old,
@@ -85,7 +84,7 @@ void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64
     r->clk = t->clk;
 }
 
-void trace_block_entry(unsigned vi, uint64_t pc)
+void trace_block_entry(unsigned vi, const struct vcpu_counting *c, uint64_t pc)
 {
     struct p4c_trace *t = trace_of(vi);
     if (!t) return;
@@ -94,8 +93,8 @@ void trace_block_entry(unsigned vi, uint64_t pc)
     t->timed = p4.run->instrument;
     /* the block's execution counter has not counted it yet (callbacks run in registration
      * order: cb_sched before the inline add) */
-    t->insns = t->timed ? insns_now(vi) : 0;
-    t->clk = p4.run->instrument ? p4.run->per_vcpu[vi].fold.clk_total : 0;
+    t->insns = t->timed ? insns_now(c) : 0;
+    t->clk = p4.run->instrument ? c->fold.clk_total : 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -13,6 +13,8 @@
 #include "registers.h"
 #include "state.h"
 
+struct vcpu_counting; /* counting.h */
+
 /* per run: set once at install */
 struct trace_run {
     struct p4c_trace *per_vcpu; /* [max_vcpus] */
@@ -27,24 +29,25 @@ static inline struct p4c_trace *trace_of(unsigned vi)
     return t && t->on ? t : 0;
 }
 
-/* The access at guest address `linear` (CPL `cpl`) is about to be served: note its time. */
-void trace_access(unsigned vi, uint64_t linear, int cpl);
+/* The access at guest address `linear` (CPL `cpl`) is about to be served: note its time (c:
+ * the vCPU's counting state). */
+void trace_access(unsigned vi, const struct vcpu_counting *c, uint64_t linear, int cpl);
 /* A record at the current access's time and place (ops: P4_TR_* in p4c_api.h). */
 void trace_record(unsigned vi, uint32_t op, uint32_t reg, uint64_t value, uint64_t old,
                   uint32_t flags);
 /* A PMU access QEMU faults for its privilege level (op 1 RDMSR, 2 WRMSR, 3 RDPMC without
  * CR4.PCE): recorded with its place; its clk is the last fold's. */
-static inline void trace_privileged(unsigned vi, struct vcpu *v, uint64_t linear, uint32_t reg,
-                                    int op)
+static inline void trace_privileged(unsigned vi, struct vcpu *v, const struct vcpu_counting *c,
+                                    uint64_t linear, uint32_t reg, int op)
 {
     if (!trace_of(vi)) return;
-    trace_access(vi, linear, current_cpl(v));
+    trace_access(vi, c, linear, current_cpl(v));
     trace_record(vi, P4_TR_PRIV, reg, (uint64_t)op, 0, 0);
 }
 
 /* At the entry of the block at `pc`, before its inline operations (a deadline, a sibling's
  * request): what C or Python records now happened here. */
-void trace_block_entry(unsigned vi, uint64_t pc);
+void trace_block_entry(unsigned vi, const struct vcpu_counting *c, uint64_t pc);
 
 /* the mirror must let Python write the records first */
 static inline int trace_full(unsigned vi)
