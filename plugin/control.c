@@ -269,8 +269,8 @@ void p4c_control_leave(void)
  * consumes the batch (Bridge.deadline) */
 int p4c_control_fold(unsigned vi)
 {
-    if ((int)vi >= p4.n_vcpus_max || !p4.run->instrument || !p4.run->per_vcpu[vi].init) return 0;
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    struct vcpu_counting *c = vcpu_started(vi);
+    if (!c || !p4.run->instrument) return 0;
     fold_between_blocks(vi, c);
     force_entry(c);
     return 1;

@@ -104,8 +104,9 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
 
 void counting_vcpu_init(unsigned vi)
 {
-    vcpu_counting_init(&p4.run->per_vcpu[vi]);
-    p4.run->per_vcpu[vi].thread = pthread_self();
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    vcpu_counting_init(c);
+    c->thread = pthread_self();
     for (int i = 0; i < p4.n_vcpus_max; i++) {
         if (p4.run->per_vcpu[i].init) p4.run->per_vcpu[i].sbase = scoreboard_of((unsigned)i);
     }
@@ -116,7 +117,7 @@ void counting_vcpu_init(unsigned vi)
      * Counting cannot work there: turn it off and say so. */
     for (unsigned o = 0; o < vi && p4.run->count_mode; o++) {
         const struct vcpu_counting *other = &p4.run->per_vcpu[o];
-        if (other->init && pthread_equal(other->thread, p4.run->per_vcpu[vi].thread)) {
+        if (other->init && pthread_equal(other->thread, c->thread)) {
             p4_message("p4pmu: several vCPUs on one TCG thread (-accel tcg,thread=single): "
                        "event counting is off (QEMU 11.1 plugins need multi-threaded TCG "
                        "for per-vCPU counters); MSR/RDPMC access still works\n");
