@@ -10,7 +10,7 @@
 #include "state.h"
 
 /* The translated blocks of the run (id 0 = none) and the conditional predictor entry groups;
- * appended under run.lock, read lock-free (an entry is published before its id is). */
+ * appended under p4.run->lock, read lock-free (an entry is published before its id is). */
 struct block_table {
     struct blk *by_id[MAX_BLOCKS];
     volatile uint32_t n;

@@ -88,7 +88,7 @@ struct xcache {
 };
 
 /* A REP string instruction in flight on one vCPU (resolve.c).  QEMU runs one iteration per
- * execution of the REP's block under icount and up to 65,536 without it; rcx_known
+ * execution of the REP's block under icount and up to 65,536 without it; known_rcx
  * carries the RCX that resolved the last execution into the next one of the same
  * instruction (nothing runs between the two), so cb_rep reads no register then; carry10
  * the iterations' uop tenths between executions; the memo keeps the last resolved

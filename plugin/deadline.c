@@ -236,7 +236,7 @@ void arm(struct vcpu_counting *c, int64_t rest)
     if (!c->exact.on) {
         sb[SB_EXACT_EVENTS] = 0; /* idle: 2^62 events away */
     } else if (c->exact.fresh) {
-        /* exact_left counts from the fold or check just made; after an access inside a block
+        /* c->exact.left counts from the fold or check just made; after an access inside a block
          * (rest > 0), the rest of that block runs in the next batch but its W2 increment
          * is in already: add the whole increment again (it may only fire early) */
         uint32_t cur = (uint32_t)sb[SB_CURRENT_BLOCK];
@@ -461,7 +461,7 @@ static int next_block_events(const struct blk *next, const struct p4c_out *o,
 }
 
 /* Deadline check without Python: the increments of the activity not yet folded, computed
- * from the per-kind tables Python left in run.fold_out[vi].  Returns the clocks that may
+ * from the per-kind tables Python left in p4.run->fold_out[vi].  Returns the clocks that may
  * safely pass from here (> 0), or 0 when Python must look (an overflow may have happened,
  * unknown kinds, or the next block may overflow). */
 static int64_t fast_check(unsigned vi, struct vcpu_counting *c, const struct blk *next)

@@ -9,9 +9,9 @@
 
 #include "counting_types.h"
 
-/* per vCPU: the increments of the kinds.n_penalty clocks after a misprediction, summed, per CPL and
- * counter, for the per-kind table they were summed from (fast_check adds a penalty once
- * instead of clock by clock) */
+/* per vCPU: the increments of the p4.kinds->n_penalty clocks after a misprediction, summed,
+ * per CPL and counter, for the per-kind table they were summed from (fast_check adds a penalty
+ * once instead of clock by clock) */
 struct pensum {
     const int32_t *winc;
     uint32_t nkext;

@@ -25,7 +25,7 @@ static uint32_t khash_of(const uint8_t *f)
 }
 
 /* Intern a clock's fields; returns the kind id.  Lock-free lookup of published kinds is not
- * attempted: callers hold run.lock (translation) or call at init. */
+ * attempted: callers hold p4.run->lock (translation) or call at init. */
 static uint32_t kind_intern_locked(const uint8_t *f)
 {
     uint32_t i = khash_of(f) & (2 * MAX_KINDS - 1);
@@ -63,7 +63,7 @@ uint32_t kind_intern(const uint8_t *f)
 }
 
 /* kind k with the counts of a return to user code after an exception added
- * (clockmodel.RETURN_TAIL; with k = kinds.empty: clockmodel.return_tail_clock) */
+ * (clockmodel.RETURN_TAIL; with k = p4.kinds->empty: clockmodel.return_tail_clock) */
 uint32_t kind_with_return_tail(uint32_t k)
 {
     uint8_t f[KF_N];

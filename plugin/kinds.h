@@ -10,7 +10,7 @@
 #include "counting_types.h"
 
 /* The clock kinds of the run: one kind = one clock's fields (clockmodel.FIELDS), interned
- * under run.lock and read lock-free (a kind is published before n counts it). */
+ * under p4.run->lock and read lock-free (a kind is published before n counts it). */
 struct kind_table {
     uint8_t fields[MAX_KINDS][KF_N];
     volatile uint32_t n;

@@ -146,14 +146,14 @@ static uint32_t kind_plus(uint32_t k, const uint8_t *d)
     return nw;
 }
 
-/* Is c->mx the record of the latest execution of block id in this batch (resolved or not)? */
+/* Is c->mem.mx the record of the latest execution of block id in this batch (resolved or not)? */
 static int mx_listed(const struct vcpu_counting *c, uint32_t id)
 {
     const struct mem_exec *x = &c->mem.mx;
     return x->b == id && id && x->stamp == en_total(c, id) && x->folds == c->fold.folds;
 }
 
-/* Is c->mx the record of the execution of block id under way (or whose end is pending)? */
+/* Is c->mem.mx the record of the execution of block id under way (or whose end is pending)? */
 static int mx_is(const struct vcpu_counting *c, uint32_t id)
 {
     return mx_listed(c, id) && !c->mem.mx.resolved;

@@ -28,7 +28,6 @@ static inline int memory_level_active(void)
     return __atomic_load_n(&p4.memlvl->active, __ATOMIC_ACQUIRE);
 }
 
-/* a memory access of instruction (ud & 1023) of block (ud >> 10) */
 /* A vCPU's memory side: its memory model, the corrections of the block execution under way,
  * the final clock of the last resolution as corrected (ext kind + 1, 0: as its variant;
  * res_fill), statistics */
@@ -40,6 +39,7 @@ struct memory_vcpu {
     uint64_t stall_clocks; /* timing=memory: the clocks loads' misses added */
 };
 
+/* a memory access of instruction (ud & 1023) of block (ud >> 10) */
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud);
 /* the execution of block ud begins: its instruction fetch's ITLB look-ups, its code lines */
 void cb_fetch(unsigned int vi, void *ud);
@@ -56,7 +56,7 @@ void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk 
 
 /* the dynamic end of block pid resolved as variant v (its default final clock and the pairs
  * with it are, or will be at the fold, in the batch): the final clock's memory fields and the
- * pair with a corrected last static clock; c->res_fin says what the final clock became */
+ * pair with a corrected last static clock; c->mem.res_fin says what the final clock became */
 void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
                   unsigned v);
 /* REP: its final clock's fields get the memory fields; *prev (ext kind of the clock before

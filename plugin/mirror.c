@@ -76,7 +76,7 @@ static inline int mirror_table_ok(unsigned vi, const struct p4c_mirror *m)
 }
 
 /*
- * Consume the pending fold (run.fold_out[vi], left by fold_at_access / fold_at_entry) into the
+ * Consume the pending fold (p4.run->fold_out[vi], left by fold_at_access / fold_at_entry) into the
  * counters, as Feeder.consume + PMU.advance would.  Returns 0 (nothing changed) when Python
  * must do it.
  */

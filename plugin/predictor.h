@@ -23,8 +23,8 @@ struct cond_table_set {
     uint8_t pt[2][5];      /* [back][e]: predicts taken */
     uint8_t mmax[2][2][5]; /* the most mispredictions a run of identical outcomes
                                  * `taken` can still have from x: [taken][back][x] */
-    uint8_t pen;           /* kinds.n_penalty */
-    uint8_t trace;         /* run.branch_trace != NULL */
+    uint8_t pen;           /* p4.kinds->n_penalty */
+    uint8_t trace;         /* p4.run->branch_trace != NULL */
     /* the usual explicit outcome in one look-up: min(k, 3) silent outcomes of the owner
      * then one outcome `taken`, from entry x: the entry after (bits 0-2), the silent
      * mispredictions (3-4), the last one predicted (5), the penalties to reserve for the

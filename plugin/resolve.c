@@ -73,7 +73,7 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     memset(&f, 0, sizeof(f));
     f.f[KF_UOPS] = (uint8_t)(uops - P4P_RETIRE_WIDTH * nfull);
     /* a REP string instruction is microcoded (clockmodel.microcoded): every uop comes from
-     * the microcode ROM (kinds.rep_full too), and its transfer to the ROM is counted once,
+     * the microcode ROM (p4.kinds->rep_full too), and its transfer to the ROM is counted once,
      * in the clock where it retires (QEMU may run its iterations in several executions of
      * the block; one interrupted and resumed counts one transfer too) */
     f.f[KF_MS_UOPS] = f.f[KF_UOPS];
@@ -125,7 +125,7 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
 }
 
 /* The outcome variant v (taken * 2 + mispredicted) of an execution of b as the last
- * resolved one; res_seq is filled only when a fold needs it (res_fill). */
+ * resolved one; c->res.seq is filled only when a fold needs it (res_fill). */
 static inline void res_set(struct vcpu_counting *c, uint32_t pid, const struct blk *b, unsigned v)
 {
     (void)b; /* (res_fill looks it up) */
@@ -135,7 +135,7 @@ static inline void res_set(struct vcpu_counting *c, uint32_t pid, const struct b
     c->mem.res_fin = 0;
 }
 
-/* res_seq and res_last of a lazily recorded resolution */
+/* c->res.seq and c->res.last of a lazily recorded resolution */
 void res_fill(struct vcpu_counting *c)
 {
     if (c->res.n != RES_LAZY) return;
@@ -206,8 +206,8 @@ static void trace_line(const struct blk *b, uint64_t a_new, int taken, int pred,
  * batch = counter + bank (en_total); only a gated member has a bank.
  *
  * W must not fall behind the clocks: an owner's silent outcomes can be mispredicted (at most
- * cond_tab.mmax in a row from the entry's state); their penalty clocks are reserved in W
- * (group_state.resv, vcpu_counting.w_resv, also re-added by arm()) until the replay knows them.
+ * p4.cond_tab->mmax in a row from the entry's state); their penalty clocks are reserved in W
+ * (group_state.resv, c->res.w_resv, also re-added by arm()) until the replay knows them.
  */
 static inline struct group_state *group_state_of(struct resolve_vcpu *rv, uint32_t gid)
 {
@@ -366,7 +366,7 @@ static void resolve_cond(unsigned vi, struct vcpu_counting *c, uint32_t pid, con
 
 /* The usual case of resolve_cond in a few instructions: the group is closed, this block is
  * its owner, the entry does not become saturated, on the dirty list, no trace.  The same
- * arithmetic as catch_up_b + cond_step + silent_reserve, from one table (ct.fast).  Reads
+ * arithmetic as catch_up_b + cond_step + silent_reserve, from one table (p4.cond_tab->fast).  Reads
  * the block's constants from the xcache entry (xc). */
 static inline __attribute__((always_inline)) void
 resolve_cond_fast(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct xcache *xc,
@@ -531,8 +531,8 @@ static void resolve_listed(unsigned vi, struct vcpu_counting *c, uint32_t pid, c
 }
 
 /* One taken outcome (predicted or not) of block pb's end straight into the accumulators:
- * the final clock, its penalty clocks, the execution end (res_seq, res_last: the clocks it
- * added). */
+ * the final clock, its penalty clocks, the execution end (c->res.seq, c->res.last: the clocks
+ * it added). */
 static void account_taken(struct vcpu_counting *c, const struct blk *pb, int pred)
 {
     const int os = pb->os, taken = 1;

@@ -1,8 +1,8 @@
 /*
  * p4pmu: the C half of the access trace (docs/trace.md).  The time of an access is the
- * vCPU's instructions of the block executions so far (folded ones, struct vcpu_counting
- * insn_total, and the executions counted since the last fold) less the rest of the current
- * block, and its clocks folded so far (clk_total); the records of what C did without Python
+ * vCPU's instructions of the block executions so far (folded ones, c->fold.insn_total, and
+ * the executions counted since the last fold) less the rest of the current block, and its
+ * clocks folded so far (c->fold.clk_total); the records of what C did without Python
  * wait in struct p4c_trace until Python's trace writer (plugin/trace_writer.py) reads them at
  * its next call.
  */

@@ -39,7 +39,7 @@ static uint32_t clamp_u32(int64_t n)
  * margin of the check at b's entry, with b's own possible misprediction penalty.  The
  * increment has the penalty only for a silent-capable block, whose silent outcomes no
  * callback sees; every other dynamic end is resolved at the next block's entry, before that
- * block's check, and the resolution adds its CPL's penalty (c->exact_pen) when it mispredicted.
+ * block's check, and the resolution adds its CPL's penalty (c->exact.pen) when it mispredicted.
  * (W reserves the silent penalties of every group instead: W2's periods are events of one
  * counter, often shorter than those reservations.)  REP iterations are added when the REP
  * resolves (rep_resolve). */
