@@ -113,6 +113,37 @@ static uint32_t last_end(struct vcpu_counting *c, uint32_t id)
     return c->res.last;
 }
 
+/* A discontinuity at `from`: an exception (`interrupt` = 0) is noted; a hardware interrupt (1)
+ * with the address of the exception seen last is its delivery.  QEMU 11.1 calls the exception
+ * callback when an exception is raised and then the interrupt callback when it delivers it,
+ * with the same address: that exception was accounted when it was raised (its block cut, or
+ * complete when its last instruction traps: INT n, a served RDPMC); this is no interrupt
+ * between blocks.  (Taken as one, a trapping last instruction was cut as if QEMU had left its
+ * block there.)  Returns 1 for such a delivery. */
+static int exception_delivered(struct cuts_vcpu *cut, uint64_t from, int interrupt)
+{
+    if (!interrupt) {
+        cut->exc_from = from;
+        cut->exc_seen = 1;
+        return 0;
+    }
+    if (!cut->exc_seen) return 0;
+    cut->exc_seen = 0;
+    return from == cut->exc_from;
+}
+
+/* An exception raised in user code before any instruction of its block ran (an instruction
+ * fetch's page fault): its return follows the execution that ran last (block id's, or a cut
+ * one's) */
+static void fault_before_block(struct vcpu_counting *c, uint32_t id)
+{
+    append_return_tail(c, last_end(c, id));
+    c->sbase[SB_CURRENT_BLOCK] = 0;
+    c->sbase[SB_SILENT_NEXT] = X_ACCOUNTED;
+    c->batch.open_b = 0;
+    c->batch.entry_b = 0;
+}
+
 /* An exception (`interrupt` = 0) or a hardware interrupt (1) at linear address `from`;
  * `retires`: the instruction there completes (INT n, our emulated RDPMC).  A hardware
  * interrupt is taken between blocks: the block that ran last completed, and its pending end
@@ -125,18 +156,7 @@ void counting_discon(unsigned vi, struct vcpu *v, uint64_t from, int retires, in
     uint64_t *sb = c->sbase;
     uint32_t id = (uint32_t)sb[SB_CURRENT_BLOCK];
     const struct blk *b = id ? p4.blocks->by_id[id] : NULL;
-    if (!interrupt) {
-        c->cut.exc_from = from;
-        c->cut.exc_seen = 1;
-    } else if (c->cut.exc_seen) {
-        /* QEMU 11.1 calls the exception callback when an exception is raised and then the
-         * interrupt callback when it delivers it, with the same address: that exception was
-         * accounted when it was raised (its block cut, or complete when its last instruction
-         * traps: INT n, a served RDPMC); this is no interrupt between blocks.  (Taken as one,
-         * a trapping last instruction was cut as if QEMU had left its block there.) */
-        c->cut.exc_seen = 0;
-        if (from == c->cut.exc_from) return;
-    }
+    if (exception_delivered(&c->cut, from, interrupt)) return;
     /* an exception at an instruction of the current block: it is inside it (the block's
      * entry operations ran); a hardware interrupt is taken between blocks.  A block whose
      * outcome is still to come has not finished, so the exception is inside it even when it
@@ -162,15 +182,7 @@ void counting_discon(unsigned vi, struct vcpu *v, uint64_t from, int retires, in
         sb[SB_SILENT_NEXT] = X_ACCOUNTED;
         resolve(vi, c, id, from, 1);
     }
-    /* an exception raised in user code before any instruction of its block ran (an
-     * instruction fetch's page fault): its return follows the execution that ran last */
-    if (!interrupt && !retires && current_cpl(v) != 0) {
-        append_return_tail(c, last_end(c, id));
-        sb[SB_CURRENT_BLOCK] = 0;
-        sb[SB_SILENT_NEXT] = X_ACCOUNTED;
-        c->batch.open_b = 0;
-        c->batch.entry_b = 0;
-    }
+    if (!interrupt && !retires && current_cpl(v) != 0) fault_before_block(c, id);
 }
 
 /* The bridge leaves the current block at instruction address `addr` (qemu_plugin_set_pc):

@@ -306,6 +306,28 @@ static void cb_wrmsr(unsigned int vi, void *ud)
     /* OK or not handled: QEMU executes the WRMSR, which it ignores for 300h-3FFh */
 }
 
+/* The RDMSR at s gives EDX:EAX `value` (post 1) or QEMU's value patched by the model (post 2)
+ * after it has run: on its next instruction, or at the next block's entry when it ends its
+ * block */
+static void rdmsr_result(unsigned vi, struct vcpu *v, const struct site *s, int post,
+                         uint64_t value)
+{
+    if (!s->last) {
+        v->post = post;
+        v->post_value = value;
+        return; /* cb_rdmsr_post on the next instruction of this block */
+    }
+    /* the RDMSR ends its block: patch at the entry of the next one */
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    r.kind = post == 2 ? REC_RDMSR_MISC : REC_RDMSR;
+    r.linear = s->linear + s->len;
+    r.rsp = reg_read(v, p4.regs.rsp);
+    r.value = value;
+    ensure_hook(v, r.linear);
+    push_rec(vi, v, &r);
+}
+
 static void cb_rdmsr(unsigned int vi, void *ud)
 {
     struct vcpu *v = bridge_vcpu(vi);
@@ -346,20 +368,7 @@ static void cb_rdmsr(unsigned int vi, void *ud)
     }
 
     struct site s = unpack_site(ud);
-    if (!s.last) {
-        v->post = post;
-        v->post_value = value;
-        return; /* cb_rdmsr_post on the next instruction of this block */
-    }
-    /* the RDMSR ends its block: patch at the entry of the next one */
-    struct rec r;
-    memset(&r, 0, sizeof(r));
-    r.kind = post == 2 ? REC_RDMSR_MISC : REC_RDMSR;
-    r.linear = s.linear + s.len;
-    r.rsp = reg_read(v, p4.regs.rsp);
-    r.value = value;
-    ensure_hook(v, r.linear);
-    push_rec(vi, v, &r);
+    rdmsr_result(vi, v, &s, post, value);
 }
 
 static void cb_rdmsr_post(unsigned int vi, void *ud)

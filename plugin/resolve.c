@@ -55,11 +55,66 @@ static uint64_t rep_exec_uops(struct rep_state *rs, const struct insn_info *r, u
     return uops;
 }
 
+/* The fields of the final clock of a REP execution of `iters` iterations in which `uops` of
+ * its uops retire (`done`: the instruction ends with it) */
+static void rep_final_fields(const struct insn_info *r, uint64_t iters, uint64_t uops, int done,
+                             struct clock_fields *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->f[KF_UOPS] = (uint8_t)uops;
+    /* a REP string instruction is microcoded (clockmodel.microcoded): every uop comes from
+     * the microcode ROM (p4.kinds->rep_full too), and its transfer to the ROM is counted once,
+     * in the clock where it retires (QEMU may run its iterations in several executions of
+     * the block; one interrupted and resumed counts one transfer too) */
+    f->f[KF_MS_UOPS] = f->f[KF_UOPS];
+    if (done) {
+        f->f[KF_INSTR] = 1;
+        f->f[KF_MS] = 1;
+        f->f[KF_INSTR_LD] = r->loads > 0;
+        f->f[KF_INSTR_ST] = r->stores > 0;
+        f->f[KF_INSTR_LDST] = r->loads > 0 && r->stores > 0;
+    }
+    uint64_t ld = r->loads * iters, st = r->stores * iters;
+    f->f[KF_LD] = ld > 255 ? 255 : (uint8_t)ld;
+    f->f[KF_ST] = st > 255 ? 255 : (uint8_t)st;
+}
+
+/* A REP execution's clocks into the batch after the clock `prev` (ext kind): nfull full clocks
+ * (p4.kinds->rep_full), then its final clock of kind fk; what the resolution added (c->res.seq,
+ * c->res.last), W and W2 */
+static void rep_account(struct vcpu_counting *c, int os, uint32_t prev, uint64_t nfull, uint32_t fk)
+{
+    const uint32_t full = ext(p4.kinds->rep_full, os);
+    if (nfull) {
+        acc_add(&c->batch, full, (int64_t)nfull);
+        pair_hash_add(&c->batch.pairs, prev, full, 1);
+        pair_hash_add(&c->batch.pairs, full, full, (int64_t)nfull - 1);
+        prev = full;
+    }
+    acc_add(&c->batch, ext(fk, os), 1);
+    pair_hash_add(&c->batch.pairs, prev, ext(fk, os), 1);
+    acc_last_add(&c->batch, ext(fk, os), 1);
+    c->res.last = ext(fk, os) + 1;
+    if (nfull + 1 <= 64) {
+        c->res.n = 0;
+        for (uint64_t i = 0; i < nfull; i++)
+            c->res.seq[c->res.n++] = full;
+        c->res.seq[c->res.n++] = ext(fk, os);
+    } else {
+        c->res.n = -1;
+    }
+    c->sbase[SB_DEADLINE_CLOCKS] += nfull + 1;
+    if (c->exact.on) {
+        int64_t events = exact_increment(&p4.exact->sig, full, (int64_t)nfull) +
+                         exact_increment(&p4.exact->sig, ext(fk, os), 1);
+        c->sbase[SB_EXACT_EVENTS] += (uint64_t)events;
+    }
+}
+
 static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
                         uint64_t a_new, int regs_ok)
 {
     const struct insn_info *r = &pb->ins[pb->n - 1];
-    int os = pb->os;
     uint64_t mask = r->addr_size >= 8 ? ~0ull : r->addr_size == 4 ? 0xFFFFFFFFull : 0xFFFFull;
     uint64_t after = regs_ok ? (reg_read_rcx(&p4.vcpus[vi]) & mask) : 0;
     uint64_t iters = (c->res.rep.rcx - after) & mask;
@@ -70,24 +125,8 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     uint64_t uops = rep_exec_uops(&c->res.rep, r, iters, done);
     uint64_t nfull = uops ? (uops - 1) / P4P_RETIRE_WIDTH : 0;
     struct clock_fields f;
-    memset(&f, 0, sizeof(f));
-    f.f[KF_UOPS] = (uint8_t)(uops - P4P_RETIRE_WIDTH * nfull);
-    /* a REP string instruction is microcoded (clockmodel.microcoded): every uop comes from
-     * the microcode ROM (p4.kinds->rep_full too), and its transfer to the ROM is counted once,
-     * in the clock where it retires (QEMU may run its iterations in several executions of
-     * the block; one interrupted and resumed counts one transfer too) */
-    f.f[KF_MS_UOPS] = f.f[KF_UOPS];
-    if (done) {
-        f.f[KF_INSTR] = 1;
-        f.f[KF_MS] = 1;
-        f.f[KF_INSTR_LD] = r->loads > 0;
-        f.f[KF_INSTR_ST] = r->stores > 0;
-        f.f[KF_INSTR_LDST] = r->loads > 0 && r->stores > 0;
-    }
-    uint64_t ld = r->loads * iters, st = r->stores * iters;
-    f.f[KF_LD] = ld > 255 ? 255 : (uint8_t)ld;
-    f.f[KF_ST] = st > 255 ? 255 : (uint8_t)st;
-    uint32_t prev = ext(pb->last_k, os);
+    rep_final_fields(r, iters, uops - P4P_RETIRE_WIDTH * nfull, done, &f);
+    uint32_t prev = ext(pb->last_k, pb->os);
     c->mem.res_fin = 0;
     uint32_t fk;
     if (__builtin_expect(c->mem.mx.b != 0, 0)) {
@@ -96,32 +135,7 @@ static void rep_resolve(unsigned vi, struct vcpu_counting *c, uint32_t pid, cons
     } else {
         fk = rep_kind(&c->res.rep, pb, iters, uops, done, f.f);
     }
-    if (nfull) {
-        acc_add(&c->batch, ext(p4.kinds->rep_full, os), (int64_t)nfull);
-        pair_hash_add(&c->batch.pairs, prev, ext(p4.kinds->rep_full, os), 1);
-        pair_hash_add(&c->batch.pairs, ext(p4.kinds->rep_full, os), ext(p4.kinds->rep_full, os),
-                      (int64_t)nfull - 1);
-        prev = ext(p4.kinds->rep_full, os);
-    }
-    acc_add(&c->batch, ext(fk, os), 1);
-    pair_hash_add(&c->batch.pairs, prev, ext(fk, os), 1);
-    acc_last_add(&c->batch, ext(fk, os), 1);
-    c->res.last = ext(fk, os) + 1;
-    if (nfull + 1 <= 64) {
-        c->res.n = 0;
-        for (uint64_t i = 0; i < nfull; i++)
-            c->res.seq[c->res.n++] = ext(p4.kinds->rep_full, os);
-        c->res.seq[c->res.n++] = ext(fk, os);
-    } else {
-        c->res.n = -1;
-    }
-    c->sbase[SB_DEADLINE_CLOCKS] += nfull + 1;
-    if (c->exact.on) {
-        int64_t events = exact_increment(&p4.exact->sig, ext(p4.kinds->rep_full, os),
-                                         (int64_t)nfull) +
-                         exact_increment(&p4.exact->sig, ext(fk, os), 1);
-        c->sbase[SB_EXACT_EVENTS] += (uint64_t)events;
-    }
+    rep_account(c, pb->os, prev, nfull, fk);
 }
 
 /* The outcome variant v (taken * 2 + mispredicted) of an execution of b as the last
