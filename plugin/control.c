@@ -199,13 +199,14 @@ void control_hold(unsigned vi)
         control_release(vi);
         return;
     }
+    struct vcpu *v = bridge_vcpu(vi);
     uint32_t lvt; /* (with one TCG thread there is no idle callback to read it) */
-    p4.control->cv[vi].lvt_valid = apic_rd(bridge_vcpu(vi), APIC_LVT_PERF, &lvt);
-    p4.control->cv[vi].lvt = lvt;
+    h->lvt_valid = apic_rd(v, APIC_LVT_PERF, &lvt);
+    h->lvt = lvt;
     struct timespec ts = {0, (long)HOLD_SLEEP_NS};
     nanosleep(&ts, NULL);
     /* (force_fold stays set, so W keeps firing at this entry) */
-    qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
+    qemu_plugin_set_pc(reg_read(v, p4.regs.rip));
 }
 
 void control_release(unsigned vi)
