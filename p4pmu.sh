@@ -98,5 +98,7 @@ case "$cmd" in
     demo) exec .venv/bin/p4pmu demo "$@" ;;
     # one pytest worker per core, each test file on one worker (its module fixtures shared);
     # "-n 0" among the arguments runs them one at a time
-    test) exec .venv/bin/python -m pytest -n auto --dist loadfile "$@" ;;
+    # the rewritten test files are cached in __pycache__ (PYTHONDONTWRITEBYTECODE would make
+    # every worker rewrite them again); the longest files are given out first (conftest.py)
+    test) exec env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -n auto --dist loadfile --no-loadscope-reorder "$@" ;;
 esac

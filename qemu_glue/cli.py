@@ -29,21 +29,21 @@ PROG = "p4pmu"
 # The parser
 
 
-def _add_qemu(sub, fmt) -> None:
+def _add_qemu(sub, fmt, help_text: str) -> None:
     """The parser of `p4pmu qemu` (qemu_glue/qemu_cmd.py: its help texts and arguments)."""
     from p4pmu.qemu_glue import qemu_cmd
     q = sub.add_parser("qemu", formatter_class=fmt,
-                       help="run qemu-system-x86_64 with the emulated PMU",
+                       help=help_text,
                        usage=qemu_cmd.USAGE, description=qemu_cmd.DESCRIPTION,
                        epilog=qemu_cmd.epilog())
     qemu_cmd.add_arguments(q)
     q.set_defaults(func=_cmd_qemu)
 
 
-def _add_info(sub, fmt) -> None:
+def _add_info(sub, fmt, help_text: str) -> None:
     """The parser of `p4pmu info`."""
     i = sub.add_parser("info", formatter_class=fmt,
-                       help="show QEMU, the plugin and the known CPU models",
+                       help=help_text,
                        description="Show the QEMU p4pmu would use (without downloading it), "
                                    "the plugin and whether it is built, the gdb extension's "
                                    "file, and the CPU models.")
@@ -53,10 +53,10 @@ def _add_info(sub, fmt) -> None:
     i.set_defaults(func=_command("info_cmd"))
 
 
-def _add_setup(sub, fmt) -> None:
+def _add_setup(sub, fmt, help_text: str) -> None:
     """The parser of `p4pmu setup`."""
     s = sub.add_parser("setup", formatter_class=fmt,
-                       help="provision QEMU, build the plugin, the test guests and workloads",
+                       help=help_text,
                        description="Provision QEMU 11.1 (a system one if suitable, else "
                                    "Debian's, unpacked into ~/.cache/p4pmu), build the PMU "
                                    "plugin, the Linux guest's workloads (amd64 and i386) and, "
@@ -68,10 +68,10 @@ def _add_setup(sub, fmt) -> None:
     s.set_defaults(func=_command("setup_cmd"))
 
 
-def _add_demo(sub, fmt) -> None:
+def _add_demo(sub, fmt, help_text: str) -> None:
     """The parser of `p4pmu demo`."""
     d = sub.add_parser("demo", formatter_class=fmt,
-                       help="Linux perf on the emulated PMU: detection, perf stat, perf record",
+                       help=help_text,
                        description="Boot the Linux guest (by default Debian 11's 5.10 kernel) "
                                    "on the "
                                    "emulated Pentium 4 PMU and show the kernel's PMU detection, "
@@ -84,10 +84,10 @@ def _add_demo(sub, fmt) -> None:
     d.set_defaults(func=_command("demo"))
 
 
-def _add_bench(sub, fmt) -> None:
+def _add_bench(sub, fmt, help_text: str) -> None:
     """The parser of `p4pmu bench`."""
     b = sub.add_parser("bench", formatter_class=fmt,
-                       help="measure the plugin's cost on a CPU-bound guest (source checkout)",
+                       help=help_text,
                        description="Run a CPU-bound test guest under plain QEMU and under the "
                                    "plugin (nothing enabled, 18 counters, a PMI every 10,000 "
                                    "instructions) and time intercepted MSR accesses; prints "
@@ -98,19 +98,14 @@ def _add_bench(sub, fmt) -> None:
     b.set_defaults(func=_command("bench"))
 
 
-# commands whose module has DESCRIPTION, EPILOG, add_arguments and main (name, module, help)
-_SIMPLE_COMMANDS = (
-    ("events", "events_cmd", "list NetBurst events; encode event:MASK:...:u for perf"),
-    ("trace", "trace_cmd", "print a PMU access trace (--plugin-opt trace=FILE), decoded"),
-    ("lint", "lint_cmd", "the programming checker over a PMU access trace"),
-    ("fidelity", "fidelity", "compare p4pmu's counts with published Pentium 4 silicon "
-                             "measurements (docs/fidelity.md)"),
-    ("module", "module_cmd", "build an out-of-tree kernel module for the Linux guest's kernel"),
-)
+# commands whose module has DESCRIPTION, EPILOG, add_arguments and main (name, module)
+_SIMPLE_MODULES = {"events": "events_cmd", "trace": "trace_cmd", "lint": "lint_cmd",
+                   "fidelity": "fidelity", "module": "module_cmd"}
 
 
-def _add_simple(sub, fmt, name: str, module: str, help_text: str) -> None:
+def _add_simple(sub, fmt, help_text: str, name: str) -> None:
     """The parser of `p4pmu NAME` from qemu_glue/MODULE.py (its help texts and arguments)."""
+    module = _SIMPLE_MODULES[name]
     mod = importlib.import_module(f"p4pmu.qemu_glue.{module}")
     p = sub.add_parser(name, formatter_class=fmt, help=help_text,
                        description=mod.DESCRIPTION, epilog=mod.EPILOG)
@@ -118,12 +113,11 @@ def _add_simple(sub, fmt, name: str, module: str, help_text: str) -> None:
     p.set_defaults(func=_command(module))
 
 
-def _add_gdb(sub, fmt) -> None:
+def _add_gdb(sub, fmt, help_text: str) -> None:
     """The parser of `p4pmu gdb` (qemu_glue/gdb_cmd.py: its help texts and arguments)."""
     from p4pmu.qemu_glue import gdb_cmd
     g = sub.add_parser("gdb", formatter_class=fmt,
-                       help="gdb on a running `p4pmu qemu --gdb` / `p4pmu linux --gdb`, "
-                            "with the PMU extension",
+                       help=help_text,
                        usage="p4pmu gdb [ELF] [--port N] [--batch] [-ex CMD]... "
                              "[-- GDB_ARGS...]",
                        description=gdb_cmd.DESCRIPTION, epilog=gdb_cmd.EPILOG)
@@ -131,13 +125,12 @@ def _add_gdb(sub, fmt) -> None:
     g.set_defaults(func=_cmd_gdb)
 
 
-def _add_linux(sub, fmt) -> None:
+def _add_linux(sub, fmt, help_text: str) -> None:
     """The parser of `p4pmu linux`."""
     from p4pmu.qemu_glue import linux as linux_mod  # p4pmu linux (qemu_glue/linux.py)
     lx = sub.add_parser(
         "linux", formatter_class=fmt,
-        help="run a command in a Linux guest (Debian's 5.10 or 6.1 kernel, perf) on the "
-             "emulated PMU",
+        help=help_text,
         usage="p4pmu linux [OPTIONS] [-- COMMAND...]",
         description="Boot a Linux guest (Debian 11's 5.10 or 12's 6.1 kernel, busybox, perf) "
                     "on an emulated "
@@ -149,7 +142,37 @@ def _add_linux(sub, fmt) -> None:
     lx.set_defaults(func=_cmd_linux)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _simple(name: str):
+    return lambda sub, fmt, help_text: _add_simple(sub, fmt, help_text, name)
+
+
+# Every command: its name, its one-line help, the function that builds its parser (which
+# imports the command's module).
+COMMANDS = (
+    ("qemu", "run qemu-system-x86_64 with the emulated PMU", _add_qemu),
+    ("info", "show QEMU, the plugin and the known CPU models", _add_info),
+    ("setup", "provision QEMU, build the plugin, the test guests and workloads", _add_setup),
+    ("demo", "Linux perf on the emulated PMU: detection, perf stat, perf record", _add_demo),
+    ("bench", "measure the plugin's cost on a CPU-bound guest (source checkout)", _add_bench),
+    ("events", "list NetBurst events; encode event:MASK:...:u for perf", _simple("events")),
+    ("trace", "print a PMU access trace (--plugin-opt trace=FILE), decoded", _simple("trace")),
+    ("lint", "the programming checker over a PMU access trace", _simple("lint")),
+    ("fidelity", "compare p4pmu's counts with published Pentium 4 silicon measurements "
+                 "(docs/fidelity.md)", _simple("fidelity")),
+    ("module", "build an out-of-tree kernel module for the Linux guest's kernel",
+     _simple("module")),
+    ("gdb", "gdb on a running `p4pmu qemu --gdb` / `p4pmu linux --gdb`, with the PMU "
+            "extension", _add_gdb),
+    ("linux", "run a command in a Linux guest (Debian's 5.10 or 6.1 kernel, perf) on the "
+              "emulated PMU", _add_linux),
+)
+COMMAND_NAMES = tuple(name for name, _, _ in COMMANDS)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `only`, that command's parser in full and the others by name
+    and help line only (so that `p4pmu events` does not import the modules of `linux` or
+    `qemu`: the top-level help and a command's own parsing need no more)."""
     fmt = argparse.RawDescriptionHelpFormatter
     ap = argparse.ArgumentParser(
         prog=PROG, formatter_class=fmt,
@@ -166,17 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"%(prog)s {ver}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-
-    _add_qemu(sub, fmt)
-    _add_info(sub, fmt)
-    _add_setup(sub, fmt)
-    _add_demo(sub, fmt)
-    _add_bench(sub, fmt)
-    for name, module, help_text in _SIMPLE_COMMANDS:
-        _add_simple(sub, fmt, name, module, help_text)
-    _add_gdb(sub, fmt)
-    _add_linux(sub, fmt)
+    for name, help_text, add in COMMANDS:
+        if only is None or name == only:
+            add(sub, fmt, help_text)
+        else:
+            sub.add_parser(name, help=help_text)
     return ap
+
+
+def _command_word(argv: list[str]) -> str:
+    """The command `argv` names (its first word that is not an option), or "" when none
+    does (top-level help, --version, a typing error: argparse's messages then)."""
+    word = next((w for w in argv if not w.startswith("-")), "")
+    return word if word in COMMAND_NAMES else ""
 
 
 def _command(module: str):
@@ -213,7 +238,7 @@ def _split_at_dashes(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv, rest = _split_at_dashes(list(sys.argv[1:] if argv is None else argv))
-    ap = build_parser()
+    ap = build_parser(only=_command_word(argv))
     a, extra = ap.parse_known_args(argv)
     sp = ap._subparsers._group_actions[0].choices[a.command]  # type: ignore[union-attr]
     if extra:

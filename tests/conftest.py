@@ -241,3 +241,34 @@ def bridge_run(run_guest):
         return br
 
     return get
+
+
+# --------------------------------------------------------------------------------------------
+# the tiers and the order of the files (README "Tests")
+
+# Fixtures that start QEMU: a test that uses one is a guest test whatever its marks say, so
+# the quick tier (`-m "not guest and not slow"`) never boots anything.
+GUEST_FIXTURES = frozenset({"run_guest", "bridge_run", "bios"})
+
+# The files that take longest (several minutes each; `--durations=0` of a full run), given
+# out first, longest first.  Order only: a file missing here still runs.
+LONGEST_FILES = ("test_perf_test.py", "test_linux_perf.py", "test_linux_guest.py",
+                 "test_events_memory.py", "test_timing.py", "test_guest_io.py", "test_gdb.py")
+
+
+def _file_rank(item, slow_files) -> int:
+    if item.path.name in LONGEST_FILES:
+        return LONGEST_FILES.index(item.path.name)
+    return len(LONGEST_FILES) + (item.path not in slow_files)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests that use a guest fixture `guest`; then order the files longest first
+    (LONGEST_FILES, then files with a `slow` test), so that `./p4pmu.sh test` (pytest-xdist,
+    one file per worker, given out in collection order: --no-loadscope-reorder) does not end
+    with one worker running a long file alone."""
+    for item in items:
+        if GUEST_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.guest)
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _file_rank(item, slow_files))  # stable: a file stays together

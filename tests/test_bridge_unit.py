@@ -334,6 +334,7 @@ def test_stamp_tracks_interpreter(plugin, monkeypatch):
     assert build.is_stale(plugin)
 
 
+@pytest.mark.slow
 def test_a_damaged_plugin_is_built_again(tmp_path, monkeypatch):
     """A plugin truncated or overwritten after its build (a full disk, a crash, a stray
     write) no longer matches its stamp: is_stale says so and ensure_built builds it again."""

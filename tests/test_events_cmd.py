@@ -7,7 +7,10 @@ what the commands print.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import re
 import shlex
 import shutil
@@ -21,6 +24,7 @@ from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.models import MODELS
+from p4pmu.qemu_glue import cli
 from p4pmu.qemu_glue import events_cmd as E
 from p4pmu.qemu_glue import perf_p4 as P
 
@@ -31,7 +35,32 @@ SHELLS = [("sh", ["/bin/sh"])] + ([("busybox", [shutil.which("busybox"), "sh"])]
 
 
 def p4pmu(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*P4PMU, *args], capture_output=True, text=True, timeout=60)
+    """`p4pmu ARGS` run in this process: cli.main, so the same parsing, output and exit
+    status as the command without a Python start per call (the examples of docs/events.md
+    below, and tests/test_cli.py, run the installed command itself)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            _columns(80):
+        try:
+            status = cli.main(list(args))
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else int(e.code is not None)
+    return subprocess.CompletedProcess(["p4pmu", *args], status, out.getvalue(),
+                                       err.getvalue())
+
+
+@contextlib.contextmanager
+def _columns(n: int):
+    """argparse's help width as in a pipe, whatever terminal pytest runs in."""
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(n)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
 
 
 @pytest.fixture(scope="module")

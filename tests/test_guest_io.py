@@ -44,6 +44,7 @@ def out(r: subprocess.CompletedProcess) -> str:
 # -- standard input ------------------------------------------------------------------------------
 
 
+@pytest.mark.guest
 def test_a_piped_script_runs_in_the_guests_shell():
     """The issue's own example, on the default (virtual) clock."""
     r = linux("--", "sh", stdin=b"echo hi\nexit 3\n", clock="virtual")
@@ -51,6 +52,7 @@ def test_a_piped_script_runs_in_the_guests_shell():
     assert r.stdout == b"hi\n", out(r)
 
 
+@pytest.mark.guest
 def test_binary_stdin_arrives_whole_and_fetch_brings_files_and_folders_back(tmp_path):
     data = os.urandom(2_000_000) + bytes(range(256)) * 64
     script = ("cat > /tmp/in.bin && sha256sum /tmp/in.bin && mkdir -p /tmp/tree/a/b && "
@@ -67,6 +69,7 @@ def test_binary_stdin_arrives_whole_and_fetch_brings_files_and_folders_back(tmp_
     assert (tree / "a" / "b" / "leaf").stat().st_mode & 0o777 == 0o750  # (folders: umask's)
 
 
+@pytest.mark.guest
 def test_stdin_is_dev_null_with_no_stdin_and_then_no_port_is_made(tmp_path):
     probe = "ls /sys/class/virtio-ports 2>&1; cat; echo end"
     r = linux("-n", "--", probe, stdin=b"not for the guest\n")
@@ -75,6 +78,7 @@ def test_stdin_is_dev_null_with_no_stdin_and_then_no_port_is_made(tmp_path):
     assert b"No such file" in r.stdout, out(r)  # no virtio-serial device at all
 
 
+@pytest.mark.guest
 def test_a_missing_fetch_is_an_error_after_the_run(tmp_path):
     r = linux("--fetch", "/no/such/file", "--", "echo ran", cwd=tmp_path)
     assert r.returncode == 125, out(r)
@@ -92,6 +96,7 @@ def test_a_fetch_into_a_missing_folder_is_refused_before_boot(tmp_path):
 # -- perf record in the guest, perf report on the host -------------------------------------------
 
 
+@pytest.mark.guest
 def test_a_guest_recording_reads_on_the_host_with_the_guests_symbols(tmp_path):
     """perf.data and the guest's build-id cache (~/.debug: the program, its libraries and
     the kernel's kallsyms, which perf record fills) come back; the host's perf reads them
@@ -121,6 +126,7 @@ def test_a_guest_recording_reads_on_the_host_with_the_guests_symbols(tmp_path):
 # -- the driver developer's tools ------------------------------------------------------------------
 
 
+@pytest.mark.guest
 def test_rdmsr_and_wrmsr_reach_the_emulated_pmu():
     """msr is loaded at boot; wrmsr of an ESCR reads back with rdmsr, and a reserved bit gets
     the #GP the model raises (the msr driver reports it as an I/O error)."""
@@ -142,6 +148,7 @@ def test_rdmsr_and_wrmsr_reach_the_emulated_pmu():
     assert f"{escr.msr:x}" in r.stderr.decode().lower(), out(r)  # wrmsr's own complaint
 
 
+@pytest.mark.guest
 def test_addr2line_and_objdump_are_there_for_perf():
     r = linux("--", "addr2line --version | head -1 && objdump --version | head -1")
     assert r.returncode == 0, out(r)
@@ -151,6 +158,7 @@ def test_addr2line_and_objdump_are_there_for_perf():
 # -- nothing left behind -----------------------------------------------------------------------
 
 
+@pytest.mark.guest
 @pytest.mark.parametrize("ok", (True, False), ids=("done", "timeout"))
 def test_nothing_is_left_behind(tmp_path, ok):
     """A run with standard input, --fetch and a host-built program, finished or stopped by

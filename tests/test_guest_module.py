@@ -54,6 +54,7 @@ def module(tmp_path_factory) -> Path:
     return d / "p4count.ko"
 
 
+@pytest.mark.guest
 def test_a_module_counts_its_own_loop_exactly(module):
     r = subprocess.run([*P4PMU_LINUX, "--timeout", "1500", "--append", "nmi_watchdog=0",
                         "--module", str(module), "--", "dmesg | grep 'p4count '"],
@@ -69,6 +70,7 @@ def test_a_module_counts_its_own_loop_exactly(module):
     assert a > 4 * N1, counts
 
 
+@pytest.mark.slow
 def test_a_module_for_another_kernel_is_refused_before_boot(module):
     r = subprocess.run([*P4PMU_LINUX, "--kernel", "6.1", "--module", str(module), "--", "true"],
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
@@ -76,6 +78,7 @@ def test_a_module_for_another_kernel_is_refused_before_boot(module):
     assert "built for 5.10.0-32-amd64; the guest runs 6.1" in r.stderr, r.stderr
 
 
+@pytest.mark.guest
 def test_a_failing_insmod_ends_the_run_with_its_message(tmp_path):
     """A module whose init fails: the command does not run, status 125, insmod's word."""
     d = tmp_path / "failing"

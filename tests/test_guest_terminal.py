@@ -79,6 +79,7 @@ def shell():
     os.close(s.master)
 
 
+@pytest.mark.guest
 def test_an_interactive_shell_runs_perf_top_takes_ctrl_c_and_exits_with_its_status(shell):
     at = shell.expect(PROMPT)
     shell.send(b"stty size; echo $TERM\r")
@@ -103,6 +104,7 @@ def test_an_interactive_shell_runs_perf_top_takes_ctrl_c_and_exits_with_its_stat
     assert shell.wait() == 4, shell.seen[-2000:].decode(errors="replace")
 
 
+@pytest.mark.guest
 def test_ctrl_close_bracket_stops_a_guest_that_does_not_answer(shell):
     at = shell.expect(PROMPT)
     shell.send(b"trap '' INT; while :; do :; done\r")

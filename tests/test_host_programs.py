@@ -88,6 +88,7 @@ def _counts(text: str) -> list[int]:
     return vals
 
 
+@pytest.mark.guest
 @pytest.mark.parametrize("prog", PROGRAMS)
 def test_a_host_built_program_runs_under_perf_stat(session, prog):
     status, text = session[f"warm_{prog}"]
@@ -99,6 +100,7 @@ def test_a_host_built_program_runs_under_perf_stat(session, prog):
         assert len(_counts(text)) == 2, text
 
 
+@pytest.mark.guest
 @pytest.mark.parametrize("prog", PROGRAMS)
 def test_its_loop_counts_exactly_the_models_count_loop(session, prog):
     """run(N2) - run(N1) == the model's count.S loop of N2 - of N1: instructions (non-bogus)
@@ -113,6 +115,7 @@ def test_its_loop_counts_exactly_the_models_count_loop(session, prog):
     assert (b[0] - a[0], b[1] - a[1]) == (want_insns, want_branches)
 
 
+@pytest.mark.guest
 @pytest.mark.parametrize("prog", PROGRAMS)
 def test_perf_record_of_a_host_built_program_names_its_functions(session, prog):
     status, text = session[f"record_{prog}"]
@@ -163,6 +166,7 @@ def test_a_library_nobody_has_is_refused_before_boot(tmp_path):
     assert "libanswer.so" in r.stderr and "--add" in r.stderr, r.stderr
 
 
+@pytest.mark.guest
 def test_the_users_own_library_goes_with_the_program(tmp_path):
     """A library found through LD_LIBRARY_PATH on the host goes into the guest with it."""
     _program_with_own_library(tmp_path)

@@ -175,6 +175,7 @@ def test_docs_list_every_unit_once():
         f"{sorted(set(_units()) - set(order))}, unknown {sorted(set(order) - set(_units()))}")
 
 
+@pytest.mark.slow
 def test_no_cycle_between_units(graph):
     cycles = _cycles(graph)
     text = "\n".join(
@@ -183,6 +184,7 @@ def test_no_cycle_between_units(graph):
     assert not cycles, f"units that reach each other:\n{text}"
 
 
+@pytest.mark.slow
 def test_calls_go_down_the_layers(graph):
     rank = {u: i for i, u in enumerate(layer_order())}
     wrong = [f"{u} (layer {rank[u] + 1}) -> {v} (layer {rank[v] + 1}): {', '.join(sorted(s))}"
@@ -200,6 +202,7 @@ def _relro(obj: Path) -> set[str]:
             if re.search(r"\s\.data\.rel\.ro(\.\S*)?\s", ln)}
 
 
+@pytest.mark.slow
 def test_no_mutable_globals(objects):
     found = set()
     for unit, obj in objects.items():

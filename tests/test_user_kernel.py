@@ -27,6 +27,7 @@ def linux(*args: str, timeout: float = 1620) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.guest
 @pytest.mark.parametrize("arch", ("amd64", "i386"))
 def test_the_projects_61_kernel_boots_as_a_user_kernel(arch):
     kernel = ensure_image(arch, progress=True, kernel="6.1").kernel  # vmlinux / bzImage

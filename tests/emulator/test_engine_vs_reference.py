@@ -7,6 +7,7 @@ test_same_class_cascade_in_one_batch 1,000 = 11,000 engine-versus-reference case
 compare the counters that ran from the start only),
 derandomized (the same seeds on every run).
 """
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pmu_cases import apply_write, build, diff, feed_exact, ref_state, state
@@ -22,6 +23,7 @@ FAST = dict(derandomize=True, deadline=None, database=None,
             suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @settings(max_examples=8500, **FAST)
 @given(SEEDS)
 def test_exact_batches(seed):
@@ -41,6 +43,7 @@ def test_exact_batches(seed):
             apply_write(pmu, ref, msr, value)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, **FAST)
 @given(SEEDS)
 def test_single_batch_when_flagged_exact(seed):
@@ -91,6 +94,7 @@ def _same_class_case(seed):
     return pmu, clocks
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, **FAST)
 @given(SEEDS)
 def test_same_class_cascade_in_one_batch(seed):

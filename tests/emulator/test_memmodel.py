@@ -36,6 +36,7 @@ def test_buffer_in_l1_reread_misses_only_on_the_first_pass():
         assert _sum(p, "l1_miss") == _sum(p, "l2_miss") == _sum(p, "dtlb_miss") == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["0F_00", "0F_04"])
 def test_streaming_beyond_l2_misses_once_per_line(key):
     g = get_model(key).memory
@@ -229,6 +230,7 @@ def _ops(rng: random.Random, n: int, g):
         yield ("access", addr, size, store)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("g", GEOMETRIES, ids=lambda g: f"L1-{g.l1d_kb}K-L2-{g.l2_kb}K")
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_c_equals_the_reference(c_model, g, seed):

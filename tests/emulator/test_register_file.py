@@ -109,6 +109,7 @@ def test_default_policy_faults_exactly_the_policy_bits(kind):
             pmu.wrmsr(0, msr, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key,ht", list(itertools.product(ALL, (False, True))))
 def test_strict_policy_accepts_exactly_the_documented_fields(key, ht):
     model = get_model(key)
