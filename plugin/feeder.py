@@ -255,9 +255,9 @@ class Feeder:
         trans = self._pairs(o, n, index, first, last, clocks) if eng.edge_eff.any() else None
         nseq = int(o.nseq)
         if nseq and clocks >= pmu.horizon():
-            # one block execution that may overflow a counter: step it in clock order, one
-            # clock at a time while an OVF flag may go 0 -> 1 (exact cascades, docs/emulator.md
-            # "Exactness"), the rest as one exact batch
+            # one block execution (or its rest) that may overflow a counter: step it in clock
+            # order, one clock at a time while an OVF flag may go 0 -> 1 (exact cascades,
+            # docs/emulator.md "Exactness"), the rest as one exact batch
             seq = index(np.frombuffer(ffi.buffer(o.seq, 4 * nseq), dtype=np.uint32)
                         .astype(np.int64))
             i = 0
@@ -772,14 +772,14 @@ class Feeder:
     def mirror_vcpus(self) -> list[int]:
         return sorted(self._mv)
 
-    def mirror_counts(self) -> tuple[int, int, int, int, int, int, int]:
-        """(RDMSR, WRMSR, RDPMC, deadlines, overflow walks, declined, programming switches)
-        served by C."""
-        t = [0] * 7
+    def mirror_counts(self) -> tuple[int, int, int, int, int, int, int, int]:
+        """(RDMSR, WRMSR, RDPMC, deadlines, overflow walks, declined, programming switches,
+        declined for an overflow in a batch not in clock order) served by C."""
+        t = [0] * 8
         for mv in self._mv.values():
             m = mv.m
             for i, x in enumerate((m.n_rdmsr, m.n_wrmsr, m.n_rdpmc, m.n_deadline, m.n_walks,
-                                   m.n_declined, m.n_switches)):
+                                   m.n_declined, m.n_switches, m.n_unordered)):
                 t[i] += int(x)
         return tuple(t)
 
@@ -794,11 +794,12 @@ class Feeder:
         s = (f"# feeder: {self.n_batches} batches ({self.n_fast} added up in C), "
              f"{self.n_clocks} clocks, {self.n_bad} repaired")
         if self.mirror_on:
-            r, w, p, d, k, x, sw = self.mirror_counts()
+            r, w, p, d, k, x, sw, u = self.mirror_counts()
             s += (f"\n# mirror: {r} RDMSR, {w} WRMSR, {p} RDPMC, {d} deadlines served in C "
                   f"({k} overflow walks); {x} declined; fast path on {self.n_fast_on} "
                   f"times, off {self.n_fast_off} times; {sw} programming switches in C "
-                  f"({self._programs.registered} programmings registered)")
+                  f"({self._programs.registered} programmings registered); {u} declined "
+                  "for an overflow in a batch not in clock order")
         else:
             s += "\n# mirror: off"
         return s

@@ -318,32 +318,71 @@ static uint32_t static_end_last(const struct vcpu_counting *c, uint32_t id)
     return ext(mem_last_kind(c, id, b), b->os) + 1;
 }
 
-/* A batch of exactly one block execution, prev's (the previous fold was at its entry): its
- * clocks in order into c->fold.seq, so that an overflow inside it can be placed exactly.
- * Returns how many (0: the batch is not one such execution). */
-static uint32_t one_execution_seq(struct vcpu_counting *c, uint32_t prev)
+/* Room for n clocks in c->fold.seq. */
+static void seq_reserve(struct vcpu_counting *c, unsigned n)
 {
-    if (!prev || c->batch.entry_b != prev || c->batch.ndirty != 1 || c->batch.dirty[0] != prev ||
-        en_total(c, prev) != 1)
-        return 0;
-    const struct blk *b = p4.blocks->by_id[prev];
-    if (dyn_end(b) && !(c->res.b == prev && c->res.n > 0)) return 0;
-    const uint32_t *s;
-    unsigned n = portion_seq(b, 0, b->n, &s);
-    unsigned need = n + (dyn_end(b) ? (unsigned)c->res.n : 0);
-    if (need > c->fold.seq_cap) {
-        c->fold.seq_cap = need * 2;
+    if (n > c->fold.seq_cap) {
+        c->fold.seq_cap = n * 2;
         c->fold.seq = realloc(c->fold.seq, sizeof(uint32_t) * c->fold.seq_cap);
     }
+}
+
+/* The clocks of block prev's execution under way from instruction a on (a = 0: from its
+ * bubble), as the memory side corrected them, with its resolved dynamic end: into
+ * c->fold.seq in order.  Returns how many (0: its end is not resolved yet). */
+static uint32_t execution_seq_from(struct vcpu_counting *c, uint32_t prev, unsigned a)
+{
+    const struct blk *b = p4.blocks->by_id[prev];
+    if (dyn_end(b) && !(c->res.b == prev && c->res.n > 0)) return 0;
+    unsigned j0 = 0; /* the block clock (b->seq index) of the first one */
+    if (a) {
+        uint16_t at = b->iclk[a - 1];
+        if (at == ICLK_FINAL) return 0;
+        j0 = (unsigned)at + 1;
+    }
+    const uint32_t *s;
+    unsigned n = portion_seq(b, a, b->n, &s);
+    seq_reserve(c, n + (dyn_end(b) ? (unsigned)c->res.n : 0));
     uint32_t nseq = 0;
     for (unsigned i = 0; i < n; i++)
         c->fold.seq[nseq++] = ext(s[i], b->os);
-    mem_patch_seq(c, prev, b, c->fold.seq, n);
+    mem_patch_seq(c, prev, b, c->fold.seq, n, j0);
     if (dyn_end(b)) {
         for (int i = 0; i < c->res.n; i++)
             c->fold.seq[nseq++] = c->res.seq[i];
     }
     return nseq;
+}
+
+/* A batch of exactly one block execution, prev's, or of the rest of one that a PMU access
+ * split (fold_at_access): its clocks in order into c->fold.seq, so that an overflow inside it
+ * can be placed exactly (an NMI handler's reload of a short period overflows there).
+ * Returns how many (0: the batch is no such execution). */
+static uint32_t one_execution_seq(struct vcpu_counting *c, uint32_t prev)
+{
+    if (!prev) return 0;
+    if (c->batch.entry_b == prev && c->batch.ndirty == 1 && c->batch.dirty[0] == prev &&
+        en_total(c, prev) == 1)
+        return execution_seq_from(c, prev, 0);
+    if (!c->batch.entry_b && !c->batch.ndirty && c->batch.open_b == prev && c->batch.open_a &&
+        c->batch.open_stamp == en_total(c, prev) && !c->batch.cut_last)
+        return execution_seq_from(c, prev, c->batch.open_a);
+    return 0;
+}
+
+/* Is seq[0..nseq) the batch just closed into o, clock for clock (the same ext kinds, as
+ * many times)?  A rest-of-execution sequence is checked so: anything else the batch holds
+ * (a bookkeeping path not foreseen here) leaves the batch to the apportioning step. */
+static int seq_is_batch(const struct p4c_out *o, const uint32_t *seq, uint32_t nseq)
+{
+    if (o->bad || (int64_t)nseq != o->clocks) return 0;
+    for (uint32_t k = 0; k < o->n; k++) {
+        int64_t m = 0;
+        for (uint32_t i = 0; i < nseq; i++)
+            m += seq[i] == o->ext[k];
+        if (m != o->cnt[k]) return 0;
+    }
+    return 1;
 }
 
 /* Fold at the entry of block `id` (before it runs): the batch ends with the previous
@@ -361,9 +400,16 @@ void fold_at_entry(unsigned vi, struct vcpu_counting *c, uint32_t id)
     } else {
         last = static_end_last(c, prev);
     }
+    int rest = nseq && c->batch.entry_b != prev;
     fold_close(vi, c, last, last != 0); /* (cut_last, too, ends an execution) */
-    p4.run->fold_out[vi].seq = nseq ? c->fold.seq : NULL;
-    p4.run->fold_out[vi].nseq = nseq;
+    struct p4c_out *o = &p4.run->fold_out[vi];
+    if (rest && !seq_is_batch(o, c->fold.seq, nseq)) {
+        c->fold.rest_seq_refused++;
+        nseq = 0;
+    }
+    c->fold.rest_seqs += rest && nseq;
+    o->seq = nseq ? c->fold.seq : NULL;
+    o->nseq = nseq;
     c->batch.next_first = ext(p4.kinds->bubble, p4.blocks->by_id[id]->os) + 1;
     c->batch.next_first_bubble = 1;
     c->batch.cut_last = 0;

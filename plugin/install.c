@@ -122,8 +122,10 @@ static void debug_report(int i)
                    (ull)c->res.gates, (ull)c->res.silent_bad, p4.blocks->n - 1, p4.kinds->n,
                    (ull)c->exact.checks);
         p4_message("p4pmu-debug: vCPU %d: %llu of %llu batches without adjacent "
-                   "clock pairs (no EDGE detector)\n",
-                   i, (ull)c->fold.pairless_folds, (ull)c->fold.folds);
+                   "clock pairs (no EDGE detector); %llu rests of an execution split by an "
+                   "access given in clock order, %llu refused\n",
+                   i, (ull)c->fold.pairless_folds, (ull)c->fold.folds, (ull)c->fold.rest_seqs,
+                   (ull)c->fold.rest_seq_refused);
         p4_message("p4pmu-debug: vCPU %d: outcome-free level %s, installed %u "
                    "time(s), removed %u; %llu executions cut at MMIO re-executions\n",
                    i, p4.lite->active ? "on" : "off", p4.lite->installs, p4.lite->removals,
@@ -161,9 +163,10 @@ static void debug_report(int i)
         const struct p4c_mirror *m = &p4.mirrors[i];
         p4_message("p4pmu-debug: vCPU %d mirror: %llu RDMSR, %llu WRMSR, %llu "
                    "RDPMC, %llu deadlines served in C (%llu overflow walks, %llu "
-                   "programming switches), %llu declined\n",
+                   "programming switches), %llu declined (%llu for an overflow in a batch "
+                   "not in clock order)\n",
                    i, (ull)m->n_rdmsr, (ull)m->n_wrmsr, (ull)m->n_rdpmc, (ull)m->n_deadline,
-                   (ull)m->n_walks, (ull)m->n_switches, (ull)m->n_declined);
+                   (ull)m->n_walks, (ull)m->n_switches, (ull)m->n_declined, (ull)m->n_unordered);
     }
 }
 

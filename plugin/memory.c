@@ -191,11 +191,11 @@ uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct 
 }
 
 void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b, uint32_t *seq,
-                   unsigned n)
+                   unsigned n, unsigned j0)
 {
     if (!mx_listed(c, id)) return; /* (also once its end is resolved: the fold comes after) */
-    for (unsigned j = 0; j < n && j < b->nclocks; j++) {
-        seq[j] = ext(fixed_kind(&c->mem.mx, b, j), b->os);
+    for (unsigned p = 0; p < n && j0 + p < b->nclocks; p++) {
+        seq[p] = ext(fixed_kind(&c->mem.mx, b, j0 + p), b->os);
     }
 }
 

@@ -50,9 +50,10 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id);
  * and its last static clock's */
 uint32_t mem_kind_at(const struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j);
 uint32_t mem_last_kind(const struct vcpu_counting *c, uint32_t id, const struct blk *b);
-/* seq[0..n) = the ext kinds of a whole execution of b (block id) from its bubble: as corrected */
+/* seq[0..n) = the ext kinds of clocks j0.. of the execution of b (block id) under way (clock 0:
+ * its bubble), as its memory fields corrected them */
 void mem_patch_seq(const struct vcpu_counting *c, uint32_t id, const struct blk *b, uint32_t *seq,
-                   unsigned n);
+                   unsigned n, unsigned j0);
 
 /* the dynamic end of block pid resolved as variant v (its default final clock and the pairs
  * with it are, or will be at the fold, in the batch): the final clock's memory fields and the

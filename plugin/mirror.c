@@ -11,7 +11,8 @@
  *
  *  - the folds of PMU accesses and deadlines are consumed here instead of by Feeder.consume:
  *    a batch's totals from the table (fold_close's tot[]); a batch of one block execution
- *    whose totals take a counter over 2^40 is walked clock by clock (overflow clock, OVF,
+ *    (or of its rest after an access split it) whose totals take a counter over 2^40 is
+ *    walked clock by clock (overflow clock, OVF,
  *    arming of the PMI on the next counted event: SDM 18.15.5.8; docs/emulator.md) -- the
  *    same result as the engine's one-clock sub-batches (Feeder.consume, "seq");
  *  - RDMSR of a counter or CCCR, RDPMC of counter 0-17, WRMSR of a counter value and WRMSR of
@@ -113,9 +114,13 @@ static int mirror_consume(unsigned vi, struct p4c_mirror *m)
         o->n = 0;
         return 1;
     }
-    /* an OVF 0 -> 1 transition: exact only for a batch of one block execution in clock
-     * order (o->seq), as in Feeder.consume; otherwise Python (PMU.advance apportions) */
-    if (!o->seq || !o->nseq) return 0;
+    /* an OVF 0 -> 1 transition: exact only for a batch of one block execution (or its
+     * rest) in clock order (o->seq), as in Feeder.consume; otherwise Python (PMU.advance
+     * apportions) */
+    if (!o->seq || !o->nseq) {
+        m->n_unordered++;
+        return 0;
+    }
     const int32_t *inc = o->winc;
     for (uint32_t i = 0; i < o->nseq; i++) {
         if (o->seq[i] >= o->nkext) return 0;

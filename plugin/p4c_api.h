@@ -49,7 +49,7 @@ struct p4c_out {
     int64_t budget; /* clocks until the next deadline (<= 0: none) */
     int pmi[2];     /* deliver a PMI to LP 0 / LP 1 of this core now */
     int start;      /* count=auto: start instrumenting */
-    uint32_t *seq;  /* a batch of one block execution: its clocks in order (else NULL) */
+    uint32_t *seq; /* a batch of one block execution or its rest: its clocks in order (else NULL) */
     uint32_t nseq;
     /* written by Python: the counters that could overflow (or arm a PMI) and their exact
      * per-clock increments per ext kind, so that deadlines can be checked in C
@@ -185,6 +185,7 @@ struct p4c_mirror {
     uint64_t state_changes;
     /* statistics (C) */
     uint64_t n_rdmsr, n_wrmsr, n_rdpmc, n_deadline, n_declined, n_walks, n_switches;
+    uint64_t n_unordered; /* declined: an overflow in a batch not in clock order */
     /* overflows whose PMI a CCCR write served here discarded before it was raised (OVF
      * cleared before the next counted event: PMU.discarded_pmis, SDM 18.15.5.8) */
     uint64_t discarded[P4_NCOUNTERS];

@@ -5,9 +5,9 @@ The guest (Linux 5.10, amd64, one vCPU) boots twice: with the plugin it runs the
 suite; without it (`--no-plugin`: no PMU) only the tests that failed with the plugin and
 those documented.  The tests that fail with the plugin and not without must be exactly the
 rows of docs/perf-test.md's "Differences" table that say so -- the table is parsed here, so
-the page and this test cannot drift apart.  About 10 min 30 s on a 2-core host, nearly all
-of it the run with the plugin (perf's test 24 alone takes about 516 s: docs/perf-test.md);
-39 s on the host clock.
+the page and this test cannot drift apart.  About 2 minutes on a 2-core host, most of it
+the run with the plugin (84 s, perf's test 24 about 29 s of it: docs/perf-test.md); 39 s on
+the host clock.
 
 The guest runs on p4pmu linux's default clock (virtual with one vCPU); on the host clock
 (P4PMU_LINUX_TEST_ARGS="--clock host") the rows of the page's "Host clock" table may have
@@ -37,9 +37,9 @@ P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux", *EXTRA_ARGS
 DIFF_SECTION = "Differences: Linux 5.10, the default guest"
 HOST_SECTION = "Host clock: timing-dependent results"
 FAILED = "FAILED!"
-# with the plugin the suite takes about 611 s on an idle 2-core host: a limit that catches a hung
+# with the plugin the suite takes about 84 s on an idle 2-core host: a limit that catches a hung
 # guest, not a busy host
-GUEST_TIMEOUT = 3600
+GUEST_TIMEOUT = 900
 
 # " 6: Parse event definition strings             : FAILED!", "10.1: PMU event ...: Ok",
 # "58: builtin clang support                      : Skip (not compiled in)"
