@@ -18,12 +18,8 @@ import os
 import sys
 import traceback
 
+from p4pmu.plugin import LOADED_FILE_ENV
 from p4pmu.plugin import bridge as bridge_mod
-
-# Set by the host (qemu_glue/machine.py) to learn that the plugin loaded: `install` writes
-# "loaded" into this file once the bridge exists.  QEMU's exit status alone cannot say it
-# (a plugin that fails to load and a guest's isa-debug-exit both give 1).
-LOADED_FILE_ENV = "P4PMU_LOADED_FILE"
 
 
 class EntryPoints:

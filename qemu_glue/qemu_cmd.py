@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from p4pmu.emulator.models import DEFAULT_MODEL, MODELS
-from p4pmu.plugin.entry_points import LOADED_FILE_ENV
+from p4pmu.plugin import LOADED_FILE_ENV
 from p4pmu.qemu_glue import gdb_launch
 from p4pmu.qemu_glue.errors import UsageError
 from p4pmu.qemu_glue.gdb_launch import GdbSetup

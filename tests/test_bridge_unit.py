@@ -334,6 +334,28 @@ def test_stamp_tracks_interpreter(plugin, monkeypatch):
     assert build.is_stale(plugin)
 
 
+def test_an_unchanged_source_tree_is_checked_without_generating_the_headers(plugin, tmp_path,
+                                                                         monkeypatch):
+    """`p4pmu qemu` checks the plugin at every run: while no input file changed, by the
+    digest of the inputs alone (generating the headers imports numpy and the instruction
+    tables); a digest that differs falls back to the full stamp, which records the new one."""
+    copy = tmp_path / plugin.name
+    stamp = copy.with_name(copy.name + build.STAMP_SUFFIX)
+    shutil.copyfile(plugin, copy)
+    shutil.copyfile(plugin.with_name(plugin.name + build.STAMP_SUFFIX), stamp)
+    calls = []
+    real = build.generated_header
+    monkeypatch.setattr(build, "generated_header", lambda: calls.append(1) or real())
+    assert not build.is_stale(copy) and calls == []
+    full, fp, _digest = stamp.read_text().split()
+    stamp.write_text(f"{full}\n{fp}\n{'0' * 64}\n")  # as after an edit that changes no stamp
+    assert not build.is_stale(copy) and calls == [1]
+    assert stamp.read_text().split()[2] != "0" * 64  # the new digest recorded
+    assert not build.is_stale(copy) and calls == [1]
+    stamp.write_text(f"{'1' * 64}\n{fp}\n{'0' * 64}\n")  # the stamp itself differs
+    assert build.is_stale(copy)
+
+
 @pytest.mark.slow
 def test_a_damaged_plugin_is_built_again(tmp_path, monkeypatch):
     """A plugin truncated or overwritten after its build (a full disk, a crash, a stray
