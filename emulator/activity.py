@@ -175,13 +175,22 @@ class Activity:
                     kinds.append(k)
                 hit = seen[id(k)] = (k, index[key])
             seq.append(hit[1])
+        return cls.from_sequence(kinds, seq)
+
+    @classmethod
+    def from_sequence(cls, kinds: Sequence[ClockKind], seq) -> Activity:
+        """Exact batch from a clock-by-clock sequence of rows of `kinds` (kinds with distinct
+        keys): the counts and adjacent pairs are counted with numpy, so a sequence of millions
+        of clocks (a replayed loop) costs no Python per clock."""
+        s = np.asarray(seq, dtype=np.int64)
         K = len(kinds)
-        counts = np.bincount(np.array(seq, dtype=np.int64), minlength=K) if seq else []
+        counts = np.bincount(s, minlength=K) if s.size else []
         trans = np.zeros((K, K))
-        if len(seq) > 1:
-            s = np.array(seq)
-            np.add.at(trans, (s[:-1], s[1:]), 1)
-        return cls(kinds, counts, trans, seq[0] if seq else 0, seq[-1] if seq else 0)
+        if s.size > 1:
+            trans = np.bincount(s[:-1] * K + s[1:], minlength=K * K).reshape(K, K) \
+                .astype(np.float64)
+        return cls(kinds, counts, trans, int(s[0]) if s.size else 0,
+                   int(s[-1]) if s.size else 0)
 
     @classmethod
     def from_arrays(cls, count, active, os, cols, vals, trans, first: int,

@@ -24,6 +24,8 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import loops as L
 
 BRANCH_TYPE_BITS = {  # docs/guest-events.md I3, retired_branch_type / retired_mispred_...
@@ -432,6 +434,7 @@ class ClockOracle:
         self.fetch = CM.fetch_fields(0, 1) if fetch_hits else {}
         self._kinds: dict = {}
         self._blocks: dict = {}
+        self._rows: dict = {}
 
     def block_clocks(self, trace: list[L.Step], predictor) -> list[tuple[list, list]]:
         """[(the steps of a block, its clocks)] for the blocks of the trace (I6)."""
@@ -460,21 +463,33 @@ class ClockOracle:
     def clocks(self, trace: list[L.Step], predictor) -> list:
         return [c for _, cl in self.block_clocks(trace, predictor) for c in cl]
 
-    def kinds(self, clocks, ring: int, lp: int, tagging):
+    def kind_sequence(self, blocks, ring: int, lp: int, tagging):
+        """(distinct clock kinds, the row of each clock in order) of block_clocks' output: a
+        block's clock list is one object for all its executions (block_clocks), so each is
+        turned into rows once and the sequence is put together with numpy."""
         CM, _ = _models()
-        out = []
-        seen = {}  # id -> (the clock, kept alive; its kind): a loop repeats its clock objects
-        for c in clocks:
-            hit = seen.get(id(c))
-            if hit is None or hit[0] is not c:
-                key = (c.key(), ring, lp, tagging)
-                k = self._kinds.get(key)
-                if k is None:
-                    k = self._kinds[key] = CM.clock_kind(c, lp=lp, os=ring == 0,
-                                                         tagging=tagging)
-                hit = seen[id(c)] = (c, k)
-            out.append(hit[1])
-        return out
+        # per (ring, lp, tagging), kept across calls: the kinds met so far, their rows, and
+        # id(clock list) -> (the list, kept alive; its rows)
+        kinds, index, rows_of = self._rows.setdefault((ring, lp, tagging), ([], {}, {}))
+
+        def row(c) -> int:
+            key = (c.key(), ring, lp, tagging)
+            k = self._kinds.get(key)
+            if k is None:
+                k = self._kinds[key] = CM.clock_kind(c, lp=lp, os=ring == 0, tagging=tagging)
+            kk = k.key()
+            if kk not in index:
+                index[kk] = len(kinds)
+                kinds.append(k)
+            return index[kk]
+
+        parts = []
+        for _blk, cl in blocks:
+            hit = rows_of.get(id(cl))
+            if hit is None or hit[0] is not cl:
+                hit = rows_of[id(cl)] = (cl, np.array([row(c) for c in cl], dtype=np.int64))
+            parts.append(hit[1])
+        return list(kinds), (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
 
     def counts(self, setup, trace, ring: int, predictor, lp: int = 0,
                model_key: str = "0F_04") -> dict[int, int]:
@@ -485,9 +500,9 @@ class ClockOracle:
         w = dict(setup.msr_writes)  # replay tagging (MSR_PEBS_ENABLE, MSR_PEBS_MATRIX_VERT)
         CM, _ = _models()
         tagging = CM.replace(tagging, replay=CM.replay_tagging(w.get(0x3F1, 0), w.get(0x3F2, 0)))
-        kinds = self.kinds(self.clocks(trace, predictor), ring, lp, tagging)
+        kinds, seq = self.kind_sequence(self.block_clocks(trace, predictor), ring, lp, tagging)
         pmu = program_pmu(setup, model_key, ht=lp == 1)
-        pmu.advance(Activity.from_clocks(kinds))
+        pmu.advance(Activity.from_sequence(kinds, seq))
         return {c.n: pmu.rdmsr(0, S.counter_msr(c.n)) for c in setup.counters}
 
     def delta(self, setup, loop: str, ring: int, n1: int, n2: int, seeds=range(6),
