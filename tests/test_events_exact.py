@@ -238,7 +238,7 @@ def test_clock_sampling_over_calls_returns_and_indirect_branches(run_guest, mirr
                           "W2); the counts are right. Likely cause, not yet confirmed: the "
                           "signature's loop retires "
                           "fewer instructions per clock (dependency stalls) than the alu loop, "
-                          "whose kinds then exceed the signature's rate", strict=False)
+                          "whose kinds then exceed the signature's rate", strict=True)
 @pytest.mark.parametrize("mirror", ("on", "off"))
 def test_a_counter_with_the_signatures_events_shares_it(run_guest, mirror):
     """W2 watches whichever counter has the signature's increments, not only the counter it
