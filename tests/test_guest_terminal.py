@@ -71,7 +71,10 @@ class Session:
 
 @pytest.fixture
 def shell():
-    s = Session([*P4PMU_LINUX, "--clock", "host", "--timeout", "1500"])
+    # the virtual clock (the default with one vCPU): perf top's frequency mode then sizes its
+    # period from the guest's own time, whatever the host's speed (on the host clock it could
+    # keep the guest in back-to-back PMIs and never quit)
+    s = Session([*P4PMU_LINUX, "--timeout", "1500"])
     yield s
     if s.proc.poll() is None:
         s.proc.send_signal(signal.SIGTERM)
@@ -91,8 +94,9 @@ def test_an_interactive_shell_runs_perf_top_takes_ctrl_c_and_exits_with_its_stat
     shell.send(b"q")
     at = shell.expect(PROMPT, at)
     # Ctrl-C reaches the guest's foreground program, not p4pmu
-    shell.send(b"sleep 1000\r")
-    at = shell.expect(rb"sleep 1000\r\n", at)
+    # a busy loop: on the virtual clock an idle guest's time is skipped, so `sleep` would end
+    shell.send(b"while :; do :; done\r")
+    at = shell.expect(rb"while :; do :; done\r\n", at)
     time.sleep(2)
     shell.send(b"\x03")
     at = shell.expect(PROMPT, at)
