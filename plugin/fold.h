@@ -31,13 +31,15 @@ struct fold_vcpu {
     uint64_t lclk;
     int lclk_on;
     uint64_t folds;
-    uint64_t clk_total;        /* clocks folded since counting began (the trace's time) */
-    uint64_t insn_total;       /* instructions of the block executions folded (the same) */
-    uint64_t pairless_folds;   /* batches folded without adjacent pairs (no EDGE detector) */
-    uint64_t bad_folds;        /* folds whose bookkeeping was inconsistent (o_bad): a bug */
-    uint64_t rest_seqs;        /* batches of the rest of an execution an access split, given
-                              * in clock order (one_execution_seq) */
-    uint64_t rest_seq_refused; /* ... whose order did not match the batch (seq_is_batch) */
+    uint64_t clk_total;      /* clocks folded since counting began (the trace's time) */
+    uint64_t insn_total;     /* instructions of the block executions folded (the same) */
+    uint64_t pairless_folds; /* batches folded without adjacent pairs (no EDGE detector) */
+    uint64_t bad_folds;      /* folds whose bookkeeping was inconsistent (o_bad): a bug */
+    /* batches of the rest of an execution an access split, given in clock order
+     * (one_execution_seq), and those refused because their order did not match the batch
+     * (seq_is_batch) */
+    uint64_t rest_seqs;
+    uint64_t rest_seq_refused;
 };
 
 void lp_resync(unsigned vi, struct fold_vcpu *f);
