@@ -11,9 +11,13 @@ on first use and finds a port by its name (qemu_glue/linux_image/guest_init.py):
   data is read, as at the end of a pipe.
 - ``p4pmu.fetch`` (`guest_init.FETCH_PORT`): after COMMAND ends (whatever its status), /init
   sends each path of --fetch as a record (`guest_init.FETCH_MARKER`: an index, a size and a
-  tar archive); the host spools the stream to a temporary file and unpacks each record
+  tar archive).  QEMU writes the stream straight into a temporary file of the host (the
+  chardev's file is that file's descriptor): a file never makes QEMU wait, so whatever the
+  guest queued is written when QEMU serves the port, before its exit, however loaded the
+  host.  (A pipe read by a host thread can fill; QEMU then keeps the rest in the port's queue
+  and drops it when the guest powers off.)  After QEMU's exit the host unpacks each record
   where --fetch said, with tarfile's "data" filter (no absolute paths, no links out of the
-  destination, no devices).
+  destination, no devices); a record cut short is an error naming its --fetch.
 """
 from __future__ import annotations
 
@@ -72,17 +76,15 @@ def stdin_wanted() -> bool:
 
 
 class Ports:
-    """The run's virtio-serial ports: their QEMU arguments, the threads that copy standard
-    input in and the fetch stream out, and the fetched files unpacked at the end."""
+    """The run's virtio-serial ports: their QEMU arguments, the thread that copies standard
+    input in, and the fetched files unpacked at the end."""
 
     def __init__(self, stdin: bool, fetches: list[FetchSpec]):
         self.stdin = stdin
         self.fetches = fetches
         self._stdin_thread: threading.Thread | None = None
-        self._fetch_thread: threading.Thread | None = None
         self._spool = tempfile.TemporaryFile(prefix="p4pmu-fetch-") if fetches else None
         self._host_sock: socket.socket | None = None
-        self._fetch_rfd: int | None = None
 
     @property
     def needed(self) -> bool:
@@ -112,28 +114,24 @@ class Ports:
                      "-device", f"virtserialport,bus=p4pmu_vser.0,chardev=p4pmu_in,"
                                 f"name={guest_init.STDIN_PORT}"]
         if self.fetches:
-            r, w = os.pipe()
-            self._fetch_rfd = r
-            args += ["-chardev", f"file,id=p4pmu_fetch,path={machine.pass_fd(w)}",
+            assert self._spool is not None
+            # QEMU opens /dev/fd/N anew (the same file, its own offset, truncated: empty)
+            spool = machine.pass_fd(os.dup(self._spool.fileno()))
+            args += ["-chardev", f"file,id=p4pmu_fetch,path={spool}",
                      "-device", f"virtserialport,bus=p4pmu_vser.0,chardev=p4pmu_fetch,"
                                 f"name={guest_init.FETCH_PORT}"]
         return args
 
     def start(self) -> None:
-        """After QEMU started: copy stdin in, the fetch stream out."""
+        """After QEMU started: copy stdin in (QEMU writes the fetch stream itself)."""
         if self._host_sock is not None:
             self._stdin_thread = threading.Thread(target=self._pump_stdin, daemon=True)
             self._stdin_thread.start()
-        if self._fetch_rfd is not None:
-            self._fetch_thread = threading.Thread(target=self._spool_fetch, daemon=True)
-            self._fetch_thread.start()
 
     def close_unstarted(self) -> None:
         """QEMU did not start: close what start() would have used."""
         if self._host_sock is not None:
             self._host_sock.close()
-        if self._fetch_rfd is not None:
-            os.close(self._fetch_rfd)
 
     def _pump_stdin(self) -> None:
         sock = self._host_sock
@@ -147,43 +145,40 @@ class Ports:
         except OSError:
             pass  # the guest is gone (or stdin failed): nothing more to send
 
-    def _spool_fetch(self) -> None:
-        assert self._fetch_rfd is not None and self._spool is not None
-        try:
-            while chunk := os.read(self._fetch_rfd, 1 << 20):
-                self._spool.write(chunk)
-        finally:
-            os.close(self._fetch_rfd)
-
     def join(self) -> None:
-        """After QEMU is gone: the fetch stream is complete once its thread ends (stdin's
-        thread may still wait on the host's stdin; it is a daemon)."""
-        if self._fetch_thread is not None:
-            self._fetch_thread.join(timeout=60)
+        """After QEMU is gone (stdin's thread may still wait on the host's stdin; it is a
+        daemon)."""
         if self._host_sock is not None:
             self._host_sock.close()  # (a pump still blocked on stdin gets an error: it ends)
 
     def unpack(self) -> list[str]:
-        """Unpack what the guest sent; one message per --fetch that did not arrive."""
+        """Unpack what the guest sent; one message per --fetch that did not arrive whole."""
         if self._spool is None:
             return []
-        self._spool.seek(0)
+        spool = self._spool
+        total = os.fstat(spool.fileno()).st_size
+        spool.seek(0)
         got: dict[int, int] = {}
         errors = []
-        while True:
-            header = self._spool.readline()
-            if not header:
-                break
-            parts = header.decode("ascii", "replace").split()
-            if len(parts) != 3 or parts[0] != guest_init.FETCH_MARKER:
+        while header := spool.readline():
+            record = _parse_record(header, len(self.fetches))
+            if record is None:
                 errors.append("the guest's fetch stream is damaged; what came before is kept")
                 break
-            i, size = int(parts[1]), int(parts[2])
+            i, size = record
             got[i] = size
-            if size >= 0:
-                data_end = self._spool.tell() + size
-                self._extract(self.fetches[i], size)
-                self._spool.seek(data_end)
+            if size < 0:
+                continue
+            f, data_end = self.fetches[i], spool.tell() + size
+            if data_end > total:
+                errors.append(f"--fetch {f.spec}: cut short ({total - spool.tell():,} of "
+                              f"{size:,} bytes came back); nothing of it was unpacked")
+                break
+            try:
+                self._extract(f, size)
+            except (tarfile.TarError, OSError) as e:
+                errors.append(f"--fetch {f.spec}: cannot unpack it into {f.host}: {e}")
+            spool.seek(data_end)
         for i, f in enumerate(self.fetches):
             size = got.get(i)
             if size is None:
@@ -194,7 +189,7 @@ class Ports:
             elif size == -2:
                 errors.append(f"--fetch {f.spec}: tar failed in the guest (its message is in "
                               "the kernel log)")
-        self._spool.close()
+        spool.close()
         return errors
 
     def _extract(self, f: FetchSpec, size: int) -> None:
@@ -213,6 +208,18 @@ class Ports:
                 elif f.host.exists() or f.host.is_symlink():
                     f.host.unlink()
                 os.replace(src, f.host)
+
+
+def _parse_record(header: bytes, n_fetches: int) -> tuple[int, int] | None:
+    """A record's header line, FETCH_MARKER <index> <bytes>: (index, bytes), None if damaged."""
+    parts = header.decode("ascii", "replace").split()
+    if len(parts) != 3 or parts[0] != guest_init.FETCH_MARKER:
+        return None
+    try:
+        i, size = int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+    return (i, size) if 0 <= i < n_fetches and size >= -2 else None
 
 
 class _Window:

@@ -8,18 +8,22 @@ computed itself (byte for byte, SHA-256), never with an earlier run.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 from test_trace import _processes_with
 
 from p4pmu.emulator import tables as T
+from p4pmu.qemu_glue import linux_ports
+from p4pmu.qemu_glue.linux_image import guest_init
 
 P4PMU_LINUX = [sys.executable, "-m", "p4pmu.qemu_glue.cli", "linux",
                *shlex.split(os.environ.get("P4PMU_LINUX_TEST_ARGS", ""))]
@@ -91,6 +95,63 @@ def test_a_fetch_into_a_missing_folder_is_refused_before_boot(tmp_path):
     r = linux("--fetch", f"/etc/hosts:{tmp_path}/a/b/hosts", "--", "true")
     assert r.returncode == 2, out(r)
     assert "is not an existing folder" in out(r)
+
+
+def _spooled(tmp_path: Path, specs: list[str], stream: bytes) -> linux_ports.Ports:
+    """Ports whose fetch spool holds `stream`, as QEMU would have written it."""
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        ports = linux_ports.Ports(False, [linux_ports.parse_fetch(s) for s in specs])
+    finally:
+        os.chdir(cwd)
+    ports._spool.write(stream)
+    ports._spool.flush()
+    return ports
+
+
+def _record(i: int, name: str, data: bytes) -> bytes:
+    """One record of /init's fetch stream: its header and a tar archive of one file."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    archive = buf.getvalue()
+    return f"{guest_init.FETCH_MARKER} {i} {len(archive)}\n".encode() + archive
+
+
+def test_a_fetch_record_cut_short_is_an_error_naming_it(tmp_path):
+    """A record shorter than its header's size (a guest stopped mid-send) is reported for its
+    --fetch, the records before it are unpacked, and nothing of it is left on the host."""
+    whole = _record(0, "a.bin", b"a" * 5000)
+    cut = _record(1, "b.bin", os.urandom(20000))
+    ports = _spooled(tmp_path, ["/tmp/a.bin", "/tmp/b.bin", "/tmp/c.bin"],
+                     whole + cut[:len(cut) // 2])
+    errors = ports.unpack()
+    size = int(cut.split(b"\n", 1)[0].split()[2])
+    came = len(cut) // 2 - len(cut.split(b"\n", 1)[0]) - 1
+    assert errors == [
+        f"--fetch /tmp/b.bin: cut short ({came:,} of {size:,} bytes came back); nothing of it "
+        "was unpacked",
+        "--fetch /tmp/c.bin: nothing came back (the guest ended before /init sent it)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin"]
+    assert (tmp_path / "a.bin").read_bytes() == b"a" * 5000
+
+
+def test_a_damaged_fetch_stream_is_an_error_not_a_traceback(tmp_path):
+    """A header that is not /init's, an index out of range, or an archive tar cannot read:
+    a message each, what came before kept."""
+    good = _record(0, "a.bin", b"x" * 100)
+    for tail, error in [
+            (b"P4PMU-FETCH one 12\n", "the guest's fetch stream is damaged"),
+            (b"P4PMU-FETCH 7 12\n" + b"z" * 12, "the guest's fetch stream is damaged"),
+            (b"P4PMU-FETCH 1 1024\n" + b"\xff" * 1024, "--fetch /tmp/b.bin: cannot unpack")]:
+        ports = _spooled(tmp_path, ["/tmp/a.bin", "/tmp/b.bin"], good + tail)
+        errors = ports.unpack()
+        assert errors and errors[0].startswith(error), (tail[:20], errors)
+        assert (tmp_path / "a.bin").read_bytes() == b"x" * 100
+        assert not (tmp_path / "b.bin").exists()
 
 
 # -- perf record in the guest, perf report on the host -------------------------------------------
