@@ -271,8 +271,14 @@ static void access_begin(unsigned vi, struct vcpu_counting *c, uint64_t linear, 
 static void access_end(unsigned vi, struct vcpu_counting *c, const struct access *a, uint32_t op,
                        uint32_t reg, uint64_t value, uint64_t linear, int r)
 {
-    if (a->watch) control_after_access(vi, op, reg, value, linear, r, a->ovf);
-    after_python(vi, c, a->rest);
+    if (a->watch) {
+        sibling_access_done(vi, c, 1); /* (first: a breakpoint can stop this vCPU here) */
+        control_after_access(vi, op, reg, value, linear, r, a->ovf);
+        after_python(vi, c, a->rest);
+    } else {
+        after_python(vi, c, a->rest);
+        sibling_access_done(vi, c, 0);
+    }
     access_time_end(a->t0);
 }
 

@@ -129,6 +129,33 @@ static int sibling_pmi_request(unsigned vi, struct vcpu_counting *c, int deliver
     return delivered;
 }
 
+/* how long an LP waits for its sibling: to fold for its PMU access, or to end one */
+#define SIBLING_WAIT_NS 20000000ll
+
+static int64_t ns_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000000000ll + (t.tv_nsec - t0->tv_nsec);
+}
+
+/* A PMU access is a point where the core's two LPs meet (docs/guest-events.md I8): having
+ * folded for the sibling's access, this LP waits at its block entry until the access is done
+ * (at most SIBLING_WAIT_NS), so that it runs no clocks during the host time of the access,
+ * then joins the core's clock. */
+static void hold_for_sibling_access(unsigned vi, struct vcpu_counting *c)
+{
+    struct vcpu_counting *s = vcpu_started(vi ^ 1);
+    if (s && __atomic_load_n(&s->ht.in_access, __ATOMIC_SEQ_CST)) {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (__atomic_load_n(&s->ht.in_access, __ATOMIC_SEQ_CST) &&
+               ns_since(&t0) <= SIBLING_WAIT_NS)
+            sched_yield();
+    }
+    lp_resync(vi, &c->fold);
+}
+
 /* threads=2: the sibling asked for something (fold, PMI) -- block entry, before the block */
 void cb_xpend(unsigned int vi, void *ud)
 {
@@ -136,6 +163,7 @@ void cb_xpend(unsigned int vi, void *ud)
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)(uintptr_t)ud;
     __atomic_store_n(&c->sbase[SB_SIBLING_REQUEST], 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->ht.in_access, 0, __ATOMIC_SEQ_CST); /* (sibling_access_done) */
     if (trace_of(vi)) trace_block_entry(vi, c, p4.blocks->by_id[id]->vaddr);
     entry_settle(vi, c); /* the previous block's outcome, before a fold or a set_pc */
     if (c->ht.hlt_halted) running_after_hlt(vi, c);
@@ -143,6 +171,7 @@ void cb_xpend(unsigned int vi, void *ud)
     int folded = __atomic_exchange_n(&c->ht.fold_req, 0, __ATOMIC_SEQ_CST) != 0;
     int delivered = folded ? fold_for_sibling(vi, c, id) : 0;
     delivered = sibling_pmi_request(vi, c, delivered);
+    if (folded) hold_for_sibling_access(vi, c);
     if (delivered) {
         /* this block does not run: a batch that was to start with it (the fold above)
          * starts with the handler's first block instead */
@@ -151,12 +180,6 @@ void cb_xpend(unsigned int vi, void *ud)
         qemu_plugin_set_pc(reg_read(v, p4.regs.rip));
     }
 }
-
-/* threads=2, before a PMU access of vCPU vi at instruction `addr`: make the sibling hand its
- * activity to the shared PMU first (it folds at its next block entry), waiting at most
- * SIBLING_WAIT_NS; a halted sibling folded before it halted.  While waiting, requests of the
- * sibling for our own activity are served (both may access at the same time). */
-#define SIBLING_WAIT_NS 20000000ll
 
 static void serve_fold_request(unsigned vi, struct vcpu_counting *c, uint64_t addr)
 {
@@ -173,13 +196,12 @@ static void wait_for_sibling(unsigned vi, struct vcpu_counting *c, struct vcpu_c
                              uint32_t seq0, uint64_t addr)
 {
     unsigned sib = vi ^ 1;
-    struct timespec t0, t;
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         if (__atomic_load_n(&s->ht.fold_seq, __ATOMIC_SEQ_CST) != seq0 || lp_halted(s)) break;
         serve_fold_request(vi, c, addr);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) > SIBLING_WAIT_NS) {
+        if (ns_since(&t0) > SIBLING_WAIT_NS) {
             DBG("sync vCPU %u: vCPU %u did not fold within 20 ms\n", vi, sib);
             if (!p4.run->sibling_wait_warned++) {
                 p4_message("p4pmu: note: vCPU %u did not fold its activity within 20 ms "
@@ -193,12 +215,18 @@ static void wait_for_sibling(unsigned vi, struct vcpu_counting *c, struct vcpu_c
     }
 }
 
+/* threads=2, before a PMU access of vCPU vi at instruction `addr`: make the sibling hand its
+ * activity to the shared PMU first (it folds at its next block entry and then waits for the
+ * access to end: hold_for_sibling_access), waiting at most SIBLING_WAIT_NS; a halted sibling
+ * folded before it halted.  While waiting, requests of the sibling for our own activity are
+ * served (both may access at the same time). */
 void sibling_sync(unsigned vi, struct vcpu_counting *c, uint64_t addr)
 {
     if (p4.run->threads != 2 || !p4.run->instrument) return;
     unsigned sib = vi ^ 1;
     struct vcpu_counting *s = vcpu_started(sib);
     if (!s) return;
+    __atomic_store_n(&c->ht.in_access, 1, __ATOMIC_SEQ_CST);
     serve_fold_request(vi, c, addr);
     if (lp_halted(s)) {
         DBG("sync vCPU %u: sibling halted\n", vi);
@@ -212,6 +240,22 @@ void sibling_sync(unsigned vi, struct vcpu_counting *c, uint64_t addr)
     ask_fold(sib, s);
     wait_for_sibling(vi, c, s, seq0, addr);
     DBG("sync vCPU %u: sibling seq %u -> %u halted %d\n", vi, seq0, s->ht.fold_seq, lp_halted(s));
+}
+
+/* threads=2, the PMU access of vCPU vi is done: this LP joins the core's clock (the sibling's
+ * clocks before the access are on it).  The sibling, held at its block entry, runs on from
+ * this LP's next block entry (cb_xpend), so that it gains no clocks while this one finishes
+ * its block or translates the next (an access's neighbours: the next WRMSR of a sequence);
+ * at once when `now` (a breakpoint can stop this vCPU here). */
+void sibling_access_done(unsigned vi, struct vcpu_counting *c, int now)
+{
+    if (p4.run->threads != 2) return;
+    if (now || !__atomic_load_n(&c->ht.in_access, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&c->ht.in_access, 0, __ATOMIC_SEQ_CST);
+    } else {
+        __atomic_store_n(&c->sbase[SB_SIBLING_REQUEST], 1, __ATOMIC_SEQ_CST);
+    }
+    lp_resync(vi, &c->fold);
 }
 
 /* the HLT's address in block b (the last instruction: an HLT ends its block in QEMU) */

@@ -24,10 +24,14 @@ struct sibling_vcpu {
     volatile int hlt_valid;
     volatile uint32_t hlt_lvt, hlt_apic;
     volatile int mask_pending;
+    /* in a PMU access (sibling_sync .. its next block entry, sibling_access_done): the sibling,
+     * once it folded for it, waits at its block entry until then */
+    volatile int in_access;
 };
 
 void cb_xpend(unsigned int vi, void *ud);
 void sibling_sync(unsigned vi, struct vcpu_counting *c, uint64_t addr);
+void sibling_access_done(unsigned vi, struct vcpu_counting *c, int now);
 void cb_hlt(unsigned int vi, void *ud);
 void counting_halt_change(unsigned vi, int halted);
 
