@@ -268,14 +268,17 @@ class GdbSession:
         self._mi("-exec-step-instruction")
         return self._wait_stop(timeout, "stepi")
 
-    def interrupt(self) -> None:
-        """Stop a running guest (as Ctrl-C)."""
-        self.gdb.write("-exec-interrupt", timeout_sec=2, raise_error_on_timeout=False)
+    def interrupt(self) -> bool:
+        """Stop a running guest (as Ctrl-C); whether gdb reported the stop (within 5 s)."""
+        records = self.gdb.write("-exec-interrupt", timeout_sec=2,
+                                 raise_error_on_timeout=False)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if any(r["type"] == "notify" and r["message"] == "stopped" for r in
-                   self.gdb.get_gdb_response(timeout_sec=0.2, raise_error_on_timeout=False)):
-                return
+        # (the stop often comes with the command's own answer)
+        while not any(r["type"] == "notify" and r["message"] == "stopped" for r in records):
+            if time.monotonic() > deadline:
+                return False
+            records = self.gdb.get_gdb_response(timeout_sec=0.2, raise_error_on_timeout=False)
+        return True
 
     def break_at(self, location: str) -> int:
         """A gdb breakpoint (a symbol of the ELF, or *ADDRESS); its number."""
