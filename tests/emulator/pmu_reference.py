@@ -84,11 +84,16 @@ class Reference:
         active = sum(1 for t in self.lps if kind.active[t])
         return {0: active == 0, 1: active == 1, 2: active == 2, 3: active >= 1}[at]
 
-    def clock(self, kind):
+    def clock(self, kind, inputs: dict | None = None):
+        """One clock of `kind`; `inputs` (from run) keeps each counter's input per kind, which
+        depends only on the registers, fixed within a run."""
         run = [self.running(n) for n in range(T.NUM_COUNTERS)]  # state at the clock's start
         for n in range(T.NUM_COUNTERS):
             c = self.cccr[n]
-            v = self.input(n, kind)
+            if inputs is None:
+                v = self.input(n, kind)
+            elif (v := inputs.get((n, id(kind)))) is None:
+                v = inputs[(n, id(kind))] = self.input(n, kind)
             threshold = F["THRESHOLD"].get(c)
             passed = v <= threshold if F["COMPLEMENT"].get(c) else v > threshold
             if F["COMPARE"].get(c):
@@ -114,8 +119,9 @@ class Reference:
                 self.counter[n] = total % WRAP
 
     def run(self, clocks):
+        inputs: dict = {}  # (counter, id of the kind) -> its input
         for kind in clocks:
-            self.clock(kind)
+            self.clock(kind, inputs)
 
     def pmi_request(self, lp):
         if lp == 1 and not self.ht:
