@@ -12,10 +12,9 @@ on first use and finds a port by its name (qemu_glue/linux_image/guest_init.py):
 - ``p4pmu.fetch`` (`guest_init.FETCH_PORT`): after COMMAND ends (whatever its status), /init
   sends each path of --fetch as a record (`guest_init.FETCH_MARKER`: an index, a size and a
   tar archive).  QEMU writes the stream straight into a temporary file of the host (the
-  chardev's file is that file's descriptor): a file never makes QEMU wait, so whatever the
-  guest queued is written when QEMU serves the port, before its exit, however loaded the
-  host.  (A pipe read by a host thread can fill; QEMU then keeps the rest in the port's queue
-  and drops it when the guest powers off.)  After QEMU's exit the host unpacks each record
+  chardev's file is that file's descriptor), not a pipe that the host must keep reading: a
+  file never makes QEMU wait, so nothing the guest sent is still queued in QEMU when the
+  guest powers off, however loaded the host.  After QEMU's exit the host unpacks each record
   where --fetch said, with tarfile's "data" filter (no absolute paths, no links out of the
   destination, no devices); a record cut short is an error naming its --fetch.
 """
