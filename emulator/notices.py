@@ -9,6 +9,11 @@ makes two uses of the PMU read each other's counts (as they would on silicon).
   (docs/emulator.md; `clockmodel.modelled_classes`): cache, TLB, bus and replay events.  A
   COMPARE+COMPLEMENT filter counts every clock whose input is at most the threshold
   (SDM Vol. 3B 18.15.5.2, "threshold comparison"), so such a counter is not silent.
+- `empty_mask`: an enabled counter whose ESCR selects an event with none of its defined mask
+  bits set: it counts nothing, on a Pentium 4 too.  Linux's P4 driver maps `ref-cycles` and
+  `stalled-cycles-frontend`/`-backend` to no event, and such a request reaches the PMU as
+  TC_deliver_mode (ESCR select 1) with an empty mask (docs/linux-guest.md, "Which perf
+  events count what").
 - `escr_changed_under`, `cccr_changed_under`: a WRMSR that gives an ESCR another event or
   mask while an enabled counter counts through it (its CCCR's ESCR_SELECT reaches that ESCR,
   SDM Vol. 3B Table 18-63), or reprograms an enabled counter's CCCR without disabling it
@@ -66,6 +71,33 @@ def unmodelled(pmu, counter: int) -> Notice | None:
     return Notice(("unmodelled", ev.name, tuple(missing)),
                   f"counter {counter} ({name}, through {escr.name}) {what} (docs/events.md "
                   "lists what is modelled)")
+
+
+def empty_mask(pmu, counter: int) -> Notice | None:
+    """A notice if enabled `counter` counts an event with none of its mask bits set."""
+    if not pmu.enable[counter]:
+        return None
+    slot = int(pmu.escr_index[counter])
+    if slot < 0 or (pmu.compare[counter] and pmu.complement[counter]):
+        return None
+    escr, ev = _event_of(pmu, slot)
+    if ev is None or not ev.counts or not ev.mask:
+        return None
+    if int(pmu.event_mask[slot]) & sum(1 << k for k in ev.mask):
+        return None
+    name = T.COUNTERS[counter].counter_name
+    return Notice(("empty_mask", ev.name),
+                  f"counter {counter} ({name}, through {escr.name}) counts {ev.name} with "
+                  f"none of its event mask bits ({'|'.join(ev.mask.values())}) set: it counts "
+                  "nothing, on a Pentium 4 too. Linux's P4 driver has no NetBurst event for "
+                  "ref-cycles and stalled-cycles-frontend/-backend and programs them so "
+                  "(docs/linux-guest.md, \"Which perf events count what\")")
+
+
+def programming(pmu, counter: int) -> list[Notice]:
+    """What enabled `counter`'s programming makes a user not trust silently (unmodelled
+    mask bits, an empty mask)."""
+    return [n for n in (unmodelled(pmu, counter), empty_mask(pmu, counter)) if n is not None]
 
 
 _SHARED = ("Linux's P4 driver does this to multiplexed perf events: p4_pmu_schedule_events "

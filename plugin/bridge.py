@@ -435,11 +435,13 @@ class Bridge:
             return
         if reg.kind == "cccr":
             self._say(vcpu, notices.cccr_changed_under(pmu, reg.index, old))
-            self._say(vcpu, notices.unmodelled(pmu, reg.index))
+            for n in notices.programming(pmu, reg.index):
+                self._say(vcpu, n)
             return
         self._say(vcpu, notices.escr_changed_under(pmu, reg.index, old))
         for c in (pmu.escr_index == reg.index).nonzero()[0]:
-            self._say(vcpu, notices.unmodelled(pmu, int(c)))
+            for n in notices.programming(pmu, int(c)):
+                self._say(vcpu, n)
 
     def _say(self, vcpu: int, notice) -> None:
         """A warning for the user, once per notice key: stderr (p4pmu linux shows QEMU's

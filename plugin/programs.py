@@ -122,11 +122,11 @@ class Programs:
                 o.winc, o.nkext = self.ffi.NULL, 0
 
     def _is_quiet(self, pmu, key: bytes) -> bool:
-        """No enabled counter of this programming counts mask bits the emulator does not
-        model (the notice Python gives when such a programming is written)."""
+        """No enabled counter of this programming has a notice (mask bits the emulator
+        does not model, an empty mask: what Python says when such a programming is written)."""
         q = self._quiet.get(key)
         if q is None:
-            q = all(notices.unmodelled(pmu, int(c)) is None for c in np.flatnonzero(pmu.enable))
+            q = not any(notices.programming(pmu, int(c)) for c in np.flatnonzero(pmu.enable))
             if len(self._quiet) > 4096:
                 self._quiet.clear()
             self._quiet[key] = q

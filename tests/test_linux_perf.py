@@ -613,7 +613,24 @@ def default_sections() -> list:
         ("report_a", rep.format("/tmp/a.data")),
         ("record_freq", f"perf record -q -o /tmp/f.data hotspots {HOT_N}"),
         ("report_freq", rep.format("/tmp/f.data")),
+        ("unmapped", f"perf stat -x, -e ref-cycles:u count {N1}; "
+                     f"perf stat -x, -e stalled-cycles-frontend:u count {N1}"),
     ]
+
+
+@pytest.mark.guest
+@pytest.mark.slow
+def test_default_guest_unmapped_generic_events_read_0_and_say_why(tmp_path_factory):
+    """ref-cycles and stalled-cycles-frontend have no NetBurst event in Linux's P4 driver: it
+    programs TC_deliver_mode with an empty mask, which counts nothing (on a Pentium 4 too),
+    and p4pmu says so once (emulator/notices.py `empty_mask`)."""
+    s = session(tmp_path_factory, "default")
+    got = s.stat("unmapped")
+    assert got["ref-cycles:u"].value == 0 and got["stalled-cycles-frontend:u"].value == 0, got
+    said = [ln for ln in s.stderr.splitlines() if "empty" in ln or "TC_deliver_mode" in ln]
+    assert len(said) == 1 and said[0].startswith("p4pmu: warning:"), said
+    assert "counts TC_deliver_mode with none of its event mask bits" in said[0], said
+    assert "ref-cycles and stalled-cycles-frontend/-backend" in said[0], said
 
 
 # perf top reads keys from stdin: a pipe that has no data until it ends keeps it refreshing.

@@ -135,3 +135,27 @@ def test_every_replay_metric_is_modelled():
     # dTLB-load-misses and dTLB-store-misses)
     assert [m.name for m in EV.replay_metrics(0x0100_0004, 0x1)] == ["DTLB_load_miss_retired"]
     assert [m.name for m in EV.replay_metrics(0x0100_0004, 0x2)] == ["DTLB_store_miss_retired"]
+
+
+def test_an_event_with_an_empty_mask_explains_itself():
+    """Linux's ref-cycles (and stalled-cycles-*): no NetBurst event, so the driver programs
+    TC_deliver_mode (ESCR select 1) with no mask bit: nothing counts, on silicon too, and the
+    notice says so and why."""
+    p = pmu()
+    tc_escr0 = next(e.msr for e in T.ESCRS if e.name == "MSR_TC_ESCR0")
+    sel = next(s for s in range(8) if (e := T.escr_for(4, s)) and e.name == "MSR_TC_ESCR0")
+    p.wrmsr(0, tc_escr0, (0x01 << 25) | 0xC)  # TC_deliver_mode, mask 0, T0_OS|T0_USR
+    p.wrmsr(0, T.CCCR_BASE + 4, cccr(sel))
+    n = N.empty_mask(p, 4)
+    assert n is not None and n.key == ("empty_mask", "TC_deliver_mode")
+    assert "counts nothing, on a Pentium 4 too" in n.text and "ref-cycles" in n.text
+    assert N.programming(p, 4) == [n]
+    assert N.unmodelled(p, 4) is None  # (no mask bit: nothing unmodelled is counted)
+    p.wrmsr(0, tc_escr0, (0x01 << 25) | (1 << 9) | 0xC)  # DD: a mask bit
+    assert N.empty_mask(p, 4) is None
+    p.wrmsr(0, tc_escr0, (0x01 << 25) | 0xC)
+    p.wrmsr(0, T.CCCR_BASE + 4, cccr(sel, compare=True, complement=True, threshold=15))
+    assert N.empty_mask(p, 4) is None  # the count-every-clock idiom does count
+    p.wrmsr(0, T.CCCR_BASE + 4, cccr(sel) & ~ENABLE)
+    assert N.empty_mask(p, 4) is None  # not enabled
+
