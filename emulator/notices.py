@@ -45,8 +45,10 @@ def _event_of(pmu, slot: int):
     return escr, EV.event_for(escr.name, int(pmu.event_select[slot]), pmu.model.model)
 
 
-def unmodelled(pmu, counter: int) -> Notice | None:
-    """A notice if enabled `counter` selects mask bits this emulator does not count."""
+def _counted_event(pmu, counter: int):
+    """(ESCR, event, its mask as written) for an enabled `counter` whose input is its ESCR's
+    documented event; None otherwise (disabled, no ESCR, the count-every-clock filter, an
+    undocumented select: 0 on silicon as here, a driver bug rather than coverage)."""
     if not pmu.enable[counter]:
         return None
     slot = int(pmu.escr_index[counter])
@@ -54,8 +56,16 @@ def unmodelled(pmu, counter: int) -> Notice | None:
         return None
     escr, ev = _event_of(pmu, slot)
     if ev is None or not ev.counts:
-        return None  # no documented event: 0 on silicon as here (a driver bug, not coverage)
-    mask = int(pmu.event_mask[slot])
+        return None
+    return escr, ev, int(pmu.event_mask[slot])
+
+
+def unmodelled(pmu, counter: int) -> Notice | None:
+    """A notice if enabled `counter` selects mask bits this emulator does not count."""
+    got = _counted_event(pmu, counter)
+    if got is None:
+        return None
+    escr, ev, mask = got
     bits = [k for k in ev.mask if mask >> k & 1]
     missing = [ev.mask[k] for k in bits if not CM.is_modelled(ev.name, k) and
                (ev.name, ev.mask[k]) not in COV.HARDWARE_ZERO]
@@ -75,15 +85,11 @@ def unmodelled(pmu, counter: int) -> Notice | None:
 
 def empty_mask(pmu, counter: int) -> Notice | None:
     """A notice if enabled `counter` counts an event with none of its mask bits set."""
-    if not pmu.enable[counter]:
+    got = _counted_event(pmu, counter)
+    if got is None:
         return None
-    slot = int(pmu.escr_index[counter])
-    if slot < 0 or (pmu.compare[counter] and pmu.complement[counter]):
-        return None
-    escr, ev = _event_of(pmu, slot)
-    if ev is None or not ev.counts or not ev.mask:
-        return None
-    if int(pmu.event_mask[slot]) & sum(1 << k for k in ev.mask):
+    escr, ev, mask = got
+    if not ev.mask or mask & sum(1 << k for k in ev.mask):
         return None
     name = T.COUNTERS[counter].counter_name
     return Notice(("empty_mask", ev.name),
