@@ -85,9 +85,23 @@ static void force_entry(struct vcpu_counting *c)
     c->sbase[SB_DEADLINE_CLOCKS] += SB_FORCE_FIRE;
 }
 
-/* a breakpoint matched on vCPU vi: record the first stop, ask the channel to stop the VM */
+/* vCPU vi's LVT performance-counter entry, read on vi's own thread (the APIC at APIC_BASE is
+ * the calling vCPU's); a read that fails keeps the last value */
+static void read_lvt(unsigned vi)
+{
+    uint32_t lvt;
+    if (!apic_rd(bridge_vcpu(vi), APIC_LVT_PERF, &lvt)) return;
+    p4.control->cv[vi].lvt = lvt;
+    __atomic_store_n(&p4.control->cv[vi].lvt_valid, 1, __ATOMIC_RELEASE);
+}
+
+/* a breakpoint matched on vCPU vi (on vi's own thread): record the first stop, ask the channel
+ * to stop the VM.  The LVT entry is read now, before the lock (apic_rd takes the BQL, which
+ * the resume callback holds while it takes the lock): QEMU may stop the vCPU before its next
+ * block entry, so the hold may never run. */
 static void control_stop(unsigned vi, const struct p4c_break *b, const struct p4c_stop *what)
 {
+    read_lvt(vi);
     pthread_mutex_lock(&p4.control->lock);
     __atomic_add_fetch(&((struct p4c_break *)b)->hits, 1, __ATOMIC_RELAXED);
     if (p4.control->cv[vi].hold || __atomic_load_n(&p4.control->ctl.holding, __ATOMIC_ACQUIRE)) {
@@ -199,14 +213,11 @@ void control_hold(unsigned vi)
         control_release(vi);
         return;
     }
-    struct vcpu *v = bridge_vcpu(vi);
-    uint32_t lvt; /* (with one TCG thread there is no idle callback to read it) */
-    h->lvt_valid = apic_rd(v, APIC_LVT_PERF, &lvt);
-    h->lvt = lvt;
+    read_lvt(vi); /* (with one TCG thread there is no idle callback to read it) */
     struct timespec ts = {0, (long)HOLD_SLEEP_NS};
     nanosleep(&ts, NULL);
     /* (force_fold stays set, so W keeps firing at this entry) */
-    qemu_plugin_set_pc(reg_read(v, p4.regs.rip));
+    qemu_plugin_set_pc(reg_read(bridge_vcpu(vi), p4.regs.rip));
 }
 
 void control_release(unsigned vi)
@@ -220,10 +231,7 @@ void control_release(unsigned vi)
 void control_idle(unsigned vi)
 {
     if (!p4.control->ctl.on || !p4.control->cv) return;
-    struct vcpu *v = bridge_vcpu(vi);
-    uint32_t lvt;
-    p4.control->cv[vi].lvt_valid = apic_rd(v, APIC_LVT_PERF, &lvt);
-    p4.control->cv[vi].lvt = lvt;
+    read_lvt(vi);
     __atomic_store_n(&p4.control->cv[vi].parked, 1, __ATOMIC_RELEASE);
 }
 
@@ -293,6 +301,7 @@ void p4c_control_stopped(void)
 
 int p4c_control_lvt(unsigned vi, uint32_t *lvt)
 {
+    if (!__atomic_load_n(&p4.control->cv[vi].lvt_valid, __ATOMIC_ACQUIRE)) return 0;
     *lvt = p4.control->cv[vi].lvt;
-    return p4.control->cv[vi].lvt_valid;
+    return 1;
 }
