@@ -16,8 +16,8 @@ struct control_vcpu {
     int parked;          /* between the idle and the resume callback */
     int hold;            /* hold at the next block entry (a stop was asked for) */
     uint64_t hold_since; /* CLOCK_MONOTONIC ns */
-    int lvt_valid; /* lvt was read (a read that fails keeps the last one) */
-    uint32_t lvt;  /* the LVT performance-counter entry at the last stop, hold or idle */
+    int lvt_valid;       /* lvt was read (a read that fails keeps the last one) */
+    uint32_t lvt;        /* the LVT performance-counter entry at the last stop, hold or idle */
 };
 
 /* the control channel's C half (state.h p4.control) */
