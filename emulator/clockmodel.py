@@ -76,15 +76,21 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # machine clears of stores into fetched code (smc), loads a buffered store could not forward
 # to (partial overlap, another start) or that alias one modulo 64 KB, the modified lines
 # written back to memory (wb, the bus model's writes); and the ITLB look-ups of
-# the block's instruction fetch that hit and missed (in the clock of its first instruction).
+# the block's instruction fetch that hit and missed and its code lines that missed the trace
+# cache (the code-line record), in the clock of its first instruction.
 # 0 in every clock of a block's schedule; a block execution's memory outcomes change the
 # clocks they happen in (block_clocks's `mem`; the plugin's per-execution corrections,
 # docs/memory-model.md).
 DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
                "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc",
                "ld_partial", "ld_unalgn", "ld_64k", "wb")
-FETCH_FIELDS = ("itlb_hit", "itlb_miss")
+FETCH_FIELDS = ("itlb_hit", "itlb_miss", "tc_miss")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
+# A clock's memory fields saturate at 15: every line that reads them is a sum of them, capped
+# at 15 per clock (four input lines, SDM Vol. 3B 18.15.5.2), so a larger value counts the same,
+# and capping keeps the number of distinct clock kinds small (a REP string instruction's final
+# clock adds up the outcomes of all its iterations)
+MEMORY_FIELD_MAX = 15
 # What silicon counts beyond the instructions themselves (docs/fidelity.md, "Counting rules"):
 # instr_x, the extra counts of instr_retired (instructions it counts twice,
 # insn_classes.OVERCOUNTED, and the return tails below); instr_cx and br_x, the extra counts
@@ -129,11 +135,13 @@ def memory_fields(outcome, store: bool) -> dict:
     return {k: v for k, v in f.items() if v}
 
 
-def fetch_fields(misses: int, lookups: int) -> dict:
+def fetch_fields(misses: int, lookups: int, tc_misses: int = 0) -> dict:
     """The clock fields (FETCH_FIELDS) of a block's instruction fetch: `lookups` ITLB
     look-ups (one per page its instructions span), `misses` of them missed
-    (memmodel.MemorySystem.fetch)."""
-    return {k: v for k, v in (("itlb_hit", lookups - misses), ("itlb_miss", misses)) if v}
+    (memmodel.MemorySystem.fetch); `tc_misses` code lines that missed the trace cache
+    (memmodel.MemorySystem.fetch_code)."""
+    return {k: v for k, v in (("itlb_hit", lookups - misses), ("itlb_miss", misses),
+                              ("tc_miss", tc_misses)) if v}
 
 
 # The return to user code after an exception taken from it (a page fault, #GP, #UD, #NM ...;
@@ -382,7 +390,7 @@ def block_clocks(insns, outcome=None, params=None, mem=None) -> list[Clock]:
     for i, fields in (mem or {}).items():
         c = body[at[i]]
         for name, v in fields.items():
-            c.f[FI[name]] = min(255, c.f[FI[name]] + v)
+            c.f[FI[name]] = min(MEMORY_FIELD_MAX, c.f[FI[name]] + v)
     last = insns[-1] if insns else None
     if last is not None and last.branch != BR_NONE:
         taken, predicted = outcome if outcome is not None else (True, True)
@@ -480,6 +488,9 @@ _DIRECT = {
     # queue by source (at retirement, non-bogus only: the wrong path's uops are not
     # delivered in this model; FROM_TC_BUILD needs a trace-cache model and stays 0)
     ("tc_ms_xfer", "CISC"): "ms",
+    # the trace cache's look-ups (the memory model's code-line record): a code line a block
+    # fetch does not find is one fetch request of the branch-prediction unit that missed
+    ("BPU_fetch_request", "TCMISS"): "tc_miss",
     ("uop_queue_writes", "FROM_TC_DELIVER"): "tc_uops",
     ("uop_queue_writes", "FROM_ROM"): "ms_uops",
     # the memory side (memmodel.MemorySystem, docs/memory-model.md), in the clock the
@@ -614,12 +625,14 @@ def outcome_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
 # none of them needs no memory instrumentation (the plugin's memory level,
 # docs/memory-model.md)
 MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob")
-# the features of data accesses and of instruction fetches (the plugin feeds the model each
-# kind only while a counter reads it)
-DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob")
-FETCH_FEATURES = FETCH_FIELDS
-# ... and of stores into fetched code: the model must also record the code fetched
-CODE_FEATURES = ("smc",)
+# the features of data accesses and of instruction fetches' ITLB look-ups (the plugin feeds
+# the model each kind only while a counter reads it)
+DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob", "tc_miss")
+FETCH_FEATURES = ("itlb_hit", "itlb_miss")
+# ... and of the code-line record (the trace cache): stores into fetched code, and fetches
+# that miss it; the model must record the code fetched, and see the stores (a store into
+# recorded code drops its lines: they miss again), so these are also DATA_FEATURES
+CODE_FEATURES = ("smc", "tc_miss")
 # ... and of loads against the store buffers: the model must also record the stores
 STORE_FEATURES = ("ld_partial", "ld_unalgn", "ld_64k", "ld_mob")
 

@@ -99,6 +99,8 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "itlb_hit": (False, "ITLB look-ups of block fetches that hit (the memory model)"),
     "itlb_miss": (False, "ITLB look-ups of block fetches that missed: page walks (the memory "
                          "model)"),
+    "tc_miss": (False, "code lines block fetches did not find in the trace cache (the memory "
+                       "model's code-line record)"),
 }
 
 _NO_MEMORY = "no memory-order model (store buffers, the memory order buffer)"
@@ -107,9 +109,9 @@ _NO_BUS = ("no bus-queue model (request-type matching and occupancy over time ne
 _BUS_SIGNALS = "bus signals whose mask bits no source confirms; not modelled"
 # event -> why it reads 0 (every mask bit the clock model does not drive)
 ZERO_REASON: dict[str, str] = {
-    "TC_deliver_mode": "no trace-cache model",
-    "BPU_fetch_request": "no trace-cache model",
-    "TC_misc": "no trace-cache model",
+    "TC_deliver_mode": "no model of the trace cache's modes per clock (its look-ups are "
+                       "modelled: BPU_fetch_request)",
+    "TC_misc": "no model of trace-cache flushes",
     "memory_cancel": _NO_MEMORY,
     "MOB_load_replay": _NO_MEMORY,
     "IOQ_allocation": _NO_BUS, "IOQ_active_entries": _NO_BUS,
@@ -121,7 +123,8 @@ ZERO_REASON: dict[str, str] = {
     "WC_Buffer": "no write-combining model",
     "machine_clear": _NO_MEMORY,
     "uop_type": "tags uops, never counts (SDM Table 19-28)",
-    "uop_queue_writes": "no trace-cache model: every uop is delivered, none built",
+    "uop_queue_writes": "no model of the trace cache's build mode: every uop counts as "
+                        "delivered",
     "replay_event": "wrong-path uops are not tagged in this model",
 }
 _NO_L3 = "none of the modelled parts has an L3"

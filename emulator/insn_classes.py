@@ -445,6 +445,7 @@ def c_header() -> str:
     for i, n in enumerate(CM.FIELDS):
         lines.append(f"#define KF_{n.upper()} {i}")
     lines.append(f"#define KF_N {CM.NF}")
+    lines.append(f"#define KF_MEM_MAX {CM.MEMORY_FIELD_MAX}")
     for i, n in enumerate(CM.FP_FIELDS):
         lines.append(f"#define FPI_{n.upper()} {i}")
     lines.append(f"#define FPI_N {len(CM.FP_FIELDS)}")

@@ -25,13 +25,15 @@ Model:
   A store is a read for ownership only when its line is not in L2 (a miss, filled Modified);
   a store to a valid line marks it Modified without a bus-side reference.  Replacing a sector
   writes back its modified lines.  Nothing is prefetched; instruction fetches do not use the
-  data caches (no trace-cache model).
-* Self-modifying code (SDM Vol. 3A 8.1.3; machine_clear SMCLEAR): the processor records the
-  64-byte lines of the code it fetches (each block of code fetched: its lines, at most
-  CODE_FETCH_LINES) in a code-line record standing for the trace cache (the geometry's
-  code_lines and code_ways, true LRU).  A store into a recorded line is one machine clear
-  (however many recorded lines it touches) and drops those lines: the code must be fetched
-  again, and a store after that clears again.
+  data caches.
+* The trace cache and self-modifying code (SDM Vol. 3A 8.1.3; machine_clear SMCLEAR;
+  BPU_fetch_request TCMISS): the processor looks up and records the 64-byte lines of the code
+  it fetches (each block of code fetched: its lines, at most CODE_FETCH_LINES) in a
+  code-line record standing for the trace cache (the geometry's code_lines and code_ways,
+  true LRU); a line not in the record is a trace-cache miss, and is filled.  A store into a
+  recorded line is one machine clear (however many recorded lines it touches) and drops
+  those lines: the code must be fetched (and missed) again, and a store after that clears
+  again.
 * Store buffers (memory_cancel 64K_CONF, MOB_load_replay PARTIAL_DATA / UNALGN_ADDR): the
   last `store_buffers` stores (address, size) in program order; the model has no time, so a
   store leaves the buffer when that many younger stores follow it.  A load looks for the
@@ -167,16 +169,20 @@ class MemorySystem:
         """An instruction fetch from the page of linear address `addr`: 1 = ITLB miss."""
         return self._translate(self.itlb, addr >> PAGE_SHIFT)
 
-    def fetch_code(self, addr: int, end: int) -> None:
+    def fetch_code(self, addr: int, end: int) -> int:
         """A block of code [addr, end) is fetched: its lines (the first CODE_FETCH_LINES)
-        go into the code-line record, the most recently used."""
+        are looked up in the code-line record (the trace cache) and become the most recently
+        used; returns how many missed (trace-cache misses: each is built, and filled)."""
         first = (addr & ADDR_MASK) >> LINE_SHIFT
         last = ((end - 1) & ADDR_MASK) >> LINE_SHIFT
         n = min(((last - first) & LINES) + 1, CODE_FETCH_LINES)
+        misses = 0
         for k in range(n):
             line = (first + k) & LINES
             if self.code.lookup(line) is None:
                 self.code.insert(line)
+                misses += 1
+        return misses
 
     def flush_tlbs(self) -> None:
         """A CR3 write."""

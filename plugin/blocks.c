@@ -73,7 +73,8 @@ static void group_join_locked(struct blk *b, uint32_t id, uint64_t nxt)
     b->gen = g->flips;
     if (last->target == nxt || g->nmem >= GMAX || p4.blocks->n_gates >= MAX_GATES) return;
     int level = memory_level_active(); /* (memory.c) */
-    if ((b->mem_final && (level & P4_MEM_DATA)) || (b->fetch_final && (level & P4_MEM_FETCH)))
+    if ((b->mem_final && (level & P4_MEM_DATA)) ||
+        (b->fetch_final && (level & (P4_MEM_FETCH | P4_MEM_CODE))))
         return;
     b->gate = ++p4.blocks->n_gates;
     b->xval = g->silent_t ? last->target : nxt;

@@ -480,12 +480,12 @@ class Feeder:
                        stores: np.ndarray) -> int:
         """p4c_out.mem: P4_MEM_DATA if a counter that may count (enabled, or started by a
         cascade) reads a data-access event, | P4_MEM_FETCH if one reads an instruction-fetch
-        (ITLB) event, | P4_MEM_CODE if one reads self-modifying-code clears (the code fetched
-        recorded), | P4_MEM_SB if one reads the store buffers' replays (`code` and `stores`
-        counters are among the `data` ones): what the plugin's memory level must feed the
-        model; 0 nothing; P4_LITE_EITHER no counter may count (the level in force is
-        kept).  With timing=memory every counter that may count wants the data part (its
-        clocks depend on the loads' outcomes)."""
+        (ITLB) event, | P4_MEM_CODE if one reads self-modifying-code clears or trace-cache
+        misses (the code fetched looked up and recorded), | P4_MEM_SB if one reads the
+        store buffers' replays (`code` and `stores` counters are among the `data` ones):
+        what the plugin's memory level must feed the model; 0 nothing; P4_LITE_EITHER no
+        counter may count (the level in force is kept).  With timing=memory every counter
+        that may count wants the data part (its clocks depend on the loads' outcomes)."""
         en = pmu.enable | pmu.cascade | pmu.ext_cascade
         if not en.any():
             return int(self.lib.P4_LITE_EITHER)

@@ -218,21 +218,24 @@ int mm_fetch(struct mm_state *m, uint64_t addr)
     return translate(&m->itlb, addr >> PAGE_SHIFT);
 }
 
-void mm_fetch_code(struct mm_state *m, uint64_t addr, uint64_t end)
+unsigned mm_fetch_code(struct mm_state *m, uint64_t addr, uint64_t end)
 {
     const uint64_t lines = UINT64_MAX >> LINE_SHIFT;
     uint64_t first = addr >> LINE_SHIFT, last = (end - 1) >> LINE_SHIFT;
     uint64_t n = ((last - first) & lines) + 1;
+    unsigned misses = 0;
     if (n > MM_CODE_FETCH_LINES) n = MM_CODE_FETCH_LINES;
     for (uint64_t k = 0; k < n; k++) {
         uint64_t line = (first + k) & lines;
         if (sets_lookup(&m->code, line) < 0) {
             int victim;
             sets_insert(&m->code, line, 0, &victim);
+            misses++;
         }
         /* the next store to the last access's line must look the record up again */
         if (m->last_line == line + 1) m->last_line = 0;
     }
+    return misses;
 }
 
 void mm_flush_tlbs(struct mm_state *m)

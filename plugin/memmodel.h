@@ -68,14 +68,16 @@ struct mm_state {
 int mm_init(struct mm_state *m, const struct mm_params *p);
 void mm_free(struct mm_state *m);
 void mm_access(struct mm_state *m, uint64_t addr, unsigned size, int store, struct mm_outcome *out);
-int mm_fetch(struct mm_state *m, uint64_t addr);                     /* 1: ITLB miss */
-void mm_fetch_code(struct mm_state *m, uint64_t addr, uint64_t end); /* code [addr, end) */
-void mm_flush_tlbs(struct mm_state *m);                              /* a CR3 write */
-void mm_invlpg(struct mm_state *m, uint64_t addr);                   /* INVLPG */
-void mm_reset(struct mm_state *m);        /* everything empty (MemorySystem.reset) */
-void mm_reset_data(struct mm_state *m);   /* the DTLB and the caches empty */
-void mm_reset_itlb(struct mm_state *m);   /* the ITLB empty */
-void mm_reset_code(struct mm_state *m);   /* the code-line record empty */
-void mm_reset_stores(struct mm_state *m); /* the store buffers empty */
+int mm_fetch(struct mm_state *m, uint64_t addr); /* 1: ITLB miss */
+/* code [addr, end) fetched: its lines looked up in the code-line record (the trace cache)
+ * and filled; returns how many missed */
+unsigned mm_fetch_code(struct mm_state *m, uint64_t addr, uint64_t end);
+void mm_flush_tlbs(struct mm_state *m);            /* a CR3 write */
+void mm_invlpg(struct mm_state *m, uint64_t addr); /* INVLPG */
+void mm_reset(struct mm_state *m);                 /* everything empty (MemorySystem.reset) */
+void mm_reset_data(struct mm_state *m);            /* the DTLB and the caches empty */
+void mm_reset_itlb(struct mm_state *m);            /* the ITLB empty */
+void mm_reset_code(struct mm_state *m);            /* the code-line record empty */
+void mm_reset_stores(struct mm_state *m);          /* the store buffers empty */
 
 #endif

@@ -75,8 +75,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_ITLB_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 20,
-                   "the memory fields are the last 20 clock fields");
+    _Static_assert(KF_TC_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 21,
+                   "the memory fields are the last 21 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;
@@ -104,11 +104,17 @@ static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
            o->partial | o->unaligned | o->alias64k | o->writeback;
 }
 
+/* the memory fields are the last ones of a clock (clockmodel.MEMORY_FIELDS): only they differ */
+#define KF_MEM_FIRST KF_SPLIT_LD
+#define KF_MEM_N (KF_N - KF_MEM_FIRST)
+
+/* f += d, the memory fields (the last ones, KF_MEM_FIRST on) saturating at KF_MEM_MAX
+ * (clockmodel.MEMORY_FIELD_MAX: what a line reads of them caps at 15 per clock anyway) */
 static void fields_add(uint8_t *f, const uint8_t *d)
 {
     for (int i = 0; i < KF_N; i++) {
-        unsigned t = (unsigned)f[i] + d[i];
-        f[i] = t > 255 ? 255 : (uint8_t)t;
+        unsigned t = (unsigned)f[i] + d[i], cap = i >= KF_MEM_FIRST ? KF_MEM_MAX : 255;
+        f[i] = t > cap ? (uint8_t)cap : (uint8_t)t;
     }
 }
 
@@ -121,9 +127,6 @@ struct kpc_entry {
 };
 static __thread struct kpc_entry *tl_kpc;
 
-/* the memory fields are the last ones of a clock (clockmodel.MEMORY_FIELDS): only they differ */
-#define KF_MEM_FIRST KF_SPLIT_LD
-#define KF_MEM_N (KF_N - KF_MEM_FIRST)
 
 static uint32_t kind_plus(uint32_t k, const uint8_t *d)
 {
@@ -352,10 +355,11 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
 }
 
 /* A block execution begins (before its first instruction): its instruction fetch looks up
- * the ITLB once per page its instructions span (clockmodel.fetch_fields), in the clock of its
- * first instruction, and records its code lines (self-modifying code).  The addresses are
- * those of the block's translation (a block QEMU shares between two mappings of the same
- * code is looked up at the first one's addresses). */
+ * the ITLB once per page its instructions span, and its code lines in the code-line record
+ * (the trace cache, which also serves self-modifying code): clockmodel.fetch_fields, in the
+ * clock of its first instruction.  The addresses are those of the block's translation (a
+ * block QEMU shares between two mappings of the same code is looked up at the first one's
+ * addresses). */
 void cb_fetch(unsigned int vi, void *ud)
 {
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
@@ -365,16 +369,19 @@ void cb_fetch(unsigned int vi, void *ud)
     struct mm_state *m = model_of(vi, &c->mem);
     const struct insn_info *last = &b->ins[b->n - 1];
     int level = memory_level_active();
-    if (level & P4_MEM_CODE) mm_fetch_code(m, b->vaddr, last->addr + last->len);
-    if (!(level & P4_MEM_FETCH)) return;
-    uint64_t p0 = b->vaddr >> 12, p1 = (last->addr + last->len - 1) >> 12;
-    unsigned lookups = 0, misses = 0;
-    for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++)
-        misses += mm_fetch(m, p << 12);
+    unsigned tc_misses = 0, lookups = 0, misses = 0;
+    if (level & P4_MEM_CODE) tc_misses = mm_fetch_code(m, b->vaddr, last->addr + last->len);
+    if (level & P4_MEM_FETCH) {
+        uint64_t p0 = b->vaddr >> 12, p1 = (last->addr + last->len - 1) >> 12;
+        for (uint64_t p = p0; p <= p1 && lookups < 4; p++, lookups++)
+            misses += mm_fetch(m, p << 12);
+    }
+    if (!lookups && !tc_misses) return;
     uint8_t d[KF_N];
     memset(d, 0, KF_N);
     d[KF_ITLB_HIT] = (uint8_t)(lookups - misses);
     d[KF_ITLB_MISS] = (uint8_t)misses;
+    d[KF_TC_MISS] = (uint8_t)tc_misses; /* at most MM_CODE_FETCH_LINES */
     fields_at(vi, c, id, 0, d);
 }
 

@@ -16,8 +16,9 @@
 struct memory_level_state {
     volatile int active; /* what blocks translated now feed the model: P4_MEM_DATA (memory
                             * callbacks) | P4_MEM_FETCH (an ITLB look-up per execution) |
-                            * P4_MEM_CODE (the lines of each execution's code recorded, and
-                            * stores looked up in the record) | P4_MEM_SB (stores buffered,
+                            * P4_MEM_CODE (the lines of each execution's code looked up and
+                            * recorded: the trace cache; stores looked up in the record) |
+                            * P4_MEM_SB (stores buffered,
                             * loads checked against them) */
     unsigned installs, removals, streak;
 };

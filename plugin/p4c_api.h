@@ -24,7 +24,7 @@
 #define P4_LITE_EITHER 2   /* p4c_out.lite: either level counts the same (nothing counts) */
 #define P4_MEM_DATA 1      /* p4c_out.mem: the memory level feeds data accesses ... */
 #define P4_MEM_FETCH 4     /* ... and instruction fetches (P4_LITE_EITHER: keep the level) */
-#define P4_MEM_CODE 8      /* ... and the code fetched, for stores into it (with P4_MEM_DATA) */
+#define P4_MEM_CODE 8      /* ... and the code fetched: trace cache, stores into it (+DATA) */
 #define P4_MEM_SB 16       /* ... and the stores, for loads (the store buffers; with DATA) */
 #define P4_MEM_ALL 29      /* DATA | FETCH | CODE | SB */
 /* clocks after which a deadline whose Python step failed is tried again (deadline.c) */

@@ -23,6 +23,8 @@ checkout).  A build is redone when a source, a flag or the gcc version changes (
                (memcomp.S)
 ``strings N``   freestanding: N rounds of REP STOSB, MOVSB, LODSB, REPE CMPSB and REPNE
                SCASB over 16 KB buffers: time in string microcode (strings.S)
+``tcsweep N``   freestanding: N passes through 9 blocks of code in one set of the trace
+               cache, more than its ways: 9 trace-cache misses per pass (tcsweep.S)
 ``rt [-c CPU] CMD...``  run CMD under SCHED_FIFO 99 (busybox has no chrt), optionally pinned
 ``perf-setup`` the guest settings for perf on the emulated PMU (see the file)
 ``deterministic-all``, ``-int``, ``-fp``, ``-sse``  (amd64 only) the equivalent of Weaver's
@@ -83,6 +85,7 @@ WORKLOADS = (
     Workload("chase", "chase.S", 0x24000000),
     Workload("memcomp", "memcomp.S", 0x25000000),
     Workload("strings", "strings.S", 0x26000000),
+    Workload("tcsweep", "tcsweep.S", 0x27000000),
     Workload("rt", "rt.c", None),
     Workload("perf-setup", "perf-setup", None),
     Workload("deterministic-all", "deterministic_gen.py", 0x00A00000, "all", ("amd64",)),

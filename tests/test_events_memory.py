@@ -10,7 +10,9 @@ per iteration (more than the DTLB holds: one page walk each), `smc` stores into 
 calls (one self-modifying-code machine clear per iteration), `sbuf` loads against buffered
 stores (a replay for a partial overlap and for another start, a cancel for 64 K aliasing),
 `thrash` stores to more lines of one L2 set than it has ways (a bus line read and a
-write-back per store).  Their expected outcomes come
+write-back per store), `tcsweep` runs code in more lines of one set of the trace cache than
+it has ways (a trace-cache miss per block), and `smc`'s store makes its target's line miss the
+trace cache too.  Their expected outcomes come
 from the reference model (emulator/memmodel.py) run over the loops' own accesses and fetches.
 """
 from __future__ import annotations
@@ -106,6 +108,16 @@ SETUPS = [
             usr=True),
         Ctr(13, C2, "replay_event", ("NBOGUS",), os=True, usr=True),
     ], msr_writes=REPLAY_MOB_LOAD),
+    # the trace cache: code lines a block fetch does not find (the code-line record)
+    Setup("tc", [
+        Ctr(0, "MSR_BPU_ESCR0", "BPU_fetch_request", ("TCMISS",), os=True, usr=True),
+        Ctr(1, "MSR_BPU_ESCR0", "BPU_fetch_request", ("TCMISS",), os=True, usr=True,
+            compare=True, threshold=0, edge=True),
+        Ctr(2, "MSR_BPU_ESCR1", "BPU_fetch_request", ("TCMISS",), usr=True),
+        Ctr(3, "MSR_BPU_ESCR1", "BPU_fetch_request", ("TCMISS",), usr=True, compare=True,
+            complement=True, threshold=0),
+        Ctr(12, C0, "instr_retired", ("NBOGUSNTAG",), os=True, usr=True),
+    ]),
     # the bus: line reads and write-backs (Linux's bus-cycles: DRDY_DRV|DRDY_OWN, EDGE)
     Setup("bus", [
         Ctr(0, "MSR_FSB_ESCR0", "FSB_data_activity", ("DRDY_DRV", "DRDY_OWN"), os=True,
@@ -136,11 +148,11 @@ def _ebx_access(insn, ebx: int | None):
 def pattern_outcomes(model, loop: str) -> dict:
     """{instruction address: memory fields} of every execution of `loop`'s body once its
     accesses repeat (the reference model over its fetches and accesses, three iterations:
-    the third's outcomes)."""
+    the third's outcomes); a block's trace-cache misses go to its first instruction."""
     mm = MemorySystem(get_model().memory)
-    ebx, last = None, {}
+    ebx, last, tc = None, {}, {}
     for blk in blocks_of(model.trace(loop, 3)):
-        mm.fetch_code(blk[0].addr, blk[-1].addr + blk[-1].insn.size)
+        tc[blk[0].addr] = mm.fetch_code(blk[0].addr, blk[-1].addr + blk[-1].insn.size)
         for st in blk:
             if st.insn.mnemonic == "mov" and st.insn.operands.startswith("$") and \
                     st.insn.operands.endswith("%ebx"):
@@ -148,7 +160,11 @@ def pattern_outcomes(model, loop: str) -> dict:
             acc = _ebx_access(st.insn, ebx)
             if acc is not None:
                 last[st.addr] = CM.memory_fields(mm.access(*acc), acc[2])
-    return {a: f for a, f in last.items() if f}
+    out = {a: f for a, f in last.items() if f}
+    for a, n in tc.items():
+        if n:
+            out[a] = dict(out.get(a, {}), tc_miss=n)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +211,12 @@ def test_memory_events_count_exactly_in_their_clocks(memory, bits, loop):
         assert PLAN.delta(out, "walks", loop, 0, 14) == 72 * (n2 - n1)
     if loop == "hotbuf":  # 32 loads per iteration, no L1 miss
         assert PLAN.delta(out, "l1", loop, 0, 13) == 0
-    if loop == "smc":  # one clear per iteration
+    if loop == "smc":  # one clear per iteration, and its line misses the trace cache
         assert PLAN.delta(out, "smc", loop, 0, 12) == n2 - n1
+        assert PLAN.delta(out, "tc", loop, 0, 0) == n2 - n1
+    if loop == "tcsweep":  # 9 lines of one set of the trace cache: 9 misses per iteration
+        assert PLAN.delta(out, "tc", loop, 0, 0) == 9 * (n2 - n1)
+        assert PLAN.delta(out, "tc", loop, 3, 2) == 9 * (n2 - n1)
     if loop == "sbuf":  # one replay of each kind and one 64 K aliasing cancel per iteration
         assert PLAN.delta(out, "mob", loop, 0, 0) == 2 * (n2 - n1)
         assert PLAN.delta(out, "mob", loop, 3, 2) == n2 - n1

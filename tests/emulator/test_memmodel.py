@@ -131,18 +131,19 @@ def c_model(tmp_path_factory):
 def test_stores_into_fetched_code_are_machine_clears_until_fetched_again():
     g = get_model().memory
     m = MemorySystem(g)
-    m.fetch_code(0x1000, 0x1000 + 100)  # two lines
+    assert m.fetch_code(0x1000, 0x1000 + 100) == 2  # two lines, both trace-cache misses
+    assert m.fetch_code(0x1010, 0x1010 + 10) == 0  # in the record: delivered
     assert m.access(0x2000, 4, True).smc == 0  # not code
     assert m.access(0x1000, 4, False).smc == 0  # a load is no modification
     assert [m.access(0x1000 + 70, 1, True).smc for _ in range(2)] == [1, 0]  # dropped
     assert m.access(0x103E, 4, True).smc == 1  # split over the two lines: one clear
-    m.fetch_code(0x1000, 0x1001)
+    assert m.fetch_code(0x1000, 0x1001) == 1  # dropped by the store: missed again
     assert m.access(0x1010, 1, True).smc == 1  # fetched again: clears again
     # the record's capacity: the least recently fetched line leaves first
     m.reset()
     lines = g.code_lines
-    for k in range(lines + 1):
-        m.fetch_code(0x100000 + 64 * k, 0x100000 + 64 * k + 1)
+    assert sum(m.fetch_code(0x100000 + 64 * k, 0x100000 + 64 * k + 1)
+               for k in range(lines + 1)) == lines + 1
     assert sum(m.access(0x100000 + 64 * k, 1, True).smc for k in range(lines + 1)) == lines
     # a long block records its first CODE_FETCH_LINES lines only
     m.fetch_code(0x400000, 0x400000 + 64 * 40)
@@ -244,6 +245,7 @@ def test_c_equals_the_reference(c_model, g, seed):
     out = ffi.new("struct mm_outcome *")
     ref = MemorySystem(g)
     totals = dict.fromkeys(OUTCOME_FIELDS, 0)
+    tc_misses = tc_hits = 0  # trace-cache look-ups: lines missed, fetches with a line hit
     try:
         for i, op in enumerate(_ops(random.Random(seed), 40_000, g)):
             if op[0] == "reset":
@@ -258,8 +260,10 @@ def test_c_equals_the_reference(c_model, g, seed):
             elif op[0] == "fetch":
                 assert lib.mm_fetch(st, op[1]) == ref.fetch(op[1]), (i, op)
             elif op[0] == "code":
-                ref.fetch_code(op[1], op[2])
-                lib.mm_fetch_code(st, op[1], op[2] & ((1 << 64) - 1))
+                want = ref.fetch_code(op[1], op[2])
+                assert lib.mm_fetch_code(st, op[1], op[2] & ((1 << 64) - 1)) == want, (i, op)
+                tc_misses += want
+                tc_hits += want < min(CODE_FETCH_LINES, (op[2] - 1 >> 6) - (op[1] >> 6) + 1)
             else:
                 want = ref.access(*op[1:])
                 lib.mm_access(st, op[1], op[2], op[3], out)
@@ -269,8 +273,9 @@ def test_c_equals_the_reference(c_model, g, seed):
                     totals[n] += getattr(want, n)
     finally:
         lib.mm_free(st)
-    # the sequence exercised every outcome
+    # the sequence exercised every outcome, and both trace-cache outcomes
     assert all(totals[n] > 100 for n in OUTCOME_FIELDS), totals
+    assert tc_misses > 100 and tc_hits > 100, (tc_misses, tc_hits)
 
 
 def test_c_rejects_a_bad_geometry(c_model):

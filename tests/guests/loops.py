@@ -25,7 +25,7 @@ TRACEABLE = ("nop4", "alu", "alt", "pat3", "callret", "indirect", "x87", "sse", 
              "phases", "members", "ucode", "split", "overcount")
 # Traceable loops of the memory model's patterns (tests/test_events_memory.py): not in
 # TRACEABLE, so that the other event tests do not run them.
-TRACEABLE_MEMORY = ("hotbuf", "pages", "smc", "sbuf", "thrash")
+TRACEABLE_MEMORY = ("hotbuf", "pages", "smc", "sbuf", "thrash", "tcsweep")
 # Traceable too, but only at CPL 0 (their PMU instructions fault at CPL 3): not in TRACEABLE,
 # which the tests run at both levels.
 TRACEABLE_CPL0 = ("rdpmc",)

@@ -764,6 +764,30 @@ thrash_body:
 	EPILOGUE
 	ret
 
+/* ---- tcsweep: the trace cache (BPU_fetch_request TCMISS): each iteration runs 9 blocks of
+ * code 4 KB apart, so their lines are 64 lines apart: one set of the code-line record that
+ * stands for the trace cache (512 lines, 8-way), more lines than its ways.  With LRU each
+ * block's line was replaced since the previous iteration: 9 misses per iteration, on every
+ * part (docs/memory-model.md).  Each block is in a page of its own (one ITLB look-up). */
+	.balign 4096
+LOOP(tcsweep)
+	PROLOGUE
+	.globl tcsweep_body
+tcsweep_body:
+	jmp tcsweep_1
+	.irp k, 1, 2, 3, 4, 5, 6, 7
+	.balign 4096
+tcsweep_\k:
+	nop
+	jmp tcsweep_\k + 4096
+	.endr
+	.balign 4096
+tcsweep_8:
+	decl %ecx
+	jnz tcsweep_body
+	EPILOGUE
+	ret
+
 /* ---- empty: nothing (the benchmark's start-up-only run) -------------------------------- */
 LOOP(empty)
 	xorl %eax, %eax
