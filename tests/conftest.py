@@ -252,9 +252,9 @@ GUEST_FIXTURES = frozenset({"run_guest", "bridge_run", "bios"})
 
 # The files that take longest (several minutes each; `--durations=0` of a full run), given
 # out first, longest first.  Order only: a file missing here still runs.
-LONGEST_FILES = ("test_linux_perf.py", "test_linux_guest.py", "test_events_memory.py",
-                 "test_timing.py", "test_perf_test.py", "test_gdb.py", "test_guest_io.py",
-                 "test_engine_vs_reference.py")
+LONGEST_FILES = ("test_perf_test.py", "test_linux_perf.py", "test_timing.py",
+                 "test_events_memory.py", "test_linux_guest.py", "test_gdb.py",
+                 "test_guest_io.py", "test_engine_vs_reference.py")
 
 
 def _file_rank(item, slow_files) -> int:
