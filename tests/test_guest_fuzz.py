@@ -19,9 +19,9 @@ from guests.evscript import LVT_NMI, PMI_CLEAR_OVF, EvScript
 pytestmark = pytest.mark.guest
 
 SEED = 0x5EED_0F_04
-N = 50_000  # per guest width in the README's test command
+N = 25_000  # per guest width in the README's test command
 SOAK_N = 1_000_000  # the soak (`./p4pmu.sh test -m soak`)
-CHUNK = 50_000
+CHUNK = 25_000
 
 
 def script(seed: int, n: int, every: int, dump_from: int = 0, dump_n: int = 0) -> EvScript:

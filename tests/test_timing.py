@@ -90,19 +90,44 @@ def _section(m, n: int) -> str:
     return f"{m.level}-{n}"
 
 
+# One boot per model (timing=memory, the virtual clock) runs every section of this file that
+# model needs: the chases and the trace-cache sweeps on both, the compression programs on the
+# CPI model (0F_02), the memcomp profile last on PROFILE_MODEL (0F_04; perf-setup unthrottles
+# sampling).
+_boots: dict = {}
+
+
+def timing_boot(tmp_path_factory, model: str):
+    if model not in _boots:
+        sections = [("off", "echo 0 > /proc/sys/kernel/nmi_watchdog")]
+        sections += [(_section(m, n), f"perf stat -x, -e cycles:u -- chase {m.ring_kb} {n}")
+                     for m in S.LOAD_LATENCIES if m.model == model
+                     for n in ITERATIONS[m.level]]
+        sections += [(f"tc-{n}", f"perf stat -x, -e $(p4event {TCMISS}) -- tcsweep {n}")
+                     for n in TC_PASSES]
+        cpi = [c for c in S.COMPRESSION_CPI if c.model == model]
+        if cpi:
+            sections.append(("cpi-input", S.CPI_INPUT))
+            sections += [(c.program, f"perf stat -x, -e instructions:u -e cycles:u -- "
+                                     f"{c.command} >/dev/null") for c in cpi]
+        if model == PROFILE_MODEL:
+            sections += [
+                ("perf-setup", "perf-setup"),
+                ("record", f"perf record -q -o /tmp/m.data -e cycles:u -c {MEMCOMP_PERIOD} "
+                           f"-- memcomp {MEMCOMP_N}"),
+                ("report", "perf report -i /tmp/m.data --stdio -n --sort comm,dso,sym")]
+        _boots[model] = run_session(
+            tmp_path_factory.mktemp(f"timing-{model}"), f"timing-{model}", ARCH[model],
+            sections, kernel="5.10", recipe=False, clock="virtual", timeout=900,
+            plugin_opts=(f"model={model}", "timing=memory"))
+    return _boots[model]
+
+
 @pytest.fixture(scope="module", params=sorted(ARCH))
 def chase_session(request, tmp_path_factory, built):
     model = request.param
     rows = [m for m in S.LOAD_LATENCIES if m.model == model]
-    sections = [("off", "echo 0 > /proc/sys/kernel/nmi_watchdog")]
-    sections += [(_section(m, n), f"perf stat -x, -e cycles:u -- chase {m.ring_kb} {n}")
-                 for m in rows for n in ITERATIONS[m.level]]
-    sections += [(f"tc-{n}", f"perf stat -x, -e $(p4event {TCMISS}) -- tcsweep {n}")
-                 for n in TC_PASSES]
-    s = run_session(tmp_path_factory.mktemp(f"chase-{model}"), f"chase-{model}", ARCH[model],
-                    sections, kernel="5.10", recipe=False, clock="virtual", timeout=900,
-                    plugin_opts=(f"model={model}", "timing=memory"))
-    return model, rows, s
+    return model, rows, timing_boot(tmp_path_factory, model)
 
 
 @pytest.mark.guest
@@ -176,15 +201,9 @@ def published_mem_share(model: str) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def profile_session(tmp_path_factory, built):
-    # perf-setup: no throttling of the sampling rate (the virtual clock gives memory-bound
-    # code many clocks per guest nanosecond)
-    sections = [("off", "echo 0 > /proc/sys/kernel/nmi_watchdog; perf-setup"),
-                ("record", f"perf record -q -o /tmp/m.data -e cycles:u -c {MEMCOMP_PERIOD} "
-                           f"-- memcomp {MEMCOMP_N}"),
-                ("report", "perf report -i /tmp/m.data --stdio -n --sort comm,dso,sym")]
-    return run_session(tmp_path_factory.mktemp("memcomp"), "memcomp", ARCH[PROFILE_MODEL],
-                       sections, kernel="5.10", recipe=False, clock="virtual", timeout=900,
-                       plugin_opts=(f"model={PROFILE_MODEL}", "timing=memory"))
+    # (perf-setup before the record: no throttling of the sampling rate -- the virtual clock
+    # gives memory-bound code many clocks per guest nanosecond)
+    return timing_boot(tmp_path_factory, PROFILE_MODEL)
 
 
 @pytest.mark.guest
@@ -208,14 +227,9 @@ def test_a_cycles_profile_follows_the_published_latencies(profile_session):
 # ---- CPI of compression code ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cpi_session(tmp_path_factory):
+def cpi_session(tmp_path_factory, built):
     (model,) = {c.model for c in S.COMPRESSION_CPI}
-    sections = [("off", f"echo 0 > /proc/sys/kernel/nmi_watchdog; {S.CPI_INPUT}")]
-    sections += [(c.program, f"perf stat -x, -e instructions:u -e cycles:u -- {c.command} "
-                             f">/dev/null") for c in S.COMPRESSION_CPI]
-    return run_session(tmp_path_factory.mktemp("cpi"), "cpi", ARCH[model], sections,
-                       kernel="5.10", recipe=False, clock="virtual", timeout=900,
-                       plugin_opts=(f"model={model}", "timing=memory"))
+    return timing_boot(tmp_path_factory, model)
 
 
 @pytest.mark.guest
