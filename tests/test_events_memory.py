@@ -125,7 +125,7 @@ SETUPS = [
     ]),
 ]
 
-PLAN = Plan(SETUPS, list(TRACEABLE) + list(TRACEABLE_MEMORY), rings=(0, 3), ns=(120, 1200))
+PLAN = Plan(SETUPS, list(TRACEABLE) + list(TRACEABLE_MEMORY), rings=(0, 3), ns=(60, 600))
 def _ebx_access(insn, ebx: int | None):
     """(address, size, store) of a pattern loop's `mov` between a 32- or 16-bit register and memory
     through %ebx/%rbx (whose value the loop set with a `mov $imm`), or None (the prologue's
