@@ -135,9 +135,12 @@ def check_counter(pmu, n: int) -> list[Finding]:
     out += _escr_findings(pmu, n, slot)
     nt = notices.unmodelled(pmu, n)
     if nt is not None:
-        out.append(_f("unmodelled", pmu.escrs[slot].name, nt.text,
-                      "count a modelled event (`p4pmu events` marks the others), or read this "
-                      "counter on real hardware"))
+        fix = ("give each field of the mask the value of a request the model makes (its "
+               "masks are in the text; docs/events.md, \"Bus requests\")"
+               if isinstance(nt.key[2], int) else
+               "count a modelled event (`p4pmu events` marks the others), or read this "
+               "counter on real hardware")
+        out.append(_f("unmodelled", pmu.escrs[slot].name, nt.text, fix))
     return out
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import bus_requests as BR
 from . import events as EV
 from . import timing as TM
 
@@ -515,6 +516,12 @@ _DIRECT = {
     ("FSB_data_activity", "DRDY_OWN"): "l2_rd_miss",
     ("FSB_data_activity", "DBSY_OWN"): "l2_rd_miss",
     ("FSB_data_activity", "DRDY_DRV"): "wb", ("FSB_data_activity", "DBSY_DRV"): "wb",
+    # the bus queues' allocations: one per request (bus_requests.REQUESTS), by its kind; the
+    # mask selects requests by their attributes (engine: events.selected_classes).  Their
+    # occupancy per clock (bsq_active_entries, IOQ_active_entries) needs the requests' time
+    # on the bus, which the model does not have
+    **{(event, r.name): r.feature for event in ("BSQ_allocation", "IOQ_allocation")
+       for r in BR.REQUESTS},
 }
 
 
@@ -662,10 +669,24 @@ def modelled_classes() -> frozenset:
         frozenset(int(i) for i in line_matrix(every_tag)[0])
 
 
+def modelled_requests(event: str) -> tuple:
+    """The bus requests (bus_requests.REQUESTS) a bus-queue event can count here."""
+    fed = modelled_classes()
+    return tuple(r for r in BR.REQUESTS
+                 if EV.CLASS_ID.get((event, EV.EVENT_BY_NAME[event].bit(r.name))) in fed)
+
+
 def is_modelled(event: str, bit) -> bool:
-    """Whether mask bit `bit` (name or number) of `event` can count in this emulator."""
+    """Whether mask bit `bit` (name or number) of `event` can count in this emulator; a
+    bus-queue event's mask bit, when it is part of the mask that selects a request the model
+    makes (bus_requests.canonical_mask)."""
     e = EV.EVENT_BY_NAME[event]
-    return e.counts and EV.CLASS_ID[(e.name, e.bit(bit))] in modelled_classes()
+    if not e.counts:
+        return False
+    b = e.bit(bit)
+    if e.selects_requests and b < EV.REQUEST_BIT0:
+        return any(BR.canonical_mask(event, r) >> b & 1 for r in modelled_requests(event))
+    return EV.CLASS_ID[(e.name, b)] in modelled_classes()
 
 
 def clock_lines(clock: Clock, tagging: Tagging = NO_TAGGING) -> dict:
@@ -729,4 +750,4 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
            "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields",
            "CODE_FEATURES", "STORE_FEATURES", "RETURN_TAIL", "return_tail_clock", "core_params",
-           "self_loop", "memory_stall"]
+           "self_loop", "memory_stall", "modelled_requests"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import bus_requests as BR
 from . import clockmodel as CM
 from . import events as EV
 from . import tables as T
@@ -104,8 +105,8 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
 }
 
 _NO_MEMORY = "no memory-order model (store buffers, the memory order buffer)"
-_NO_BUS = ("no bus-queue model (request-type matching and occupancy over time need bus "
-           "timing; the bus model counts data transfers only)")
+_NO_OCCUPANCY = ("no bus timing: how long each request stays in the queue (its allocations "
+                 "are modelled: BSQ_allocation, IOQ_allocation)")
 _BUS_SIGNALS = "bus signals whose mask bits no source confirms; not modelled"
 # event -> why it reads 0 (every mask bit the clock model does not drive)
 ZERO_REASON: dict[str, str] = {
@@ -114,8 +115,8 @@ ZERO_REASON: dict[str, str] = {
     "TC_misc": "no model of trace-cache flushes",
     "memory_cancel": _NO_MEMORY,
     "MOB_load_replay": _NO_MEMORY,
-    "IOQ_allocation": _NO_BUS, "IOQ_active_entries": _NO_BUS,
-    "BSQ_allocation": _NO_BUS, "bsq_active_entries": _NO_BUS, "b2b_cycles": _BUS_SIGNALS,
+    "IOQ_active_entries": _NO_OCCUPANCY, "bsq_active_entries": _NO_OCCUPANCY,
+    "b2b_cycles": _BUS_SIGNALS,
     "bnr": _BUS_SIGNALS, "snoop": _BUS_SIGNALS, "response": _BUS_SIGNALS,
     "SSE_input_assist": "no FP-assist model (operand values are not looked at)",
     "x87_assist": "no FP-assist model (operand values are not looked at)",
@@ -141,8 +142,24 @@ HARDWARE_ZERO: dict[tuple[str, str], str] = {
 }
 _OTHER_AGENTS = ("other agents' transfers (another processor, DMA) are not modelled: each "
                  "processor's model sees its own accesses")
+_MEMORY_TYPES = "no memory types (every page is write-back)"
 # mask bits of otherwise modelled events that stay 0
 ZERO_BIT_REASON: dict[tuple[str, str], str] = {
+    # the bus requests' attributes (bus_requests.py): what no modelled request has
+    **{("IOQ_allocation", f"ReqA{k}"): "no source gives the FSB request-type encodings of "
+       "the transactions: only the default type (ReqA0 alone) selects" for k in range(1, 5)},
+    **{("IOQ_allocation", f"MEM_{t}"): _MEMORY_TYPES for t in ("UC", "WC", "WT", "WP")},
+    ("IOQ_allocation", "OTHER"): _OTHER_AGENTS,
+    ("IOQ_allocation", "PREFETCH"): "no prefetches: the memory model fetches no line it was "
+                                    "not asked for",
+    ("BSQ_allocation", "REQ_IO_TYPE"): "no port I/O requests: IN and OUT reach QEMU's "
+                                       "devices, not the memory model",
+    ("BSQ_allocation", "REQ_LOCK_TYPE"): "no bus locks: a LOCK'd access to write-back memory "
+                                         "is a cache lock (SDM Vol. 3A 8.1.4)",
+    ("BSQ_allocation", "REQ_SPLIT_TYPE"): "no partial (8-byte chunk) requests: every "
+                                          "modelled request is a 64-byte line",
+    ("BSQ_allocation", "REQ_ORD_TYPE"): "no source says which requests are ordered",
+    ("BSQ_allocation", "MEM_TYPE0"): _MEMORY_TYPES,
     ("FSB_data_activity", "DRDY_OTHER"): _OTHER_AGENTS,
     ("FSB_data_activity", "DBSY_OTHER"): _OTHER_AGENTS,
     ("memory_cancel", "ST_RB_FULL"): "the model's store buffers have no time: never full",
@@ -201,6 +218,8 @@ def bit_status(event: str, bit: int) -> BitStatus:
     name = ev.mask[bit]
     if not ev.counts:
         return BitStatus(event, bit, name, ZERO, ZERO_REASON.get(event, "never counts"))
+    if ev.selects_requests:
+        return _request_bit_status(ev, bit)
     cid = EV.CLASS_ID[(ev.name, bit)]
     plain, tagged = _features_of(cid, CM.NO_TAGGING), _features_of(cid, _EVERY_TAG)
     feats = plain or tagged
@@ -214,6 +233,20 @@ def bit_status(event: str, bit: int) -> BitStatus:
         exact = all(FEATURE_SOURCE[f][0] for f in feats)
         text = "; ".join(FEATURE_SOURCE[f][1] for f in feats)
     return BitStatus(event, bit, name, EXACT if exact else MODELLED, text)
+
+
+def _request_bit_status(ev, bit: int) -> BitStatus:
+    """A bus-queue event's mask bit: what the requests whose mask has it count from
+    (bus_requests.canonical_mask), or why none does."""
+    name = ev.mask[bit]
+    reqs = [r for r in CM.modelled_requests(ev.name) if BR.canonical_mask(ev.name, r) >> bit & 1]
+    if not reqs:
+        why = ZERO_BIT_REASON.get((ev.name, name)) or ZERO_REASON.get(ev.name, "not modelled")
+        return BitStatus(ev.name, bit, name, ZERO, why)
+    text = ", ".join(f"{r.name} {BR.canonical_mask(ev.name, r):04X}h" for r in reqs)
+    return BitStatus(ev.name, bit, name, MODELLED,
+                     f"in the mask of bus requests (the memory model; \"Bus requests\" above): "
+                     f"{text}")
 
 
 def _wiring(ev) -> str:

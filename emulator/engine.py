@@ -107,10 +107,9 @@ class Engine:
                     self._sel_event[n] = (ev, mask)
                     ti = ev.thread == "TI"
                     t = ((pmu.t0_os[slot], pmu.t0_usr[slot]), (pmu.t1_os[slot], pmu.t1_usr[slot]))
-                    for bit in ev.mask:
-                        if not mask >> bit & 1:  # undocumented mask bits select nothing
-                            continue
-                        cls = EV.CLASS_ID[(ev.name, bit)]
+                    # the mask's bits, or the bus requests it matches (undocumented bits
+                    # select nothing)
+                    for cls in EV.selected_classes(ev, mask, pmu.model.model):
                         for lp in ((0, 1) if ht else (0,)):
                             for priv in (EV.OS, EV.USR):
                                 # TS: the LP's own T-bit for its CPL (Table 18-66); TI: every

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import bus_requests as BR
 from . import tables as T
 
 ALL_MODELS = T.ALL_MODELS
+# the pseudo-bits of the request classes of the bus-queue events (Event.line_bits): above the
+# 16 bits of the ESCR event mask, so they never name a mask bit
+REQUEST_BIT0 = 16
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,32 @@ class Event:
     counts: bool = True  # False: the event only tags uops and never increments (uop_type)
     note: str = ""
 
+    @property
+    def selects_requests(self) -> bool:
+        """Does the mask select bus requests by their attributes (bus_requests.py) rather
+        than add up one class per mask bit?"""
+        return self.name in BR.MATCHERS
+
+    @property
+    def line_bits(self) -> dict:
+        """The event's classes: bit -> name.  Its mask bits; for an event that selects bus
+        requests, one pseudo-bit per request instead (REQUEST_BIT0 + its index)."""
+        if self.selects_requests:
+            return {REQUEST_BIT0 + i: r.name for i, r in enumerate(BR.REQUESTS)}
+        return self.mask
+
     def bit(self, name_or_bit) -> int:
+        """A mask bit (or a request pseudo-bit, line_bits) by name or number."""
+        bits = {**self.mask, **self.line_bits}
         if isinstance(name_or_bit, int):
-            if name_or_bit not in self.mask:
+            if name_or_bit not in bits:
                 raise KeyError(f"{self.name} has no mask bit {name_or_bit}")
             return name_or_bit
-        for k, n in self.mask.items():
+        for k, n in bits.items():
             if n == name_or_bit:
                 return k
         raise KeyError(f"{self.name} has no mask bit {name_or_bit!r}; "
-                       f"known: {', '.join(self.mask.values())}")
+                       f"known: {', '.join(bits.values())}")
 
     def mask_value(self, *names) -> int:
         """Event-mask field value (ESCR[24:9] >> 9) selecting the named bits."""
@@ -172,8 +192,9 @@ def event_for(escr_name: str, select: int, model: int | None = None) -> Event | 
 
 
 # --------------------------------------------------------------------------------------------
-# Event classes: one per (event, documented mask bit) of a counting event.  Activity lines are
-# (class, logical processor, privilege); see docs/emulator.md "Activity".
+# Event classes: one per (event, documented mask bit) of a counting event, and for the
+# bus-queue events one per bus request (Event.line_bits).  Activity lines are (class, logical
+# processor, privilege); see docs/emulator.md "Activity".
 # --------------------------------------------------------------------------------------------
 
 
@@ -193,7 +214,7 @@ class EventClass:
 CLASSES: tuple[EventClass, ...] = tuple(
     EventClass(i, e.name, b, n, e.thread or "TS")
     for i, (e, b, n) in enumerate((e, b, n) for e in EVENTS if e.counts
-                                  for b, n in sorted(e.mask.items())))
+                                  for b, n in sorted(e.line_bits.items())))
 CLASS_ID: dict[tuple[str, int], int] = {(c.event, c.bit): c.id for c in CLASSES}
 NUM_CLASSES = len(CLASSES)
 
@@ -205,6 +226,16 @@ def class_id(event: str, bit) -> int:
     """Class id of `event`'s mask bit (name or number)."""
     e = EVENT_BY_NAME[event]
     return CLASS_ID[(e.name, e.bit(bit))]
+
+
+def selected_classes(ev: Event, mask: int, model: int) -> list[int]:
+    """The classes a counter whose ESCR selects `ev` with event mask `mask` adds up, on CPU
+    model `model`: one per mask bit set (undocumented bits select nothing); for a bus-queue
+    event, one per bus request the mask matches (bus_requests.selects)."""
+    if ev.selects_requests:
+        return [CLASS_ID[(ev.name, REQUEST_BIT0 + i)] for i, r in enumerate(BR.REQUESTS)
+                if BR.selects(ev.name, mask, r, model)]
+    return [CLASS_ID[(ev.name, b)] for b in sorted(ev.mask) if mask >> b & 1]
 
 
 def line_id(cls: int, lp: int, priv: int) -> int:

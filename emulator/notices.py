@@ -8,7 +8,8 @@ makes two uses of the PMU read each other's counts (as they would on silicon).
 - `unmodelled`: an enabled counter whose ESCR selects mask bits the clock model never drives
   (docs/emulator.md; `clockmodel.modelled_classes`): cache, TLB, bus and replay events.  A
   COMPARE+COMPLEMENT filter counts every clock whose input is at most the threshold
-  (SDM Vol. 3B 18.15.5.2, "threshold comparison"), so such a counter is not silent.
+  (SDM Vol. 3B 18.15.5.2, "threshold comparison"), so such a counter is not silent.  For a
+  bus-queue event (bus_requests.py): a mask that selects none of the modelled bus requests.
 - `empty_mask`: an enabled counter whose ESCR selects an event with none of its defined mask
   bits set: it counts nothing, on a Pentium 4 too.  Linux's P4 driver maps `ref-cycles` and
   `stalled-cycles-frontend`/`-backend` to no event, and such a request reaches the PMU as
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import bus_requests as BR
 from . import clockmodel as CM
 from . import coverage as COV
 from . import events as EV
@@ -66,6 +68,8 @@ def unmodelled(pmu, counter: int) -> Notice | None:
     if got is None:
         return None
     escr, ev, mask = got
+    if ev.selects_requests:
+        return _unmatched(pmu, counter, escr, ev, mask)
     bits = [k for k in ev.mask if mask >> k & 1]
     missing = [ev.mask[k] for k in bits if not CM.is_modelled(ev.name, k) and
                (ev.name, ev.mask[k]) not in COV.HARDWARE_ZERO]
@@ -83,14 +87,30 @@ def unmodelled(pmu, counter: int) -> Notice | None:
                   "lists what is modelled)")
 
 
+def _unmatched(pmu, counter: int, escr, ev, mask: int) -> Notice | None:
+    """A notice if a bus-queue event's mask selects none of the requests this emulator
+    models (bus_requests.py: the mask is matched field by field, not summed per bit)."""
+    reqs = CM.modelled_requests(ev.name)
+    if any(BR.selects(ev.name, mask, r, pmu.model.model) for r in reqs):
+        return None
+    name = T.COUNTERS[counter].counter_name
+    have = ", ".join(f"{r.name} {BR.canonical_mask(ev.name, r):04X}h" for r in reqs)
+    what = (f" with mask {mask:04X}h, which selects none of the bus requests this emulator "
+            f"models ({have}): it reads 0" if reqs else
+            ", which this emulator does not model: it reads 0 whatever the guest does")
+    return Notice(("unmodelled", ev.name, mask),
+                  f"counter {counter} ({name}, through {escr.name}) counts {ev.name}{what} "
+                  "(docs/events.md, \"Bus requests\")")
+
+
 def empty_mask(pmu, counter: int) -> Notice | None:
     """A notice if enabled `counter` counts an event with none of its mask bits set."""
     got = _counted_event(pmu, counter)
     if got is None:
         return None
     escr, ev, mask = got
-    if not ev.mask or mask & sum(1 << k for k in ev.mask):
-        return None
+    if not ev.mask or mask & sum(1 << k for k in ev.mask) or ev.selects_requests:
+        return None  # (a bus-queue event's empty mask selects no request: `unmodelled`)
     name = T.COUNTERS[counter].counter_name
     return Notice(("empty_mask", ev.name),
                   f"counter {counter} ({name}, through {escr.name}) counts {ev.name} with "

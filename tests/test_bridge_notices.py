@@ -5,7 +5,8 @@ from __future__ import annotations
 from p4pmu.plugin.bridge import OK, Bridge, Options
 
 FSB_ESCR0, BPU_CCCR0, BPU_COUNTER0 = 0x3A2, 0x360, 0x300
-# IOQ_allocation ALL_READ|ALL_WRITE (no bus-queue model), T0_OS|T0_USR, through FSB_ESCR0
+# IOQ_allocation ALL_READ|ALL_WRITE (no request type, memory type or agent: it selects none of
+# the modelled bus requests), T0_OS|T0_USR, through FSB_ESCR0
 BUS_ESCR, CCCR_ON = (0x03 << 25) | (0x60 << 9) | 0xC, 0x0003_D000
 
 

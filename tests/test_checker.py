@@ -51,10 +51,13 @@ def test_an_escr_nothing_selects_is_found_at_the_end():
 
 
 def test_unmodelled_event():
-    """An event this emulator does not model (a bus-queue event) reads 0: said, not hidden."""
+    """A programming that reads 0 here (a bus-queue event whose mask selects none of the
+    modelled bus requests) is said, not hidden, with the masks that count."""
     bus = escr_value("IOQ_allocation", "ALL_READ", "ALL_WRITE", t0_usr=True)
     found = run([(0x3A2, bus), (0x360, cccr_value(0, "MSR_FSB_ESCR0"))])
     assert "unmodelled" in rules(found), [f.line() for f in found]
+    f = next(f for f in found if f.rule.key == "unmodelled")
+    assert "2841h" in f.text and "Bus requests" in f.fix
 
 
 EXAMPLE_18_2 = [(0x30C, 0), (0x3B8, 0x04000603), (0x36C, 0x04038800), (0x310, 0xFFFFF000),

@@ -31,7 +31,7 @@ from guests.mistakes import CASES, IDLE_WRONG, INSTR
 pytestmark = pytest.mark.guest
 
 C0 = "MSR_CRU_ESCR0"
-BUS = escr_value("IOQ_allocation", "ALL_READ", "ALL_WRITE", t0_usr=True)  # no bus-queue model
+BUS = escr_value("IOQ_allocation", "ALL_READ", "ALL_WRITE", t0_usr=True)  # selects no request
 
 
 def _pmi(s: EvScript, lvt: int) -> None:

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from p4pmu.emulator import bus_requests as BR
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
 from p4pmu.emulator.activity import Activity, ClockKind
@@ -33,6 +34,11 @@ def random_escr(rng, escr_name):
         select = ev.select
         bits = [b for b in ev.mask if _p(rng, 0.5)] or [min(ev.mask)]
         mask = sum(1 << b for b in bits)
+        if ev.selects_requests and _p(rng, 0.6):  # a mask that selects a bus request
+            r = BR.REQUESTS[int(rng.integers(len(BR.REQUESTS)))]
+            mask = BR.canonical_mask(ev.name, r)
+            if _p(rng, 0.3):
+                mask ^= 1 << int(rng.choice(sorted(ev.mask)))  # one field off
         if _p(rng, 0.1):
             mask |= 1 << int(rng.integers(16))  # possibly an undocumented (reserved) bit
     else:
@@ -116,8 +122,7 @@ def build(seed, max_clocks=16):
     for slot, e in enumerate(pmu.escrs):
         ev = EV.event_for(e.name, int(pmu.event_select[slot]))
         if ev is not None and ev.counts:
-            classes.update(EV.CLASS_ID[(ev.name, b)] for b in ev.mask
-                           if pmu.event_mask[slot] >> b & 1)
+            classes.update(EV.selected_classes(ev, int(pmu.event_mask[slot]), model.model))
     classes = sorted(classes)
     kinds = random_kinds(rng, classes, int(rng.integers(1, 6)))
     segments = []

@@ -8,6 +8,7 @@ RDMSR returns) plus the two pieces of hidden state the SDM implies (edge-detecto
 """
 from __future__ import annotations
 
+from p4pmu.emulator import bus_requests as BR
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
 
@@ -63,9 +64,12 @@ class Reference:
             if ev_name == event.name:
                 lines[(event.bit(bit), lp)] = lines.get((event.bit(bit), lp), 0) + value
         total = 0
-        for bit in event.mask:
-            if not mask >> bit & 1:
-                continue
+        if event.selects_requests:  # a bus-queue event: the requests its mask matches
+            bits = [b for b, name in event.line_bits.items()
+                    if BR.selects(event.name, mask, BR.REQUEST_BY_NAME[name], self.model.model)]
+        else:
+            bits = [b for b in event.mask if mask >> b & 1]
+        for bit in bits:
             for lp in self.lps:
                 value = lines.get((bit, lp), 0)
                 if event.thread == "TS":

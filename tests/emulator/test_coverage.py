@@ -39,7 +39,14 @@ def test_known_statuses():
     assert by[("BSQ_cache_reference", "RD_3rdL_MISS")].text == COV.HARDWARE_ZERO[
         ("BSQ_cache_reference", "RD_3rdL_MISS")]
     assert by[("FSB_data_activity", "DRDY_OWN")].status == COV.MODELLED  # the bus model
-    assert by[("IOQ_allocation", "ALL_READ")].text == COV.ZERO_REASON["IOQ_allocation"]
+    # the bus requests: their masks' bits count, the attributes no request has do not
+    assert by[("IOQ_allocation", "ALL_READ")].status == COV.MODELLED
+    assert "read 2821h, rfo 2821h" in by[("IOQ_allocation", "ALL_READ")].text
+    assert by[("IOQ_allocation", "MEM_UC")].status == COV.ZERO
+    assert by[("BSQ_allocation", "REQ_TYPE1")].text.endswith("writeback 328Fh")
+    assert by[("BSQ_allocation", "REQ_LOCK_TYPE")].status == COV.ZERO
+    assert by[("bsq_active_entries", "REQ_LEN0")].text == \
+        COV.ZERO_REASON["bsq_active_entries"]
     assert by[("machine_clear", "SMCLEAR")].status == COV.MODELLED  # self-modifying code
     assert by[("MOB_load_replay", "NO_STA")].status == COV.ZERO
     assert by[("uop_queue_writes", "FROM_TC_BUILD")].status == COV.ZERO
@@ -51,4 +58,4 @@ def test_the_summary_counts_events_and_bits():
     bits = sum(s.status != COV.ZERO for s in sts)
     first = COV.markdown().splitlines()[0]
     assert first.startswith(f"{len(events)} of {len(EV.EVENTS)} events and {bits} of "), first
-    assert len(events) >= 31
+    assert len(events) >= 34

@@ -38,7 +38,9 @@ def test_modelled_classes_are_the_clock_models_lines():
     assert not CM.is_modelled("BSQ_cache_reference", "RD_3rdL_MISS")  # no L3
     assert CM.is_modelled("FSB_data_activity", "DRDY_OWN")  # the bus model
     assert not CM.is_modelled("FSB_data_activity", "DRDY_OTHER")  # no other agent
-    assert not CM.is_modelled("IOQ_allocation", "ALL_READ")  # no bus-queue model
+    assert CM.is_modelled("IOQ_allocation", "ALL_READ")  # the bus requests (bus_requests.py)
+    assert not CM.is_modelled("IOQ_allocation", "MEM_UC")  # no memory types
+    assert not CM.is_modelled("IOQ_active_entries", "ALL_READ")  # no bus timing
     assert CM.is_modelled("replay_event", "NBOGUS")  # through the replay-tagging metrics
     assert not CM.is_modelled("replay_event", "BOGUS")
     assert not CM.is_modelled("uop_type", "TAGLOADS")  # tags, never counts
@@ -49,9 +51,22 @@ def test_unmodelled_event_on_an_enabled_counter():
     p = pmu()
     p.wrmsr(0, FSB_ESCR0, (0x03 << 25) | (0x60 << 9) | 0xC)  # IOQ_allocation ALL_READ|WRITE
     p.wrmsr(0, BPU_CCCR0, cccr(6))
-    n = N.unmodelled(p, 0)
+    n = N.unmodelled(p, 0)  # (no request type, memory type or agent: selects nothing)
     assert n is not None and "IOQ_allocation" in n.text and "reads 0" in n.text
-    assert n.key == ("unmodelled", "IOQ_allocation", ("ALL_READ", "ALL_WRITE"))
+    assert n.key == ("unmodelled", "IOQ_allocation", 0x60)
+    assert "read 2821h, rfo 2821h, writeback 2841h" in n.text
+    p.wrmsr(0, FSB_ESCR0, (0x03 << 25) | (0x2861 << 9) | 0xC)  # every own write-back request
+    assert N.unmodelled(p, 0) is None
+    # BSQ_allocation's mask is an encoding per sub-group: REQ_TYPE0 alone is a read
+    # invalidate of 0 chunks to UC memory, which the model never makes
+    p.wrmsr(0, BSU_ESCR0, (0x05 << 25) | (0x0001 << 9) | 0xC)
+    p.wrmsr(0, BPU_CCCR0, cccr(7))
+    n = N.unmodelled(p, 0)
+    assert n is not None and "mask 0001h" in n.text and N.empty_mask(p, 0) is None
+    p.wrmsr(0, BSU_ESCR0, (0x05 << 25) | (0x328D << 9) | 0xC)  # reads for ownership
+    assert N.unmodelled(p, 0) is None
+    p.wrmsr(0, FSB_ESCR0, (0x03 << 25) | (0x60 << 9) | 0xC)
+    p.wrmsr(0, BPU_CCCR0, cccr(6))
     p.wrmsr(0, FSB_ESCR0, 0x2E00_060C)  # FSB_data_activity DRDY_DRV|DRDY_OWN (bus-cycles)
     assert N.unmodelled(p, 0) is None  # the bus model
     p.wrmsr(0, BPU_CCCR0, cccr(6) & ~ENABLE)
