@@ -10,10 +10,12 @@ per iteration (more than the DTLB holds: one page walk each), `smc` stores into 
 calls (one self-modifying-code machine clear per iteration), `sbuf` loads against buffered
 stores (a replay for a partial overlap and for another start, a cancel for 64 K aliasing),
 `thrash` stores to more lines of one L2 set than it has ways (a bus line read and a
-write-back per store), `tcsweep` runs code in more lines of one set of the trace cache than
-it has ways (a trace-cache miss per block), and `smc`'s store makes its target's line miss the
-trace cache too.  Their expected outcomes come
-from the reference model (emulator/memmodel.py) run over the loops' own accesses and fetches.
+write-back per store) and loads from as many lines of the next set (a line read per load),
+which the bus-queue events BSQ_allocation and IOQ_allocation select by the requests'
+attributes, `tcsweep` runs code in more lines of one set of the trace cache than it has ways
+(a trace-cache miss per block), and `smc`'s store makes its target's line miss the trace cache
+too.  Their expected outcomes come from the reference model (emulator/memmodel.py) run over
+the loops' own accesses and fetches.
 """
 from __future__ import annotations
 
@@ -39,6 +41,13 @@ REPLAY_L1_LOAD_MISS = [(0x3F1, (1 << 24) | (1 << 0)), (0x3F2, 1 << 0)]
 REPLAY_DTLB_LOAD_MISS = [(0x3F1, (1 << 24) | (1 << 2)), (0x3F2, 1 << 0)]
 REPLAY_MOB_LOAD = [(0x3F1, (1 << 24) | (1 << 9)), (0x3F2, 1 << 0)]
 L2_READS = ("RD_2ndL_HITE", "RD_2ndL_HITM", "RD_2ndL_MISS")
+# the bus requests (emulator/bus_requests.py): BSQ_allocation's encodings of a line read, a
+# read for ownership and a write-back (every sub-group must match), IOQ_allocation's fields
+BSQ_LINE = ("REQ_LEN0", "REQ_LEN1", "REQ_CACHE_TYPE", "REQ_DEM_TYPE", "MEM_TYPE1", "MEM_TYPE2")
+BSQ_READ, BSQ_RFO = BSQ_LINE, BSQ_LINE + ("REQ_TYPE0",)
+BSQ_WRITEBACK = BSQ_LINE + ("REQ_TYPE0", "REQ_TYPE1")
+IOQ_OWN_WB = ("ReqA0", "MEM_WB", "OWN")
+BSU0, FSB1 = "MSR_BSU_ESCR0", "MSR_FSB_ESCR1"
 
 SETUPS = [
     Setup("split", [
@@ -52,6 +61,13 @@ SETUPS = [
             complement=True, threshold=0),
         Ctr(13, C2, "replay_event", ("NBOGUS",), os=True, usr=True),
         Ctr(12, C0, "instr_retired", ("NBOGUSNTAG",), os=True, usr=True),
+        # bus requests: line reads (BSQ), every own request (IOQ: both directions)
+        Ctr(0, BSU0, "BSQ_allocation", BSQ_READ, os=True, usr=True),
+        Ctr(1, BSU0, "BSQ_allocation", BSQ_READ, os=True, usr=True, compare=True,
+            threshold=0, edge=True),
+        Ctr(2, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ", "ALL_WRITE"), usr=True),
+        Ctr(3, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ", "ALL_WRITE"), usr=True,
+            compare=True, complement=True, threshold=0),
     ], msr_writes=REPLAY_SPLIT_LD),
     Setup("split2", [
         Ctr(8, S0, "store_port_replay", ("SPLIT_ST",), usr=True),
@@ -61,6 +77,11 @@ SETUPS = [
         Ctr(11, S1, "memory_complete", ("LSC",), os=True, compare=True, complement=True,
             threshold=0, edge=True),
         Ctr(15, C3, "replay_event", ("NBOGUS",), os=True, usr=True),
+        # bus requests: write-backs (BSQ), own reads (IOQ: line reads and RFOs alike)
+        Ctr(0, BSU0, "BSQ_allocation", BSQ_WRITEBACK, usr=True),
+        Ctr(2, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ",), os=True, usr=True),
+        Ctr(3, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ",), os=True, usr=True,
+            compare=True, threshold=1),
     ], msr_writes=REPLAY_SPLIT_ST),
     # instruction fetches: one ITLB look-up per block execution, a hit once the loop's page
     # is in (it is, after the warm-up: the difference of two lengths has no miss)
@@ -114,6 +135,7 @@ SETUPS = [
         Ctr(8, "MSR_DAC_ESCR0", "memory_cancel", ("64K_CONF", "ST_RB_FULL"), os=True,
             usr=True),
         Ctr(13, C2, "replay_event", ("NBOGUS",), os=True, usr=True),
+        Ctr(1, BSU0, "BSQ_allocation", BSQ_RFO, os=True, usr=True),  # reads for ownership
     ], msr_writes=REPLAY_MOB_LOAD),
     # the bus: line reads and write-backs (Linux's bus-cycles: DRDY_DRV|DRDY_OWN, EDGE)
     Setup("bus", [
@@ -219,9 +241,13 @@ def test_memory_events_count_exactly_in_their_clocks(memory, bits, loop):
         assert PLAN.delta(out, "mob", loop, 3, 2) == n2 - n1
         assert PLAN.delta(out, "mob", loop, 0, 8) == n2 - n1
         assert PLAN.delta(out, "mob", loop, 0, 13) == 2 * (n2 - n1)
-    if loop == "thrash":  # 9 line reads for ownership and 9 write-backs per iteration
-        assert PLAN.delta(out, "bus", loop, 0, 0) == 18 * (n2 - n1)
-        assert PLAN.delta(out, "bus", loop, 3, 2) == 9 * (n2 - n1)
+    if loop == "thrash":  # per iteration 9 reads for ownership and 9 write-backs, 9 line reads
+        n = n2 - n1
+        assert PLAN.delta(out, "bus", loop, 0, 0) == 27 * n
+        assert PLAN.delta(out, "bus", loop, 3, 2) == 9 * n
+        for setup, ctr, want in (("split", 0, 9), ("split", 2, 27), ("split2", 0, 9),
+                                 ("split2", 2, 18), ("mob", 1, 9)):
+            assert PLAN.delta(out, setup, loop, 3, ctr) == want * n, (setup, ctr)
     assert not bad, (f"{bits}-bit guest, loop {loop}, {n2} - {n1} iterations: {len(bad)} of "
                      f"{len(rows)} counts differ:\n" + "\n".join(bad))
 

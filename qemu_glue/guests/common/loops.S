@@ -747,7 +747,9 @@ sbuf_body:
 
 /* ---- thrash: stores to 9 lines 256 KB apart, one set of L2 (and of L1) on every part, more
  * lines than its 8 ways: with LRU every store misses L2 (a read for ownership: a bus line
- * read) and replaces the modified sector 8 stores old (a write-back) ------------------- */
+ * read) and replaces the modified sector 8 stores old (a write-back); then loads from 9 lines
+ * of the next set (the next 128-byte sector), likewise: every load misses L2 (a line read)
+ * and replaces a clean sector (no write-back) ----------------------------------------- */
 LOOP(thrash)
 	PROLOGUE
 	movl $thrash_buf, %ebx
@@ -757,6 +759,11 @@ thrash_body:
 	.set off, 0
 	.rept 9
 	movl %eax, off(RBX)
+	.set off, off + 0x40000
+	.endr
+	.set off, 0x80
+	.rept 9
+	movl off(RBX), %edx
 	.set off, off + 0x40000
 	.endr
 	decl %ecx
@@ -808,7 +815,7 @@ pages_buf:				/* pages: 73 pages; sbuf */
 	.skip 73 * 4096
 	.balign 4096
 	.globl thrash_buf
-thrash_buf:				/* thrash: 9 lines 256 KB apart */
-	.skip 8 * 0x40000 + 64
+thrash_buf:				/* thrash: 9 + 9 lines 256 KB apart */
+	.skip 8 * 0x40000 + 0x80 + 64
 
 	.section .note.GNU-stack, "", @progbits
