@@ -14,6 +14,8 @@ checkout).  A build is redone when a source, a flag or the gcc version changes (
                same DIV loop, so hot_a takes 3/4 of their clocks (hotspots.S)
 ``stream N``   freestanding: N passes over an 8 MB buffer, one load per 64-byte line: every
                load misses L1 and L2, every page the DTLB (stream.S: the memory model's counts)
+``wstream N``  the same with a store per line: every store misses L2 (a read for ownership)
+               and, once L2 is full, replaces a modified sector (two lines written back)
 ``chase KB N``  freestanding: N iterations of 8 dependent loads over a ring of KB kilobytes
                with a 1 KB stride (4: L1, 128: L2, 16384: memory): the load-to-use latency
                (chase.S)
@@ -75,6 +77,7 @@ class Workload:
     base: int | None  # link address of a freestanding program (None: a libc program / script)
     variant: str | None = None     # source is a generator: the variant it writes (a .S)
     arches: tuple[str, ...] = ARCHES   # the architectures it is built for
+    defines: tuple[str, ...] = ()  # preprocessor symbols a .S is built with (a variant of it)
 
 
 WORKLOADS = (
@@ -86,6 +89,7 @@ WORKLOADS = (
     Workload("memcomp", "memcomp.S", 0x25000000),
     Workload("strings", "strings.S", 0x26000000),
     Workload("tcsweep", "tcsweep.S", 0x27000000),
+    Workload("wstream", "stream.S", 0x28000000, defines=("STREAM_STORES",)),
     Workload("rt", "rt.c", None),
     Workload("perf-setup", "perf-setup", None),
     Workload("deterministic-all", "deterministic_gen.py", 0x00A00000, "all", ("amd64",)),
@@ -133,7 +137,8 @@ def _stamp(arch: str) -> str:
     for name in sorted({w.source for w in WORKLOADS} | set(EXTRA_SOURCES)):
         h.update(name.encode() + b"\0" + (SRC_DIR / name).read_bytes() + b"\0")
     h.update(repr((FREESTANDING_FLAGS, LIBC_FLAGS, M_FLAG[arch],
-                   [(w.name, w.base, w.variant) for w in WORKLOADS if arch in w.arches])).encode())
+                   [(w.name, w.base, w.variant, w.defines) for w in WORKLOADS
+                    if arch in w.arches])).encode())
     h.update(_gcc_version().encode())
     return h.hexdigest()[:20]
 
@@ -159,7 +164,7 @@ def _compile(w: Workload, arch: str, out: Path) -> None:
     src = _generate(w) if w.variant else SRC_DIR / w.source
     if src.suffix == ".S":
         cmd = ["gcc", M_FLAG[arch], *FREESTANDING_FLAGS, f"-Wl,-Ttext-segment={w.base:#x}",
-               f"-I{SRC_DIR}", "-o", str(out), str(src)]
+               f"-I{SRC_DIR}", *(f"-D{d}" for d in w.defines), "-o", str(out), str(src)]
     elif w.source.endswith(".c"):
         cmd = ["gcc", M_FLAG[arch], *LIBC_FLAGS, "-o", str(out), str(src)]
     else:  # a script
@@ -242,7 +247,13 @@ def add_argument(arch: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """python -m p4pmu.qemu_glue.workloads [--arch A]: build and print the folder."""
     argv = sys.argv[1:] if argv is None else argv
-    arches = ARCHES if not argv else [argv[argv.index("--arch") + 1]]
+    if argv and (len(argv) != 2 or argv[0] != "--arch" or argv[1] not in ARCHES):
+        asked = argv in (["-h"], ["--help"])
+        print(f"usage: python -m p4pmu.qemu_glue.workloads [--arch {'|'.join(ARCHES)}]\n"
+              "build the bundled workloads (both architectures by default) and print their "
+              "folder", file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    arches = ARCHES if not argv else [argv[1]]
     for a in arches:
         print(ensure_built(a, progress=True))
     return 0

@@ -1,5 +1,7 @@
 /* stream N: N passes over an 8 MB buffer, one 4-byte load per 64-byte line: a program whose
- * memory-side counts the memory model fixes (docs/memory-model.md).
+ * memory-side counts the memory model fixes (docs/memory-model.md).  Built with STREAM_STORES
+ * (the workload `wstream`) it stores instead: every store misses L2 (a read for ownership)
+ * and, once L2 is full, each sector it replaces holds two modified lines (two write-backs).
  *
  * Freestanding (no libc): every user access is in this file.  Each pass loads from 131072
  * lines of 2048 pages in address order.  The buffer is 4 times the largest L2 of the CPU
@@ -34,7 +36,11 @@ _start:
         .p2align 6
         .globl  stream_loop, stream_loop_end
 stream_loop:
+#ifdef STREAM_STORES
+        mov     %eax, (SI)
+#else
         mov     (SI), %eax
+#endif
         add     $64, SI
         dec     %edx
         jnz     stream_loop
