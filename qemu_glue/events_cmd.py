@@ -17,6 +17,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 
+from p4pmu.emulator import bus_requests as BR
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
@@ -70,8 +71,12 @@ def perf_bits(ev: EV.Event) -> list[int]:
 
 def default_bits(ev: EV.Event) -> list[int]:
     """The mask bits of a spec that names none: the usable bits this emulator counts, or all
-    usable bits if it counts none of them."""
+    usable bits if it counts none of them; for a bus-queue event, the mask of the requests it
+    counts (bus_requests.default_mask)."""
     usable = perf_bits(ev)
+    mask = _request_default(ev)
+    if mask:
+        return [k for k in usable if mask >> k & 1]
     return [k for k in usable if CM.is_modelled(ev.name, k)] or usable
 
 
@@ -225,6 +230,33 @@ def find_bit(ev: EV.Event, name: str) -> int:
                     + " ".join(n for _, n in sorted(ev.mask.items())))
 
 
+def _request_default(ev: EV.Event) -> int:
+    """A bus-queue event's default mask (0: not one, or it counts no request here)."""
+    if not ev.selects_requests:
+        return 0
+    return BR.default_mask(ev.name, CM.modelled_requests(ev.name))
+
+
+def _request_checks(ev: EV.Event) -> str:
+    """The table column of a bus-queue event for the guest's p4event: its default mask, then
+    care:mask per request it counts (bus_requests.care_mask), in hex; - for other events."""
+    reqs = CM.modelled_requests(ev.name) if ev.selects_requests else ()
+    if not reqs:
+        return "-"
+    return f"{_request_default(ev):x}/" + ",".join(
+        f"{BR.care_mask(ev.name, r):x}:{BR.canonical_mask(ev.name, r):x}" for r in reqs)
+
+
+def request_warning(ev: EV.Event, mask: int) -> str | None:
+    """The warning for a bus-queue event's mask that selects none of the requests this
+    emulator models (on models 2 and later: bus_requests.care_mask)."""
+    reqs = CM.modelled_requests(ev.name)
+    if any(mask & BR.care_mask(ev.name, r) == BR.canonical_mask(ev.name, r) for r in reqs):
+        return None
+    return (f"{ev.name}: mask {mask:04X}h selects none of the bus requests this emulator "
+            "models (on models 0F_02 and later; docs/events.md, Bus requests): counts 0")
+
+
 def spec_warnings(ev: EV.Event, bits: list[int]) -> list[str]:
     """What the user should know about a valid encoding (printed on stderr)."""
     out = []
@@ -233,6 +265,10 @@ def spec_warnings(ev: EV.Event, bits: list[int]) -> list[str]:
                    f"driver rejects it on others)")
     if not ev.counts:
         out.append(f"{ev.name} never counts by itself (it only tags uops for other events)")
+    elif ev.selects_requests and CM.modelled_requests(ev.name):
+        w = request_warning(ev, sum(1 << k for k in bits))
+        if w:
+            out.append(w)
     else:
         dead = [ev.mask[k] for k in bits if not CM.is_modelled(ev.name, k)]
         if dead:
@@ -270,8 +306,10 @@ WIDTH=@WIDTH@
 CCCR=0
 LEGEND='@LEGEND@'
 # One event a line: name in lower case, name, Linux event index (- if none), counts (1/0),
-# the models it is limited to (- for all), then its mask bits as bit:lower:NAME:M:L
-# (M 1 = modelled by this emulator, L 1 = accepted by Linux's P4 driver).
+# the models it is limited to (- for all), for a bus-queue event its default mask and the
+# care:mask pairs of the requests it counts (DEFAULT/C:M,C:M in hex; - for others), then its
+# mask bits as bit:lower:NAME:M:L (M 1 = modelled by this emulator, L 1 = accepted by
+# Linux's P4 driver).
 TABLE='@TABLE@'
 OUT=
 LF='
@@ -302,11 +340,12 @@ split_bit() {
     BM=${r%%:*}; BX=${r#*:}
 }
 
-# find_event LOWER-NAME: sets E_NAME E_IDX E_COUNTS E_MODELS E_BITS; status 1 if unknown
+# find_event LOWER-NAME: sets E_NAME E_IDX E_COUNTS E_MODELS E_REQS E_BITS; status 1 if
+# unknown
 find_event() {
-    while read -r l n i c m b; do
+    while read -r l n i c m q b; do
         if [ "$l" = "$1" ]; then
-            E_NAME=$n; E_IDX=$i; E_COUNTS=$c; E_MODELS=$m; E_BITS=$b
+            E_NAME=$n; E_IDX=$i; E_COUNTS=$c; E_MODELS=$m; E_REQS=$q; E_BITS=$b
             return 0
         fi
     done <<EOF
@@ -344,8 +383,13 @@ event mask for $E_NAME)"
     die "unknown mask bit '$1' of $E_NAME; its bits: $all"
 }
 
-# default_mask: the Linux-accepted bits this emulator counts, else all Linux-accepted bits
+# default_mask: the Linux-accepted bits this emulator counts, else all Linux-accepted bits;
+# a bus-queue event's default mask
 default_mask() {
+    if [ "$E_REQS" != - ]; then
+        MASK=$((0x${E_REQS%%/*}))
+        return
+    fi
     for b in $E_BITS; do
         split_bit "$b"
         [ "$BX" = 1 ] && [ "$BM" = 1 ] && MASK=$((MASK | (1 << K)))
@@ -364,6 +408,14 @@ warnings() {
     fi
     if [ "$E_COUNTS" = 0 ]; then
         warn "$E_NAME never counts by itself (it only tags uops for other events)"
+        return
+    fi
+    if [ "$E_REQS" != - ]; then
+        for q in $(printf '%s' "${E_REQS#*/}" | tr ',' ' '); do
+            [ $((MASK & 0x${q%%:*})) = $((0x${q#*:})) ] && return
+        done
+        warn "$E_NAME: mask $(printf '%04X' "$MASK")h selects none of the bus requests this \
+emulator models (on models 0F_02 and later; docs/events.md, Bus requests): counts 0"
         return
     fi
     dead=
@@ -429,7 +481,7 @@ brief() {
 list() {
     lp=$(lower "$1"); found=; STAR=; exact=
     find_event "$lp" && exact=1
-    while read -r l n i c m b; do
+    while read -r l n i c m q b; do
         if [ -n "$exact" ]; then
             [ "$l" = "$lp" ] || continue
         else
@@ -473,7 +525,7 @@ def _table_line(ev: EV.Event) -> str:
     bits = " ".join(f"{k}:{n.lower()}:{n}:{int(CM.is_modelled(ev.name, k))}:"
                     f"{int(linux_accepts(ev, k))}" for k, n in sorted(ev.mask.items()))
     return f"{ev.name.lower()} {ev.name} {'-' if idx is None else idx} {int(ev.counts)} " \
-           f"{models} {bits}"
+           f"{models} {_request_checks(ev)} {bits}"
 
 
 def guest_script() -> str:
