@@ -17,7 +17,9 @@ Model (documented in docs/guest-events.md):
   outcome, uop classes, loads/stores); uops_retired counts the uops retiring in that clock.
 * A microcoded instruction (more than `ms_rom_above` uops, or a REP string instruction)
   counts one transfer to the microcode ROM in the clock it retires in, and its uops as ROM
-  uops in the clocks they retire in; every other uop was delivered by the trace cache.
+  uops in the clocks they retire in; every other uop came from the trace cache: delivered
+  from it, or, in a block execution whose fetch missed it (`tc_miss`), built into it: every
+  clock of that execution after the bubble is in build mode (`tc_build`).
 * A mispredicted branch is followed by `bp_penalty` clocks without non-bogus retirement; the
   first of them retire `bogus_insns` one-uop bogus instructions, `retire_width` per clock.
 * Halted logical processors produce no clocks.
@@ -78,14 +80,15 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # to (partial overlap, another start) or that alias one modulo 64 KB, the modified lines
 # written back to memory (wb, the bus model's writes); and the ITLB look-ups of
 # the block's instruction fetch that hit and missed and its code lines that missed the trace
-# cache (the code-line record), in the clock of its first instruction.
+# cache (the code-line record), in the clock of its first instruction; and the clocks of a
+# block execution whose fetch missed it: built, not delivered (tc_build, each of them).
 # 0 in every clock of a block's schedule; a block execution's memory outcomes change the
 # clocks they happen in (block_clocks's `mem`; the plugin's per-execution corrections,
 # docs/memory-model.md).
 DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
                "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc",
                "ld_partial", "ld_unalgn", "ld_64k", "wb")
-FETCH_FIELDS = ("itlb_hit", "itlb_miss", "tc_miss")
+FETCH_FIELDS = ("itlb_hit", "itlb_miss", "tc_miss", "tc_build")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
 # A clock's memory fields saturate at 15: every line that reads them is a sum of them, capped
 # at 15 per clock (four input lines, SDM Vol. 3B 18.15.5.2), so a larger value counts the same,
@@ -392,6 +395,9 @@ def block_clocks(insns, outcome=None, params=None, mem=None) -> list[Clock]:
         c = body[at[i]]
         for name, v in fields.items():
             c.f[FI[name]] = min(MEMORY_FIELD_MAX, c.f[FI[name]] + v)
+    if any(fields.get("tc_miss") for fields in (mem or {}).values()):
+        for c in body:  # a trace-cache miss: the execution is built (its bubble is not)
+            c.f[FI["tc_build"]] = 1
     last = insns[-1] if insns else None
     if last is not None and last.branch != BR_NONE:
         taken, predicted = outcome if outcome is not None else (True, True)
@@ -415,7 +421,7 @@ FEATURES = ("instr", "instr_ld", "instr_st", "instr_ldst", "uops", "ld", "st", "
             "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind",
             "running", "ms", "ms_uops", "tc_uops", "instr_x", "instr_cx", "br_x") + FP_FIELDS + \
     MEMORY_FIELDS + \
-    ("dtlb_walks", "l2_rd_miss", "ld_mob")
+    ("dtlb_walks", "l2_rd_miss", "ld_mob", "tc_build_uops", "mode_d", "mode_b", "mode_i")
 NFEAT = len(FEATURES)
 FE = {n: i for i, n in enumerate(FEATURES)}
 
@@ -432,7 +438,16 @@ def features(fields: np.ndarray) -> np.ndarray:
     out[:, FE["dtlb_walks"]] = f[:, FI["dtlb_ld"]] + f[:, FI["dtlb_st"]]
     out[:, FE["l2_rd_miss"]] = f[:, FI["l2_ld"]] + f[:, FI["l2_rfo"]]
     out[:, FE["ld_mob"]] = f[:, FI["ld_partial"]] + f[:, FI["ld_unalgn"]]
-    out[:, FE["tc_uops"]] = f[:, FI["uops"]] - f[:, FI["ms_uops"]]
+    # the trace cache's uops, delivered or built; the trace cache's mode in the clock: I
+    # (inactive) while the microcode ROM delivers, else B in a built execution, else D
+    build = f[:, FI["tc_build"]] > 0
+    rom = f[:, FI["ms_uops"]] > 0
+    tc = f[:, FI["uops"]] - f[:, FI["ms_uops"]]
+    out[:, FE["tc_uops"]] = tc * ~build
+    out[:, FE["tc_build_uops"]] = tc * build
+    out[:, FE["mode_i"]] = rom
+    out[:, FE["mode_b"]] = ~rom & build
+    out[:, FE["mode_d"]] = ~rom & ~build
     br = f[:, FI["br"]]
     isbr = br != BR_NONE
     t = f[:, FI["taken"]] > 0
@@ -487,12 +502,13 @@ _DIRECT = {
     ("instr_completed", "NBOGUS"): "instr", ("instr_completed", "BOGUS"): "bogus_instr",
     # the front end: transfers to the microcode ROM, and the uops it writes into the uop
     # queue by source (at retirement, non-bogus only: the wrong path's uops are not
-    # delivered in this model; FROM_TC_BUILD needs a trace-cache model and stays 0)
+    # delivered in this model), from the trace cache as it delivers or builds
     ("tc_ms_xfer", "CISC"): "ms",
     # the trace cache's look-ups (the memory model's code-line record): a code line a block
     # fetch does not find is one fetch request of the branch-prediction unit that missed
     ("BPU_fetch_request", "TCMISS"): "tc_miss",
     ("uop_queue_writes", "FROM_TC_DELIVER"): "tc_uops",
+    ("uop_queue_writes", "FROM_TC_BUILD"): "tc_build_uops",
     ("uop_queue_writes", "FROM_ROM"): "ms_uops",
     # the memory side (memmodel.MemorySystem, docs/memory-model.md), in the clock the
     # instruction retires in: split accesses, page walks, L2 reads by result ("read"
@@ -566,10 +582,33 @@ def replay_tagging(pebs_enable: int, matrix_vert: int) -> tuple:
                          for f in REPLAY_FEATURES.get(m.name, ())}))
 
 
+# TC_deliver_mode (SDM Table 19-28): each clock counts in the bit of the pair of the two logical
+# processors' modes, LP 0's first: D deliver, B build, I inactive (halted, or the microcode ROM
+# delivering).  A clock is fed in its own LP's batch, in which the other LP is shown inactive
+# (no second LP, or halted) or active with no events: then delivering, the mode in which it
+# adds nothing (guest-events I8).  PAIR = (own LP, other LP active).
+SINGLE = (0, False)
+PAIRS = ((0, False), (0, True), (1, False), (1, True))
+
+
+def deliver_mode_bits(pair: tuple) -> dict:
+    """{mode feature: TC_deliver_mode bit} for clocks of `pair` (none for I with I)."""
+    lp, other = pair
+    o = "D" if other else "I"
+    out = {}
+    for feat, m in (("mode_d", "D"), ("mode_b", "B"), ("mode_i", "I")):
+        name = m + o if lp == 0 else o + m
+        if name != "II":
+            out[feat] = name
+    return out
+
+
 @functools.lru_cache(maxsize=256)
-def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
-    """(class ids[L], M[NFEAT, L]): the event-class lines of a clock are features @ M.
-    Cached per tagging state: treat the arrays as read-only."""
+def line_matrix(tagging: Tagging = NO_TAGGING, pair: tuple = SINGLE
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(class ids[L], M[NFEAT, L]): the event-class lines of a clock are features @ M, for a
+    clock of logical processor pair[0] with the other LP active (pair[1]) or not.  Cached per
+    tagging state: treat the arrays as read-only."""
     cols: dict[int, np.ndarray] = {}
 
     def add(event, bit, feat, w=1.0):
@@ -579,6 +618,8 @@ def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
 
     for (event, bit), feat in _DIRECT.items():
         add(event, bit, feat)
+    for feat, bit in deliver_mode_bits(pair).items():
+        add("TC_deliver_mode", bit, feat)
     tl, ts = float(tagging.tag_loads), float(tagging.tag_stores)
     # tagged instructions = TL*instr_ld + TS*instr_st - TL*TS*instr_ldst
     add("instr_retired", "NBOGUSNTAG", "instr")
@@ -615,31 +656,41 @@ def line_matrix(tagging: Tagging = NO_TAGGING) -> tuple[np.ndarray, np.ndarray]:
 # are: the plugin may then translate without outcome callbacks (docs/guest-events.md, "The
 # outcome-free level").
 OUTCOME_FEATURES = ("bogus_instr", "bogus_uops", "MMNP", "MMNM", "MMTP", "MMTM", "misp",
-                    "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind", "running")
+                    "rmbt_uncond", "rmbt_cond", "rmbt_call", "rmbt_ret", "rmbt_ind", "running",
+                    "mode_d")
 
 
 @functools.lru_cache(maxsize=256)
 def outcome_classes(tagging: Tagging = NO_TAGGING) -> frozenset:
     """The event-class ids whose line reads an outcome feature (OUTCOME_FEATURES) under
-    this tagging."""
-    ids, M = line_matrix(tagging)
-    rows = [FE[f] for f in OUTCOME_FEATURES]
-    dep = (M[rows, :] != 0).any(axis=0)
-    return frozenset(int(i) for i in ids[dep])
+    this tagging (for a clock of any LP pair)."""
+    return _reading(tagging, OUTCOME_FEATURES)
+
+
+def _reading(tagging: Tagging, feats: tuple) -> frozenset:
+    """The event-class ids whose line reads one of `feats` under `tagging`, for any PAIRS."""
+    out = set()
+    rows = [FE[f] for f in feats]
+    for pair in PAIRS:
+        ids, M = line_matrix(tagging, pair)
+        out.update(int(i) for i in ids[(M[rows, :] != 0).any(axis=0)])
+    return frozenset(out)
 
 
 # Features that depend on the memory model's outcomes: a programming whose counters read
 # none of them needs no memory instrumentation (the plugin's memory level,
 # docs/memory-model.md)
-MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob")
+MEMORY_FEATURES = MEMORY_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob", "tc_uops",
+                                   "tc_build_uops", "mode_d", "mode_b")
 # the features of data accesses and of instruction fetches' ITLB look-ups (the plugin feeds
 # the model each kind only while a counter reads it)
-DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob", "tc_miss")
+DATA_FEATURES = DATA_FIELDS + ("dtlb_walks", "l2_rd_miss", "ld_mob", "tc_miss", "tc_build",
+                               "tc_uops", "tc_build_uops", "mode_d", "mode_b")
 FETCH_FEATURES = ("itlb_hit", "itlb_miss")
 # ... and of the code-line record (the trace cache): stores into fetched code, and fetches
 # that miss it; the model must record the code fetched, and see the stores (a store into
 # recorded code drops its lines: they miss again), so these are also DATA_FEATURES
-CODE_FEATURES = ("smc", "tc_miss")
+CODE_FEATURES = ("smc", "tc_miss", "tc_build", "tc_uops", "tc_build_uops", "mode_d", "mode_b")
 # ... and of loads against the store buffers: the model must also record the stores
 STORE_FEATURES = ("ld_partial", "ld_unalgn", "ld_64k", "ld_mob")
 
@@ -649,10 +700,7 @@ def memory_classes(tagging: Tagging = NO_TAGGING,
                    features: tuple = MEMORY_FEATURES) -> frozenset:
     """The event-class ids whose line reads one of `features` (memory features: all of
     them, DATA_FEATURES or FETCH_FEATURES) under this tagging."""
-    ids, M = line_matrix(tagging)
-    rows = [FE[f] for f in features]
-    dep = (M[rows, :] != 0).any(axis=0)
-    return frozenset(int(i) for i in ids[dep])
+    return _reading(tagging, features)
 
 
 @functools.lru_cache(maxsize=1)
@@ -665,8 +713,8 @@ def modelled_classes() -> frozenset:
     every_tag = Tagging(True, True, tuple((f, 0xF) for f in sorted(
         set(UOP_EVENT_FEATURES.values()))),
         tuple(sorted({f for fs in REPLAY_FEATURES.values() for f in fs})))
-    return frozenset(int(i) for i in line_matrix(NO_TAGGING)[0]) | \
-        frozenset(int(i) for i in line_matrix(every_tag)[0])
+    return frozenset(int(i) for t in (NO_TAGGING, every_tag) for pair in PAIRS
+                     for i in line_matrix(t, pair)[0])
 
 
 def modelled_requests(event: str) -> tuple:
@@ -689,9 +737,10 @@ def is_modelled(event: str, bit) -> bool:
     return EV.CLASS_ID[(e.name, b)] in modelled_classes()
 
 
-def clock_lines(clock: Clock, tagging: Tagging = NO_TAGGING) -> dict:
-    """{(event, mask bit name): value} of one clock (values capped at 15 by the engine)."""
-    ids, M = line_matrix(tagging)
+def clock_lines(clock: Clock, tagging: Tagging = NO_TAGGING, pair: tuple = SINGLE) -> dict:
+    """{(event, mask bit name): value} of one clock of LP pair[0] with the other LP active or
+    not (pair[1]) (values capped at 15 by the engine)."""
+    ids, M = line_matrix(tagging, pair)
     v = features(np.array([clock.f])) @ M
     out = {}
     for j, cid in enumerate(ids):
@@ -706,8 +755,8 @@ def clock_kind(clock: Clock, lp: int = 0, os: bool = False, tagging: Tagging = N
     """The activity.ClockKind of one clock executed by logical processor `lp` at CPL 0 (`os`)
     or CPL 1-3; the other LP (HT only) is shown active/at CPL 0 as given, with no events."""
     from .activity import ClockKind
-    lines = {(e, b, lp): min(15, v) for (e, b), v in clock_lines(clock, tagging).items()
-             if v > 0}
+    lines = {(e, b, lp): min(15, v) for (e, b), v in
+             clock_lines(clock, tagging, (lp, bool(other_active))).items() if v > 0}
     active = [False, False]
     osf = [False, False]
     active[lp], osf[lp] = True, bool(os)

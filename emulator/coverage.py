@@ -53,7 +53,16 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "running": (False, "clocks of the logical processor not halted (the clock model)"),
     "ms": (False, "microcoded instructions: more than ms_rom_above uops, or REP string"),
     "ms_uops": (False, "uops of microcoded instructions"),
-    "tc_uops": (False, "uops of the other instructions"),
+    "tc_uops": (False, "uops not from the microcode ROM, delivered by the trace cache (not in a "
+                       "built block execution: the memory model's code-line record)"),
+    "tc_build_uops": (False, "uops not from the microcode ROM in a block execution whose fetch "
+                             "missed the trace cache: built (the memory model's code-line "
+                             "record)"),
+    "mode_d": (False, "clocks in which the trace cache delivers: not built, no ROM uops (the "
+                      "clock model, the code-line record)"),
+    "mode_b": (False, "clocks of block executions whose fetch missed the trace cache, after "
+                      "the bubble: building (the clock model, the code-line record)"),
+    "mode_i": (False, "clocks in which the microcode ROM delivers uops (the clock model)"),
     "instr_x": (True, "the second count of instructions silicon counts twice (FLDCW, "
                       "FLDENV, FRSTOR, EMMS, MASKMOVQ, SFENCE, MFENCE, CVT(T)PD2PI from "
                       "memory), and one per return to user code after an exception"),
@@ -102,6 +111,7 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
                          "model)"),
     "tc_miss": (False, "code lines block fetches did not find in the trace cache (the memory "
                        "model's code-line record)"),
+    "tc_build": (False, "clocks of block executions built into the trace cache"),
 }
 
 _NO_MEMORY = "no memory-order model (store buffers, the memory order buffer)"
@@ -110,8 +120,6 @@ _NO_OCCUPANCY = ("no bus timing: how long each request stays in the queue (its a
 _BUS_SIGNALS = "bus signals whose mask bits no source confirms; not modelled"
 # event -> why it reads 0 (every mask bit the clock model does not drive)
 ZERO_REASON: dict[str, str] = {
-    "TC_deliver_mode": "no model of the trace cache's modes per clock (its look-ups are "
-                       "modelled: BPU_fetch_request)",
     "TC_misc": "no model of trace-cache flushes",
     "memory_cancel": _NO_MEMORY,
     "MOB_load_replay": _NO_MEMORY,
@@ -124,8 +132,6 @@ ZERO_REASON: dict[str, str] = {
     "WC_Buffer": "no write-combining model",
     "machine_clear": _NO_MEMORY,
     "uop_type": "tags uops, never counts (SDM Table 19-28)",
-    "uop_queue_writes": "no model of the trace cache's build mode: every uop counts as "
-                        "delivered",
     "replay_event": "wrong-path uops are not tagged in this model",
 }
 _NO_L3 = "none of the modelled parts has an L3"
@@ -145,6 +151,9 @@ _OTHER_AGENTS = ("other agents' transfers (another processor, DMA) are not model
 _MEMORY_TYPES = "no memory types (every page is write-back)"
 # mask bits of otherwise modelled events that stay 0
 ZERO_BIT_REASON: dict[tuple[str, str], str] = {
+    ("TC_deliver_mode", "BB"): "each logical processor's batch shows the other one delivering "
+                               "(its mode in that clock is in its own batch): both building is "
+                               "never seen",
     # the bus requests' attributes (bus_requests.py): what no modelled request has
     **{("IOQ_allocation", f"ReqA{k}"): "no source gives the FSB request-type encodings of "
        "the transactions: only the default type (ReqA0 alone) selects" for k in range(1, 5)},
@@ -201,10 +210,16 @@ class BitStatus:
 
 
 def _features_of(cid: int, tagging) -> list[str]:
-    """The features the class's line reads under `tagging` ([]: no line)."""
-    ids, M = CM.line_matrix(tagging)
-    hit = np.flatnonzero(ids == cid)
-    return [CM.FEATURES[f] for f in np.flatnonzero(M[:, hit[0]])] if hit.size else []
+    """The features the class's line reads under `tagging`, for a clock of any pair of
+    logical processors (clockmodel.PAIRS) ([]: no line)."""
+    out = []
+    for pair in CM.PAIRS:
+        ids, M = CM.line_matrix(tagging, pair)
+        hit = np.flatnonzero(ids == cid)
+        if hit.size:
+            out += [CM.FEATURES[f] for f in np.flatnonzero(M[:, hit[0]])
+                    if CM.FEATURES[f] not in out]
+    return out
 
 
 _EVERY_TAG = CM.Tagging(True, True, tuple((f, 0xF) for f in sorted(

@@ -214,7 +214,7 @@ struct pair_hash {
  * execution's end; MX_R_JUNCTION: the final clock's pair, made at the resolution). */
 enum { MX_L_NONE, MX_L_PAIR, MX_L_FIRST };
 enum { MX_R_NONE, MX_R_PAIR, MX_R_LAST, MX_R_JUNCTION };
-#define MX_MAX 256
+#define MX_MAX 1024
 struct mem_fix {
     uint16_t j;
     uint8_t left, right;
@@ -234,6 +234,7 @@ struct mem_exec {
     uint8_t fin[KF_N];
     int resolved; /* its end was resolved: nothing of it is left to fix, but a fold
                             * of that one execution still lists its fixed clocks (mx_listed) */
+    int built;    /* its fetch missed the trace cache: every clock was fixed at its entry */
 };
 
 struct mm_state;

@@ -224,11 +224,12 @@ class Feeder:
         osf = (ext & 1).astype(bool)
         F = self._features(int(kid.max()) + 1)[kid]
         lp = vcpu % self.threads
+        pair = (lp, bool(o.other_active) if self.ht else False)
         cols, blocks = [], []
         for priv, sel in ((EV.OS, osf), (EV.USR, ~osf)):
             if not sel.any():
                 continue
-            ids, M = CM.line_matrix(self._tagging(pmu, lp, priv == EV.OS))
+            ids, M = CM.line_matrix(self._tagging(pmu, lp, priv == EV.OS), pair)
             cols.append(ids * 4 + lp * 2 + priv)
             v = np.zeros((n, ids.shape[0]))
             v[sel] = F[sel] @ M
@@ -633,7 +634,7 @@ class Feeder:
         kid, osf = ext >> 1, (ext & 1).astype(bool)
         cols, blocks = [], []
         for priv, sel in ((EV.OS, osf), (EV.USR, ~osf)):
-            ids, M = CM.line_matrix(self._tagging(pmu, lp, priv == EV.OS))
+            ids, M = CM.line_matrix(self._tagging(pmu, lp, priv == EV.OS), (lp, oth[0]))
             cols.append(ids * 4 + lp * 2 + priv)
             v = np.zeros((K, ids.shape[0]))
             v[sel] = F[kid[sel]] @ M

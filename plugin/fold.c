@@ -433,8 +433,10 @@ int64_t fold_at_access(unsigned vi, struct vcpu_counting *c, uint64_t addr)
     unsigned a = open_start(c, id);
     if ((unsigned)i < pos_insn(a)) i = (int)pos_insn(a);
     /* an access by the block's first instruction: the fetch's memory fields went to that
-     * instruction's clock, which is in neither portion (not counted, like a cut's) */
-    if (i == 0) mem_cut(c, id);
+     * instruction's clock, which is in neither portion (not counted, like a cut's); an
+     * execution built into the trace cache had all its clocks corrected at its entry, the
+     * rest's too: cut as well */
+    if (i == 0 || mem_built(c, id)) mem_cut(c, id);
     acc_portion(&c->batch, b, a, b->n, !dyn_end(b), -1);
     acc_portion(&c->batch, b, a, (unsigned)i, 0, +1);
     const uint32_t *s;

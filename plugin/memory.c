@@ -75,8 +75,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_TC_MISS == KF_N - 1 && KF_SPLIT_LD == KF_N - 21,
-                   "the memory fields are the last 21 clock fields");
+    _Static_assert(KF_TC_BUILD == KF_N - 1 && KF_SPLIT_LD == KF_N - 22,
+                   "the memory fields are the last 22 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;
@@ -172,6 +172,7 @@ static void mx_start(struct vcpu_counting *c, uint32_t id)
     x->last_now = 0;
     x->has_fin = 0;
     x->resolved = 0;
+    x->built = 0;
 }
 
 static uint32_t fixed_kind(const struct mem_exec *x, const struct blk *b, unsigned j)
@@ -354,6 +355,24 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
     fields_at(vi, c, id, i, d);
 }
 
+/* A block execution whose fetch missed the trace cache is built, not delivered
+ * (clockmodel.block_clocks): every clock of it after the bubble gets tc_build, the final one
+ * (a dynamic end's, REP's) when it is resolved.  One fix per clock, on misses only. */
+static void build_clocks(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b)
+{
+    uint8_t d[KF_N];
+    memset(d, 0, KF_N);
+    d[KF_TC_BUILD] = 1;
+    if (!mx_is(c, id)) mx_start(c, id);
+    c->mem.mx.built = 1;
+    for (unsigned j = 1; j < b->nclocks; j++)
+        fix_static(vi, c, id, b, j, d);
+    if (dyn_end(b)) {
+        fields_add(c->mem.mx.fin, d);
+        c->mem.mx.has_fin = 1;
+    }
+}
+
 /* A block execution begins (before its first instruction): its instruction fetch looks up
  * the ITLB once per page its instructions span, and its code lines in the code-line record
  * (the trace cache, which also serves self-modifying code): clockmodel.fetch_fields, in the
@@ -383,6 +402,7 @@ void cb_fetch(unsigned int vi, void *ud)
     d[KF_ITLB_MISS] = (uint8_t)misses;
     d[KF_TC_MISS] = (uint8_t)tc_misses; /* at most MM_CODE_FETCH_LINES */
     fields_at(vi, c, id, 0, d);
+    if (tc_misses) build_clocks(vi, c, id, b);
 }
 
 void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const struct blk *pb,
@@ -460,6 +480,11 @@ void mem_cut(struct vcpu_counting *c, uint32_t id)
     }
     if (x->has_fin) c->mem.dropped++;
     x->b = 0;
+}
+
+int mem_built(const struct vcpu_counting *c, uint32_t id)
+{
+    return mx_is(c, id) && c->mem.mx.built;
 }
 
 void mem_split_before(struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j)

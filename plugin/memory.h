@@ -71,6 +71,9 @@ void mem_split_before(struct vcpu_counting *c, uint32_t id, const struct blk *b,
 /* the execution of block id is cut short: its corrections are undone (its accesses' outcomes
  * are not counted) */
 void mem_cut(struct vcpu_counting *c, uint32_t id);
+/* Is the execution of block id under way built into the trace cache?  (Its clocks were all
+ * corrected at its entry: a PMU access that splits it cuts it, mem_cut.) */
+int mem_built(const struct vcpu_counting *c, uint32_t id);
 /* around a fold: the execution under way keeps its identity and pending final fields; its
  * corrections so far went into the folded batch */
 int mem_fold_begin(const struct vcpu_counting *c);

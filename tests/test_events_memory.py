@@ -68,6 +68,11 @@ SETUPS = [
         Ctr(2, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ", "ALL_WRITE"), usr=True),
         Ctr(3, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ", "ALL_WRITE"), usr=True,
             compare=True, complement=True, threshold=0),
+        # the trace cache's modes and uops: delivering or building (LP 1 absent), and the
+        # clocks in which the microcode ROM delivers (no bit: II)
+        Ctr(4, "MSR_TC_ESCR0", "TC_deliver_mode", ("DI", "BI"), os=True, usr=True),
+        Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_TC_DELIVER", "FROM_TC_BUILD"),
+            usr=True),
     ], msr_writes=REPLAY_SPLIT_LD),
     Setup("split2", [
         Ctr(8, S0, "store_port_replay", ("SPLIT_ST",), usr=True),
@@ -124,6 +129,14 @@ SETUPS = [
         Ctr(14, C3, "machine_clear", ("CLEAR", "MOCLEAR"), usr=True),
         Ctr(15, C3, "machine_clear", ("CLEAR", "MOCLEAR"), usr=True, compare=True,
             threshold=0),
+        # ... and the executions that missed it are built: their clocks (build mode, LP 1
+        # absent) and the uops the trace cache builds
+        Ctr(4, "MSR_TC_ESCR0", "TC_deliver_mode", ("BI",), os=True, usr=True),
+        Ctr(5, "MSR_TC_ESCR0", "TC_deliver_mode", ("BI",), os=True, usr=True, compare=True,
+            threshold=0, edge=True),
+        Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_TC_BUILD",), usr=True),
+        Ctr(7, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_TC_BUILD",), usr=True,
+            compare=True, complement=True, threshold=0),
     ]),
     # the store buffers: MOB replays, 64 K aliasing cancels, the MOB replay metric
     Setup("mob", [
@@ -236,6 +249,9 @@ def test_memory_events_count_exactly_in_their_clocks(memory, bits, loop):
     if loop == "tcsweep":  # 9 lines of one set of the trace cache: 9 misses per iteration
         assert PLAN.delta(out, "smc", loop, 0, 0) == 9 * (n2 - n1)
         assert PLAN.delta(out, "smc", loop, 3, 2) == 9 * (n2 - n1)
+        # ... so its 9 block executions are built: one run of build-mode clocks each
+        assert PLAN.delta(out, "smc", loop, 0, 5) == 9 * (n2 - n1)
+        assert PLAN.delta(out, "smc", loop, 3, 6) >= 9 * (n2 - n1)
     if loop == "sbuf":  # one replay of each kind and one 64 K aliasing cancel per iteration
         assert PLAN.delta(out, "mob", loop, 0, 0) == 2 * (n2 - n1)
         assert PLAN.delta(out, "mob", loop, 3, 2) == n2 - n1

@@ -49,7 +49,11 @@ def test_known_statuses():
         COV.ZERO_REASON["bsq_active_entries"]
     assert by[("machine_clear", "SMCLEAR")].status == COV.MODELLED  # self-modifying code
     assert by[("MOB_load_replay", "NO_STA")].status == COV.ZERO
-    assert by[("uop_queue_writes", "FROM_TC_BUILD")].status == COV.ZERO
+    # the trace cache: built block executions (the code-line record), modes per clock
+    assert by[("uop_queue_writes", "FROM_TC_BUILD")].status == COV.MODELLED
+    assert by[("TC_deliver_mode", "BI")].status == COV.MODELLED
+    assert by[("TC_deliver_mode", "IB")].status == COV.MODELLED  # LP 1 with LP 0 halted
+    assert by[("TC_deliver_mode", "BB")].status == COV.ZERO
 
 
 def test_the_summary_counts_events_and_bits():
