@@ -368,7 +368,8 @@ def expect_delta(model: LoopModel, setup, ctr, loop: str, ring: int, n1: int, n2
             total += bl["instr_retired.BOGUSNTAG"]  # no re-started instructions: the same
         elif ev_name in ("instr_retired", "uops_retired", "retired_branch_type",
                          "instr_completed", "tc_ms_xfer", "uop_queue_writes"):
-            total += lines[key]  # uop_queue_writes.FROM_TC_BUILD: 0 (no trace-cache model)
+            # (uop_queue_writes.FROM_TC_BUILD: 0, these loops fit in the trace cache)
+            total += lines[key]
         else:
             raise AssertionError(f"no expectation rule for {key}")
     return total
