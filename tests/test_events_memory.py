@@ -29,7 +29,7 @@ from p4pmu.qemu_glue.guests import build as guest_build
 from guests.evexpect import ClockOracle, LoopModel, blocks_of, oracle_mismatches
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import parse_events
-from guests.loops import TRACEABLE, TRACEABLE_MEMORY
+from guests.loops import TRACEABLE_MEMORY
 
 pytestmark = pytest.mark.guest
 
@@ -68,11 +68,6 @@ SETUPS = [
         Ctr(2, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ", "ALL_WRITE"), usr=True),
         Ctr(3, FSB1, "IOQ_allocation", IOQ_OWN_WB + ("ALL_READ", "ALL_WRITE"), usr=True,
             compare=True, complement=True, threshold=0),
-        # the trace cache's modes and uops: delivering or building (LP 1 absent), and the
-        # clocks in which the microcode ROM delivers (no bit: II)
-        Ctr(4, "MSR_TC_ESCR0", "TC_deliver_mode", ("DI", "BI"), os=True, usr=True),
-        Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_TC_DELIVER", "FROM_TC_BUILD"),
-            usr=True),
     ], msr_writes=REPLAY_SPLIT_LD),
     Setup("split2", [
         Ctr(8, S0, "store_port_replay", ("SPLIT_ST",), usr=True),
@@ -130,12 +125,14 @@ SETUPS = [
         Ctr(15, C3, "machine_clear", ("CLEAR", "MOCLEAR"), usr=True, compare=True,
             threshold=0),
         # ... and the executions that missed it are built: their clocks (build mode, LP 1
-        # absent) and the uops the trace cache builds
+        # absent), the uops the trace cache builds and delivers, and the clocks in which it
+        # delivers or builds (not those of the microcode ROM: II, no bit)
         Ctr(4, "MSR_TC_ESCR0", "TC_deliver_mode", ("BI",), os=True, usr=True),
         Ctr(5, "MSR_TC_ESCR0", "TC_deliver_mode", ("BI",), os=True, usr=True, compare=True,
             threshold=0, edge=True),
-        Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_TC_BUILD",), usr=True),
-        Ctr(7, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_TC_BUILD",), usr=True,
+        Ctr(6, "MSR_MS_ESCR1", "uop_queue_writes", ("FROM_TC_BUILD", "FROM_TC_DELIVER"),
+            usr=True),
+        Ctr(7, "MSR_TC_ESCR1", "TC_deliver_mode", ("DI", "BI"), os=True, usr=True,
             compare=True, complement=True, threshold=0),
     ]),
     # the store buffers: MOB replays, 64 K aliasing cancels, the MOB replay metric
@@ -160,7 +157,11 @@ SETUPS = [
     ]),
 ]
 
-PLAN = Plan(SETUPS, list(TRACEABLE) + list(TRACEABLE_MEMORY), rings=(0, 3), ns=(60, 600))
+# the memory patterns, and of the other loops those whose instructions differ in kind (plain,
+# loads and stores, calls, indirect branches, microcode, x87): each must leave the memory
+# events alone.  A measurement costs its PMU accesses, whatever the iterations.
+CONTROL_LOOPS = ("nop4", "alu", "callret", "indirect", "mem", "ucode", "x87", "split")
+PLAN = Plan(SETUPS, list(CONTROL_LOOPS) + list(TRACEABLE_MEMORY), rings=(0, 3), ns=(60, 600))
 def _ebx_access(insn, ebx: int | None):
     """(address, size, store) of a pattern loop's `mov` between a 32- or 16-bit register and memory
     through %ebx/%rbx (whose value the loop set with a `mov $imm`), or None (the prologue's
@@ -229,7 +230,7 @@ def memory(run_guest):
     return get
 
 
-@pytest.mark.parametrize("loop", TRACEABLE + TRACEABLE_MEMORY)
+@pytest.mark.parametrize("loop", CONTROL_LOOPS + TRACEABLE_MEMORY)
 @pytest.mark.parametrize("bits", (32, 64))
 def test_memory_events_count_exactly_in_their_clocks(memory, bits, loop):
     out, oracle = memory(bits)
@@ -251,7 +252,6 @@ def test_memory_events_count_exactly_in_their_clocks(memory, bits, loop):
         assert PLAN.delta(out, "smc", loop, 3, 2) == 9 * (n2 - n1)
         # ... so its 9 block executions are built: one run of build-mode clocks each
         assert PLAN.delta(out, "smc", loop, 0, 5) == 9 * (n2 - n1)
-        assert PLAN.delta(out, "smc", loop, 3, 6) >= 9 * (n2 - n1)
     if loop == "sbuf":  # one replay of each kind and one 64 K aliasing cancel per iteration
         assert PLAN.delta(out, "mob", loop, 0, 0) == 2 * (n2 - n1)
         assert PLAN.delta(out, "mob", loop, 3, 2) == n2 - n1
