@@ -4,8 +4,8 @@ BSQ_allocation, bsq_active_entries, IOQ_allocation, IOQ_active_entries).
 
 Every other event's mask is a set of classes whose lines add up.  A bus-queue event's mask is a
 pattern instead: a request counts when its attributes match the mask, field by field (an AND of
-fields), so these events have one event class per *request* (events.REQUEST_CLASSES), and the
-counting engine selects the requests a mask matches (engine.Engine.refresh).
+fields), so these events have one event class per *request* (events.Event.line_bits), and
+the counting engine selects the requests a mask matches (events.selected_classes).
 
 The requests (docs/memory-model.md): one per 64-byte line the L2 reads for a load that missed it
 (`read`), one per line it reads for ownership for a store that missed it (`rfo`), one per
@@ -126,6 +126,12 @@ def canonical_mask(event: str, r: BusRequest) -> int:
     return getattr(r, CANONICAL[event])
 
 
+def mask_list(event: str, requests) -> str:
+    """The requests and the masks of `event` that select them, for messages and docs:
+    "read 328Ch, rfo 328Dh, writeback 328Fh"."""
+    return ", ".join(f"{r.name} {canonical_mask(event, r):04X}h" for r in requests)
+
+
 def care_mask(event: str, r: BusRequest) -> int:
     """The bits of a mask that decide whether `event` selects `r` on models 2 and later:
     it does iff mask & care_mask == canonical_mask (a form the guest's p4event tests in sh).
@@ -151,4 +157,5 @@ def default_mask(event: str, requests) -> int:
 
 
 __all__ = ["BusRequest", "REQUESTS", "REQUEST_BY_NAME", "MATCHERS", "selects", "selected",
-           "canonical_mask", "care_mask", "default_mask", "bsq_selects", "ioq_selects"]
+           "canonical_mask", "mask_list", "care_mask", "default_mask", "bsq_selects",
+           "ioq_selects"]

@@ -258,10 +258,9 @@ def _request_bit_status(ev, bit: int) -> BitStatus:
     if not reqs:
         why = ZERO_BIT_REASON.get((ev.name, name)) or ZERO_REASON.get(ev.name, "not modelled")
         return BitStatus(ev.name, bit, name, ZERO, why)
-    text = ", ".join(f"{r.name} {BR.canonical_mask(ev.name, r):04X}h" for r in reqs)
     return BitStatus(ev.name, bit, name, MODELLED,
                      f"in the mask of bus requests (the memory model; \"Bus requests\" above): "
-                     f"{text}")
+                     f"{BR.mask_list(ev.name, reqs)}")
 
 
 def _wiring(ev) -> str:

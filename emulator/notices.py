@@ -94,9 +94,8 @@ def _unmatched(pmu, counter: int, escr, ev, mask: int) -> Notice | None:
     if any(BR.selects(ev.name, mask, r, pmu.model.model) for r in reqs):
         return None
     name = T.COUNTERS[counter].counter_name
-    have = ", ".join(f"{r.name} {BR.canonical_mask(ev.name, r):04X}h" for r in reqs)
     what = (f" with mask {mask:04X}h, which selects none of the bus requests this emulator "
-            f"models ({have}): it reads 0" if reqs else
+            f"models ({BR.mask_list(ev.name, reqs)}): it reads 0" if reqs else
             ", which this emulator does not model: it reads 0 whatever the guest does")
     return Notice(("unmodelled", ev.name, mask),
                   f"counter {counter} ({name}, through {escr.name}) counts {ev.name}{what} "

@@ -249,9 +249,10 @@ def _request_checks(ev: EV.Event) -> str:
 
 def request_warning(ev: EV.Event, mask: int) -> str | None:
     """The warning for a bus-queue event's mask that selects none of the requests this
-    emulator models (on models 2 and later: bus_requests.care_mask)."""
+    emulator models on models 2 and later (the guest's p4event tests the same with
+    bus_requests.care_mask)."""
     reqs = CM.modelled_requests(ev.name)
-    if any(mask & BR.care_mask(ev.name, r) == BR.canonical_mask(ev.name, r) for r in reqs):
+    if any(BR.selects(ev.name, mask, r, 2) for r in reqs):
         return None
     return (f"{ev.name}: mask {mask:04X}h selects none of the bus requests this emulator "
             "models (on models 0F_02 and later; docs/events.md, Bus requests): counts 0")
