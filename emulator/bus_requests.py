@@ -41,9 +41,12 @@ IOQ_OWN, IOQ_OTHER, IOQ_PREFETCH = 1 << 13, 1 << 14, 1 << 15
 @dataclass(frozen=True)
 class BusRequest:
     """One kind of bus request: its name, the clock-model feature that counts it per clock
-    (clockmodel.FEATURES), and its attributes."""
+    (clockmodel.FEATURES), the one that counts it per clock it is active in the bus queues
+    (None: it never holds up the processor, so the model gives it no time), and its
+    attributes."""
     name: str
     feature: str
+    active: str | None
     bsq_type: int  # REQ_TYPE
     write: bool  # IOQ: ALL_WRITE, else ALL_READ
     length: int = BSQ_LEN_8_CHUNKS  # REQ_LEN: a 64-byte line is 8 chunks of 8 bytes
@@ -67,9 +70,9 @@ class BusRequest:
 
 
 REQUESTS: tuple[BusRequest, ...] = (
-    BusRequest("read", "l2_ld", BSQ_READ, write=False),
-    BusRequest("rfo", "l2_rfo", BSQ_READ_INVALIDATE, write=False),
-    BusRequest("writeback", "wb", BSQ_WRITEBACK, write=True),
+    BusRequest("read", "l2_ld", "rd_active", BSQ_READ, write=False),
+    BusRequest("rfo", "l2_rfo", None, BSQ_READ_INVALIDATE, write=False),
+    BusRequest("writeback", "wb", None, BSQ_WRITEBACK, write=True),
 )
 REQUEST_BY_NAME = {r.name: r for r in REQUESTS}
 

@@ -63,6 +63,9 @@ PARAMS = {
     "stall_l2": TM.CORE_TIMING[TM.DEFAULT_CORE].l2_load - TM.CORE_TIMING[TM.DEFAULT_CORE].l1_load,
     "stall_mem": TM.CORE_TIMING[TM.DEFAULT_CORE].mem_load - TM.CORE_TIMING[TM.DEFAULT_CORE].l1_load,
     "stall_walk": TM.CORE_TIMING[TM.DEFAULT_CORE].dtlb_walk,
+    # ... and the bus queues hold a load's line read while it waits for memory: one active
+    # entry in one of every `queue_update` of its stall clocks (timing.CoreTiming)
+    "queue_update": TM.CORE_TIMING[TM.DEFAULT_CORE].queue_update,
 }
 
 # Branch kinds (IC.Insn.branch and the BR field of a clock)
@@ -78,7 +81,8 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # (uops) that missed L1, L2 or the DTLB (what replay tagging tags), self-modifying-code
 # machine clears of stores into fetched code (smc), loads a buffered store could not forward
 # to (partial overlap, another start) or that alias one modulo 64 KB, the modified lines
-# written back to memory (wb, the bus model's writes); and the ITLB look-ups of
+# written back to memory (wb, the bus model's writes), a bus read the bus queues hold in this
+# clock (rd_active: a stall clock of a load's L2 miss, timing=memory); and the ITLB look-ups of
 # the block's instruction fetch that hit and missed and its code lines that missed the trace
 # cache (the code-line record), in the clock of its first instruction; and the clocks of a
 # block execution whose fetch missed it: built, not delivered (tc_build, each of them).
@@ -87,7 +91,7 @@ BR_CODE = {n: i for i, n in enumerate(BR_NAMES)}
 # docs/memory-model.md).
 DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite", "l2_hitm",
                "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc",
-               "ld_partial", "ld_unalgn", "ld_64k", "wb")
+               "ld_partial", "ld_unalgn", "ld_64k", "wb", "rd_active")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss", "tc_miss", "tc_build")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
 # A clock's memory fields saturate at 15: every line that reads them is a sum of them, capped
@@ -389,7 +393,10 @@ def block_clocks(insns, outcome=None, params=None, mem=None) -> list[Clock]:
     instruction retires in."""
     p = dict(PARAMS, **(params or {}))
     stall = sum(memory_stall(fields, p) for fields in (mem or {}).values())
-    clocks = [Clock() for _ in range(p["bubble"] + stall)]  # timing=memory: after the bubble
+    active = sum(queue_active(fields, p) for fields in (mem or {}).values())
+    # timing=memory: the stalls after the bubble, those in which the bus queues hold a read last
+    clocks = [Clock() for _ in range(p["bubble"] + stall - active)] + \
+        [active_clock() for _ in range(active)]
     body, at = schedule_retiring(insns, p)
     for i, fields in (mem or {}).items():
         c = body[at[i]]
@@ -475,6 +482,10 @@ UOP_EVENT_FEATURES = {
     ("x87_SIMD_moves_uop", 4): "movld",
 }
 
+# the bus queues' occupancy events (one count per active entry per clock) and the allocation
+# event of the same queue and mask (SDM Table 19-28: "must be used together with")
+ALLOCATION_OF = {"bsq_active_entries": "BSQ_allocation", "IOQ_active_entries": "IOQ_allocation"}
+ACTIVE_EVENTS = tuple(ALLOCATION_OF)
 # (event, mask bit name) -> feature, for the lines that do not depend on tagging
 _DIRECT = {
     ("uops_retired", "NBOGUS"): "uops", ("uops_retired", "BOGUS"): "bogus_uops",
@@ -533,11 +544,11 @@ _DIRECT = {
     ("FSB_data_activity", "DBSY_OWN"): "l2_rd_miss",
     ("FSB_data_activity", "DRDY_DRV"): "wb", ("FSB_data_activity", "DBSY_DRV"): "wb",
     # the bus queues' allocations: one per request (bus_requests.REQUESTS), by its kind; the
-    # mask selects requests by their attributes (engine: events.selected_classes).  Their
-    # occupancy per clock (bsq_active_entries, IOQ_active_entries) needs the requests' time
-    # on the bus, which the model does not have
+    # mask selects requests by their attributes (engine: events.selected_classes) ...
     **{(event, r.name): r.feature for event in ("BSQ_allocation", "IOQ_allocation")
        for r in BR.REQUESTS},
+    # ... and their occupancy per clock: the requests a load waits for (queue_active)
+    **{(event, r.name): r.active for event in ACTIVE_EVENTS for r in BR.REQUESTS if r.active},
 }
 
 
@@ -693,6 +704,8 @@ FETCH_FEATURES = ("itlb_hit", "itlb_miss")
 CODE_FEATURES = ("smc", "tc_miss", "tc_build", "tc_uops", "tc_build_uops", "mode_d", "mode_b")
 # ... and of loads against the store buffers: the model must also record the stores
 STORE_FEATURES = ("ld_partial", "ld_unalgn", "ld_64k", "ld_mob")
+# ... and of the memory's time: what only timing=memory makes (its stall clocks)
+TIMING_FEATURES = ("rd_active",)
 
 
 @functools.lru_cache(maxsize=256)
@@ -770,7 +783,8 @@ def core_params(core: str, **kw) -> dict:
     t = TM.CORE_TIMING[core]
     return with_params(**dict({"bp_penalty": t.bp_penalty, "stall_l2": t.l2_load - t.l1_load,
                                "stall_mem": t.mem_load - t.l1_load,
-                               "stall_walk": t.dtlb_walk}, **kw))
+                               "stall_walk": t.dtlb_walk,
+                               "queue_update": t.queue_update}, **kw))
 
 
 def memory_stall(fields: dict, params=None) -> int:
@@ -782,6 +796,23 @@ def memory_stall(fields: dict, params=None) -> int:
         return 0
     return (fields.get("l2_hite", 0) + fields.get("l2_hitm", 0)) * p["stall_l2"] + \
         fields.get("l2_ld", 0) * p["stall_mem"] + fields.get("dtlb_ld", 0) * p["stall_walk"]
+
+
+def queue_active(fields: dict, params=None) -> int:
+    """timing=memory: how many of the clocks a load's memory fields add (memory_stall) see a
+    bus read active in the bus queues (bsq_active_entries, IOQ_active_entries): its L2 misses'
+    memory latency, one update of the queues' counts every `queue_update` clocks."""
+    p = dict(PARAMS, **(params or {}))
+    if not p["memory_timing"]:
+        return 0
+    return fields.get("l2_ld", 0) * p["stall_mem"] // p["queue_update"]
+
+
+def active_clock() -> Clock:
+    """A stall clock in which the bus queues hold one read (queue_active)."""
+    c = Clock()
+    c.f[FI["rd_active"]] = 1
+    return c
 
 
 def with_params(**kw) -> dict:
@@ -799,4 +830,5 @@ __all__ = ["PARAMS", "Predictor", "Clock", "schedule", "block_clocks", "branch_c
            "MEMORY_FEATURES", "memory_classes", "memory_fields", "schedule_retiring",
            "DATA_FIELDS", "FETCH_FIELDS", "DATA_FEATURES", "FETCH_FEATURES", "fetch_fields",
            "CODE_FEATURES", "STORE_FEATURES", "RETURN_TAIL", "return_tail_clock", "core_params",
-           "self_loop", "memory_stall", "modelled_requests"]
+           "self_loop", "memory_stall", "queue_active", "active_clock", "modelled_requests",
+           "TIMING_FEATURES"]

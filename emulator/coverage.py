@@ -112,11 +112,14 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "tc_miss": (False, "code lines block fetches did not find in the trace cache (the memory "
                        "model's code-line record)"),
     "tc_build": (False, "clocks of block executions built into the trace cache"),
+    "rd_active": (False, "clocks a load waits for its line from memory, once per update of the "
+                         "queue's count (timing=memory; the memory model)"),
 }
 
 _NO_MEMORY = "no memory-order model (store buffers, the memory order buffer)"
-_NO_OCCUPANCY = ("no bus timing: how long each request stays in the queue (its allocations "
-                 "are modelled: BSQ_allocation, IOQ_allocation)")
+_NO_OCCUPANCY = ("only loads wait for their bus requests in this model (timing=memory): a "
+                 "store's read for ownership and a write-back hold up nothing, and the model "
+                 "gives them no time in the queues")
 _BUS_SIGNALS = "bus signals whose mask bits no source confirms; not modelled"
 # event -> why it reads 0 (every mask bit the clock model does not drive)
 ZERO_REASON: dict[str, str] = {
@@ -256,11 +259,18 @@ def _request_bit_status(ev, bit: int) -> BitStatus:
     name = ev.mask[bit]
     reqs = [r for r in CM.modelled_requests(ev.name) if BR.canonical_mask(ev.name, r) >> bit & 1]
     if not reqs:
-        why = ZERO_BIT_REASON.get((ev.name, name)) or ZERO_REASON.get(ev.name, "not modelled")
+        # an occupancy event's bit: no time for the requests its allocations count, else why
+        # its allocations do not count it
+        alloc = CM.ALLOCATION_OF.get(ev.name, ev.name)
+        if alloc != ev.name and _request_bit_status(EV.EVENT_BY_NAME[alloc], bit).status != ZERO:
+            return BitStatus(ev.name, bit, name, ZERO, _NO_OCCUPANCY)
+        why = ZERO_BIT_REASON.get((alloc, name)) or ZERO_REASON.get(ev.name, "not modelled")
         return BitStatus(ev.name, bit, name, ZERO, why)
+    when = (" for the clocks a load waits for it (timing=memory)"
+            if any(r.active for r in reqs) and ev.name in CM.ACTIVE_EVENTS else "")
     return BitStatus(ev.name, bit, name, MODELLED,
                      f"in the mask of bus requests (the memory model; \"Bus requests\" above): "
-                     f"{BR.mask_list(ev.name, reqs)}")
+                     f"{BR.mask_list(ev.name, reqs)}{when}")
 
 
 def _wiring(ev) -> str:

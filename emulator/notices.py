@@ -10,6 +10,9 @@ makes two uses of the PMU read each other's counts (as they would on silicon).
   COMPARE+COMPLEMENT filter counts every clock whose input is at most the threshold
   (SDM Vol. 3B 18.15.5.2, "threshold comparison"), so such a counter is not silent.  For a
   bus-queue event (bus_requests.py): a mask that selects none of the modelled bus requests.
+- `needs_memory_timing`: an enabled counter counting the bus queues' occupancy
+  (bsq_active_entries, IOQ_active_entries) while the plugin's clocks do not charge the
+  memory's latency (timing=core, the default): it reads 0.
 - `empty_mask`: an enabled counter whose ESCR selects an event with none of its defined mask
   bits set: it counts nothing, on a Pentium 4 too.  Linux's P4 driver maps `ref-cycles` and
   `stalled-cycles-frontend`/`-backend` to no event, and such a request reaches the PMU as
@@ -119,10 +122,29 @@ def empty_mask(pmu, counter: int) -> Notice | None:
                   "(docs/linux-guest.md, \"Which perf events count what\")")
 
 
-def programming(pmu, counter: int) -> list[Notice]:
+def needs_memory_timing(pmu, counter: int, memory_timing: bool) -> Notice | None:
+    """A notice if enabled `counter` counts the bus queues' occupancy while the clocks do not
+    include the memory's time (the plugin's timing=core): the requests are active for no
+    clock then, and it reads 0."""
+    got = _counted_event(pmu, counter)
+    if memory_timing or got is None or got[1].name not in CM.ACTIVE_EVENTS:
+        return None
+    escr, ev, _ = got
+    name = T.COUNTERS[counter].counter_name
+    return Notice(("needs_memory_timing", ev.name),
+                  f"counter {counter} ({name}, through {escr.name}) counts {ev.name}: the bus "
+                  "queues hold a request for the clocks a load waits for memory, which only "
+                  "timing=memory charges (p4pmu linux --timing memory, or the plugin option "
+                  "timing=memory); with timing=core it reads 0 (docs/events.md, \"Bus "
+                  "requests\")")
+
+
+def programming(pmu, counter: int, memory_timing: bool = True) -> list[Notice]:
     """What enabled `counter`'s programming makes a user not trust silently (unmodelled
-    mask bits, an empty mask)."""
-    return [n for n in (unmodelled(pmu, counter), empty_mask(pmu, counter)) if n is not None]
+    mask bits, an empty mask, an occupancy event without the memory's time)."""
+    found = (unmodelled(pmu, counter), empty_mask(pmu, counter),
+             needs_memory_timing(pmu, counter, memory_timing))
+    return [n for n in found if n is not None]
 
 
 _SHARED = ("Linux's P4 driver does this to multiplexed perf events: p4_pmu_schedule_events "

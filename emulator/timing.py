@@ -47,6 +47,10 @@ class CoreTiming:
     dtlb_walk: int  # clocks a DTLB miss adds (page-table entries in the caches)
     lock: int  # issue cost of a LOCKed read-modify-write (XCHG with memory included)
     sources: str
+    # clocks between two updates of the bus queues' active-entry counts (SDM Vol. 3B Table
+    # 19-28, bsq_active_entries: every clock before model 3, every other clock on models 3
+    # and 4; model 6 is the same core as 4): 1 Northwood, 2 Prescott
+    queue_update: int = 1
 
 
 CORE_TIMING = {
@@ -63,7 +67,8 @@ CORE_TIMING = {
     # "about 100" (Agner P4E).
     "prescott": CoreTiming(pipeline_stages=31, bp_penalty=31, l1_load=4, l2_load=27,
                            mem_load=290, dtlb_walk=36, lock=100,
-                           sources="ITJ 8(1) 2004; Agner P4E; AIDA F43/F44/F62 MemLatX86"),
+                           sources="ITJ 8(1) 2004; Agner P4E; AIDA F43/F44/F62 MemLatX86",
+                           queue_update=2),
 }
 
 
@@ -265,12 +270,12 @@ def x87_masks(cls: str, name: str, loads: int, stores: int) -> tuple[int, int]:
 
 def c_tables() -> str:
     """The C declarations of the per-core constants (plugin/build.py)."""
-    rows = ",\n".join("    {%d, %d, %d, %d, %d, %d} /* %s */" % (
-        t.bp_penalty, t.l1_load, t.l2_load, t.mem_load, t.dtlb_walk, t.lock, c)
+    rows = ",\n".join("    {%d, %d, %d, %d, %d, %d, %d} /* %s */" % (
+        t.bp_penalty, t.l1_load, t.l2_load, t.mem_load, t.dtlb_walk, t.lock, t.queue_update, c)
         for c, t in CORE_TIMING.items())
-    return ("/* per core: bp_penalty, l1_load, l2_load, mem_load, dtlb_walk, lock "
-            "(p4pmu.emulator.timing) */\n"
-            f"static const unsigned short p4_core_timing[{len(CORE_TIMING)}][6] = {{\n"
+    return ("/* per core: bp_penalty, l1_load, l2_load, mem_load, dtlb_walk, lock, "
+            "queue_update (p4pmu.emulator.timing) */\n"
+            f"static const unsigned short p4_core_timing[{len(CORE_TIMING)}][7] = {{\n"
             f"{rows}\n}};\n#define P4_NREGS {NREGS}\n#define P4_REG_X87 {REG_X87}\n")
 
 

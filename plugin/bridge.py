@@ -435,13 +435,18 @@ class Bridge:
             return
         if reg.kind == "cccr":
             self._say(vcpu, notices.cccr_changed_under(pmu, reg.index, old))
-            for n in notices.programming(pmu, reg.index):
+            for n in notices.programming(pmu, reg.index, self._memory_timing):
                 self._say(vcpu, n)
             return
         self._say(vcpu, notices.escr_changed_under(pmu, reg.index, old))
         for c in (pmu.escr_index == reg.index).nonzero()[0]:
-            for n in notices.programming(pmu, int(c)):
+            for n in notices.programming(pmu, int(c), self._memory_timing):
                 self._say(vcpu, n)
+
+    @property
+    def _memory_timing(self) -> bool:
+        """Do the clocks charge the memory's latency (option timing=memory)?"""
+        return getattr(self.options, "timing", "core") == "memory"
 
     def _say(self, vcpu: int, notice) -> None:
         """A warning for the user, once per notice key: stderr (p4pmu linux shows QEMU's

@@ -60,6 +60,7 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     p4.run->stall_l2 = (unsigned)(ct[2] - ct[1]);
     p4.run->stall_mem = (unsigned)(ct[3] - ct[1]);
     p4.run->stall_walk = ct[4];
+    p4.run->queue_update = ct[6] ? ct[6] : 1;
     if (getenv("P4PMU_BRANCH_TRACE"))
         p4.run->branch_trace = fopen(getenv("P4PMU_BRANCH_TRACE"), "w");
     p4.cond_tab->trace = p4.run->branch_trace != NULL;
@@ -82,6 +83,8 @@ int counting_setup(qemu_plugin_id_t id, const struct p4_options *opt, int max_vc
     memset(f, 0, sizeof(f));
     p4.kinds->bubble = kind_intern(f); /* the bubble and an empty stall clock are the same kind */
     p4.kinds->empty = p4.kinds->bubble;
+    f[KF_RD_ACTIVE] = 1;
+    p4.kinds->active = kind_intern(f);
     unsigned b = P4P_BOGUS_INSNS;
     /* the misprediction penalty of the model's core (timing.CoreTiming), or the option's */
     p4.kinds->n_penalty = opt->bp_penalty >= 0 ? (unsigned)opt->bp_penalty : ct[0];

@@ -75,6 +75,8 @@ struct counting_run {
     int mm_model;            /* the CPU model's row of p4_mm_geometry (memory.c) */
     int memory_timing;       /* option timing=memory: loads' misses and page walks cost
                                * clocks (memory.c, docs/timing.md) */
+    unsigned
+        queue_update; /* the bus queues' counts update every so many clocks (timing.CoreTiming) */
     unsigned stall_l2, stall_mem, stall_walk; /* those clocks: an L1 miss that hits L2, an L2
                                                * miss, a DTLB walk (timing.CoreTiming) */
     qemu_plugin_id_t plugin_id;

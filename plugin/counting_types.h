@@ -235,6 +235,8 @@ struct mem_exec {
     int resolved; /* its end was resolved: nothing of it is left to fix, but a fold
                             * of that one execution still lists its fixed clocks (mx_listed) */
     int built;    /* its fetch missed the trace cache: every clock was fixed at its entry */
+    int active;   /* it has stall clocks with a bus read active: they, not the bubble, are the
+                   * left neighbour of its clock 1 (memory.c add_stall) */
 };
 
 struct mm_state;

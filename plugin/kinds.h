@@ -16,7 +16,8 @@ struct kind_table {
     volatile uint32_t n;
     uint32_t hash[2 * MAX_KINDS]; /* kind id + 1, 0 empty */
     uint32_t bubble, empty;       /* bubble clock kind, empty stall clock kind */
-    uint32_t penalty[64];         /* penalty clocks (bogus retirement then empty) */
+    uint32_t active;      /* a stall clock with a bus read active (clockmodel.active_clock) */
+    uint32_t penalty[64]; /* penalty clocks (bogus retirement then empty) */
     unsigned n_penalty;
     int full_warned;   /* the table is full: said once */
     uint32_t rep_full; /* REP: a clock retiring 3 uops and nothing else */

@@ -75,8 +75,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_TC_BUILD == KF_N - 1 && KF_SPLIT_LD == KF_N - 22,
-                   "the memory fields are the last 22 clock fields");
+    _Static_assert(KF_TC_BUILD == KF_N - 1 && KF_SPLIT_LD == KF_N - 23,
+                   "the memory fields are the last 23 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;
@@ -173,6 +173,7 @@ static void mx_start(struct vcpu_counting *c, uint32_t id)
     x->has_fin = 0;
     x->resolved = 0;
     x->built = 0;
+    x->active = 0;
 }
 
 static uint32_t fixed_kind(const struct mem_exec *x, const struct blk *b, unsigned j)
@@ -182,6 +183,13 @@ static uint32_t fixed_kind(const struct mem_exec *x, const struct blk *b, unsign
     }
     if (j == b->nclocks - 1 && x->last_now) return x->last_now - 1;
     return b->seq[j];
+}
+
+/* the kind of the left neighbour of static clock j >= 1 of the execution under way: its clock
+ * j - 1, or for clock 1 the last of its stall clocks with a bus read active if it has any */
+static uint32_t left_kind(const struct mem_exec *x, const struct blk *b, unsigned j)
+{
+    return j == 1 && x->active ? p4.kinds->active : fixed_kind(x, b, j - 1);
 }
 
 uint32_t mem_kind_at(const struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned j)
@@ -248,7 +256,7 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
         }
     } else if (pairs) {
         f->left = MX_L_PAIR;
-        f->lk = fixed_kind(x, b, j - 1);
+        f->lk = left_kind(x, b, j);
         pair_hash_add(&c->batch.pairs, ext(f->lk, os), eo, -1);
         pair_hash_add(&c->batch.pairs, ext(f->lk, os), en, 1);
     } else {
@@ -316,15 +324,62 @@ static unsigned stall_of(const struct mm_outcome *o)
            (unsigned)o->l2_miss * p4.run->stall_mem + (unsigned)o->dtlb_miss * p4.run->stall_walk;
 }
 
-/* n empty clocks in the execution of block b under way, right after its bubble (an empty
- * clock too: the only adjacent pairs they add are empty-empty ones) */
-static void add_stall(unsigned vi, struct vcpu_counting *c, const struct blk *b, unsigned n)
+/* ... and how many of them see the line read active in the bus queues
+ * (clockmodel.queue_active): the memory latency, one per update of the queues' counts */
+static unsigned active_of(const struct mm_outcome *o)
 {
-    uint32_t e = ext(p4.kinds->empty, b->os);
-    acc_add(&c->batch, e, n);
-    if (pairs_wanted(vi)) pair_hash_add(&c->batch.pairs, e, e, n);
+    return (unsigned)o->l2_miss * p4.run->stall_mem / p4.run->queue_update;
+}
+
+/* The first stall clocks with a bus read active of the execution of block id under way:
+ * they come last of its stalls, so they replace the pair (empty, clock 1) by (empty, active),
+ * (active, clock 1) and n - 1 active-active pairs; a fix of clock 1 has them on its left from
+ * now on.  A dynamic final clock 1 gets its left neighbour at its resolution (mem_resolved,
+ * mem_rep_final).  The rest of an execution a PMU access split (fold_at_access) is in
+ * another batch than its clock 1: only active-active pairs there. */
+static void active_pairs(struct vcpu_counting *c, uint32_t id, const struct blk *b, unsigned n)
+{
+    struct mem_exec *x = &c->mem.mx;
+    uint32_t e = ext(p4.kinds->empty, b->os), a = ext(p4.kinds->active, b->os);
+    int split = c->batch.open_b == id && c->batch.open_stamp == en_total(c, id);
+    if (x->active || split) {
+        pair_hash_add(&c->batch.pairs, a, a, n);
+        return;
+    }
+    x->active = 1;
+    pair_hash_add(&c->batch.pairs, e, a, 1);
+    pair_hash_add(&c->batch.pairs, a, a, n - 1);
+    if (b->nclocks == 1) return; /* (a dynamic end right after the bubble) */
+    uint32_t k1 = ext(fixed_kind(x, b, 1), b->os);
+    pair_hash_add(&c->batch.pairs, e, k1, -1);
+    pair_hash_add(&c->batch.pairs, a, k1, 1);
+    for (unsigned i = 0; i < x->n; i++) {
+        if (x->fix[i].j == 1 && x->fix[i].left == MX_L_PAIR) x->fix[i].lk = p4.kinds->active;
+    }
+}
+
+/* n stall clocks in the execution of block id under way, right after its bubble, the last
+ * `active` of them with a bus read active (clockmodel.block_clocks).  The empty ones add only
+ * empty-empty pairs (the bubble is an empty clock too). */
+static void add_stall(unsigned vi, struct vcpu_counting *c, uint32_t id, const struct blk *b,
+                      unsigned n, unsigned active)
+{
+    uint32_t e = ext(p4.kinds->empty, b->os), a = ext(p4.kinds->active, b->os);
+    unsigned idle = n - active;
+    if (idle) acc_add(&c->batch, e, idle);
+    if (active) {
+        if (!mx_is(c, id)) mx_start(c, id);
+        acc_add(&c->batch, a, active);
+    }
+    if (pairs_wanted(vi)) {
+        if (idle) pair_hash_add(&c->batch.pairs, e, e, idle);
+        if (active) active_pairs(c, id, b, active);
+    }
     c->sbase[SB_DEADLINE_CLOCKS] += n;
-    if (c->exact.on) c->sbase[SB_EXACT_EVENTS] += (uint64_t)exact_increment(&p4.exact->sig, e, n);
+    if (c->exact.on) {
+        c->sbase[SB_EXACT_EVENTS] += (uint64_t)(exact_increment(&p4.exact->sig, e, idle) +
+                                                exact_increment(&p4.exact->sig, a, active));
+    }
     c->mem.stall_clocks += n;
 }
 
@@ -348,7 +403,7 @@ void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
         return;
     if (p4.run->memory_timing && !store) {
         unsigned n = stall_of(&o);
-        if (n) add_stall(vi, c, p4.blocks->by_id[id], n);
+        if (n) add_stall(vi, c, id, p4.blocks->by_id[id], n, active_of(&o));
     }
     uint8_t d[KF_N];
     if (!access_fields(&o, store, d)) return;
@@ -419,6 +474,7 @@ void mem_resolved(unsigned vi, struct vcpu_counting *c, uint32_t pid, const stru
         memset(x->fin, 0, KF_N);
     }
     uint32_t last = x->last_now ? x->last_now - 1 : pb->last_k;
+    if (pb->nclocks == 1 && x->active) last = p4.kinds->active; /* (active_pairs) */
     if (fin_now != fin) {
         acc_add(&c->batch, ext(fin, os), -1);
         acc_add(&c->batch, ext(fin_now, os), 1);
@@ -449,6 +505,7 @@ void mem_rep_final(struct vcpu_counting *c, uint32_t pid, const struct blk *pb, 
     struct mem_exec *x = &c->mem.mx;
     if (x->has_fin) fields_add(f, x->fin);
     if (x->last_now) *prev = ext(x->last_now - 1, pb->os);
+    if (pb->nclocks == 1 && x->active) *prev = ext(p4.kinds->active, pb->os); /* (active_pairs) */
     x->resolved = 1;
 }
 
@@ -479,6 +536,17 @@ void mem_cut(struct vcpu_counting *c, uint32_t id)
         c->mem.dropped++;
     }
     if (x->has_fin) c->mem.dropped++;
+    if (x->active && b->nclocks > 1) {
+        /* undo active_pairs' correction: the static pair (empty, clock 1) is back, which the
+         * cut's portions take away or keep; the active clocks stay, paired among themselves */
+        uint32_t e = ext(p4.kinds->empty, os), a = ext(p4.kinds->active, os);
+        uint32_t k1 = ext(b->seq[1], os);
+        pair_hash_add(&c->batch.pairs, a, k1, -1);
+        pair_hash_add(&c->batch.pairs, e, k1, 1);
+        pair_hash_add(&c->batch.pairs, e, a, -1);
+        pair_hash_add(&c->batch.pairs, a, a, 1);
+    }
+    x->active = 0;
     x->b = 0;
 }
 
@@ -516,6 +584,7 @@ void mem_fold_end(struct vcpu_counting *c, int keep)
     /* the fixes are in the folded batch; the last static clock's kind and the final
      * clock's fields stay for the resolution */
     x->n = 0;
+    x->active = 0; /* (its pairs are in the folded batch, as its clock 1) */
     x->stamp = en_total(c, x->b);
     x->folds = c->fold.folds;
 }

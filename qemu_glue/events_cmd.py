@@ -258,6 +258,15 @@ def request_warning(ev: EV.Event, mask: int) -> str | None:
             "models (on models 0F_02 and later; docs/events.md, Bus requests): counts 0")
 
 
+# what an occupancy event (clockmodel.ACTIVE_EVENTS) needs: its requests are active for the
+# clocks loads wait for memory, which only timing=memory charges.  `p4pmu linux` puts
+# MEMORY_TIMING_ARG on the guest kernel's command line when it runs so (the kernel ignores an
+# unknown parameter with a dot), and the guest's p4event does not warn then.
+TIMING_NOTE = ("counts only with timing=memory (p4pmu linux --timing memory): with timing=core "
+               "it reads 0")
+MEMORY_TIMING_ARG = "p4pmu.timing=memory"
+
+
 def spec_warnings(ev: EV.Event, bits: list[int]) -> list[str]:
     """What the user should know about a valid encoding (printed on stderr)."""
     out = []
@@ -266,7 +275,10 @@ def spec_warnings(ev: EV.Event, bits: list[int]) -> list[str]:
                    f"driver rejects it on others)")
     if not ev.counts:
         out.append(f"{ev.name} never counts by itself (it only tags uops for other events)")
-    elif ev.selects_requests and CM.modelled_requests(ev.name):
+        return out
+    if ev.name in CM.ACTIVE_EVENTS:
+        out.append(f"{ev.name} {TIMING_NOTE}")
+    if ev.selects_requests and CM.modelled_requests(ev.name):
         w = request_warning(ev, sum(1 << k for k in bits))
         if w:
             out.append(w)
@@ -411,6 +423,12 @@ warnings() {
         warn "$E_NAME never counts by itself (it only tags uops for other events)"
         return
     fi
+    if [ "$E_COUNTS" = 2 ]; then
+        case " $(cat /proc/cmdline 2>/dev/null) " in
+            *" @TIMING_ARG@ "*) ;;
+            *) warn "$E_NAME @TIMING@";;
+        esac
+    fi
     if [ "$E_REQS" != - ]; then
         for q in $(printf '%s' "${E_REQS#*/}" | tr ',' ' '); do
             [ $((MASK & 0x${q%%:*})) = $((0x${q#*:})) ] && return
@@ -525,7 +543,8 @@ def _table_line(ev: EV.Event) -> str:
     models = "-" if not set(MODELS) - set(model_keys(ev)) else ",".join(model_keys(ev))
     bits = " ".join(f"{k}:{n.lower()}:{n}:{int(CM.is_modelled(ev.name, k))}:"
                     f"{int(linux_accepts(ev, k))}" for k, n in sorted(ev.mask.items()))
-    return f"{ev.name.lower()} {ev.name} {'-' if idx is None else idx} {int(ev.counts)} " \
+    counts = 2 if ev.name in CM.ACTIVE_EVENTS else int(ev.counts)  # 2: with timing=memory
+    return f"{ev.name.lower()} {ev.name} {'-' if idx is None else idx} {counts} " \
            f"{models} {_request_checks(ev)} {bits}"
 
 
@@ -536,7 +555,8 @@ def guest_script() -> str:
     for s in (table, LEGEND):
         assert "'" not in s, "the script quotes these in '...'"
     return (_SCRIPT.replace("@PROG@", GUEST_PROG).replace("@WIDTH@", str(NAME_WIDTH))
-            .replace("@LEGEND@", LEGEND).replace("@TABLE@", table))
+            .replace("@LEGEND@", LEGEND).replace("@TIMING@", TIMING_NOTE)
+            .replace("@TIMING_ARG@", MEMORY_TIMING_ARG).replace("@TABLE@", table))
 
 
 # --------------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from p4pmu.emulator.models import DEFAULT_MODEL, MODELS, CpuModel
 from p4pmu.plugin import bookkeeping_errors
 from p4pmu.qemu_glue import gdb_launch, guest_libraries, linux_terminal
 from p4pmu.qemu_glue.errors import UsageError
+from p4pmu.qemu_glue.events_cmd import MEMORY_TIMING_ARG
 from p4pmu.qemu_glue.gdb_launch import GdbSetup
 from p4pmu.qemu_glue.guest_libraries import LibraryPlan
 from p4pmu.qemu_glue.linux_image import guest_init, pins
@@ -623,7 +624,9 @@ def _boot(a: argparse.Namespace, run: LinuxRun, machine: P4Machine, image: Linux
     files = [f"file,path={machine.pass_fd(w)}" for _, w in pipes]
     uarts = (files[0], terminal.backend(machine), files[1]) if terminal is not None else \
         tuple(files)
-    machine.qemu_args = guest_qemu_args(image, a.smp, a.threads, a.memory, initrd, a.append,
+    append = ([MEMORY_TIMING_ARG] if not a.no_plugin and run.plugin_opts.get("timing") ==
+              "memory" else []) + a.append  # (the guest's p4event reads it)
+    machine.qemu_args = guest_qemu_args(image, a.smp, a.threads, a.memory, initrd, append,
                                         uarts, run.clock,  # type: ignore[arg-type]
                                         run.user_kernel.path if run.user_kernel else None)
     machine.qemu_args += ports.qemu_args(machine)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from p4pmu.emulator import bus_requests as BR
 from p4pmu.emulator import clockmodel as CM
 from p4pmu.emulator import events as EV
 from p4pmu.emulator import tables as T
@@ -221,15 +222,24 @@ def test_several_specs_one_a_line_and_json():
     ("instr_retired", ("NBOGUSNTAG", "NBOGUSTAG", "BOGUSNTAG")),  # BOGUSTAG counts 0
     ("ITLB_reference", ("HIT", "MISS")),  # HIT_UC counts 0
     ("FSB_data_activity", ("DRDY_DRV", "DRDY_OWN", "DBSY_DRV", "DBSY_OWN")),  # no OTHER
-    ("IOQ_active_entries", ("ReqA0", "ALL_READ", "ALL_WRITE", "MEM_UC", "MEM_WC", "MEM_WT",
-                            "MEM_WP", "MEM_WB", "OWN", "OTHER", "PREFETCH")),
-    # (none counts: every bit Linux accepts, and a warning)
+    ("TC_misc", ("FLUSH",)),  # (none counts: every bit Linux accepts, and a warning)
 ])
 def test_no_mask_bits_means_the_bits_that_count(event, want):
     r = p4pmu("events", "--perf", event + ":u")
     assert r.returncode == 0, r.stderr
     assert r.stdout == P.raw_event(event, *want, modifier="u") + "\n"
-    assert ("not modelled" in r.stderr) == (event == "IOQ_active_entries")
+    assert ("not modelled" in r.stderr) == (event == "TC_misc")
+
+
+@pytest.mark.parametrize("event", ["IOQ_active_entries", "bsq_active_entries"])
+def test_occupancy_events_default_to_the_read_and_say_they_need_memory_timing(event):
+    """The bus queues' occupancy counts the reads loads wait for, at timing=memory only."""
+    r = p4pmu("events", "--perf", event + ":u")
+    assert r.returncode == 0, r.stderr
+    read = BR.canonical_mask(event, BR.REQUEST_BY_NAME["read"])
+    assert r.stdout == f"r{(P.linux_index(event) << 25 | read << 9) << 32:x}:u\n"
+    assert r.stderr == f"p4pmu events: warning: {event} counts only with timing=memory " \
+        "(p4pmu linux --timing memory): with timing=core it reads 0\n"
 
 
 def test_unmodelled_bits_are_encoded_with_a_warning():

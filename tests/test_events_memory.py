@@ -178,11 +178,12 @@ def _ebx_access(insn, ebx: int | None):
     return ebx + (int(disp, 16) if disp else 0), size, store
 
 
-def pattern_outcomes(model, loop: str) -> dict:
+def pattern_outcomes(model, loop: str, cpu: str | None = None) -> dict:
     """{instruction address: memory fields} of every execution of `loop`'s body once its
-    accesses repeat (the reference model over its fetches and accesses, three iterations:
-    the third's outcomes); a block's trace-cache misses go to its first instruction."""
-    mm = MemorySystem(get_model().memory)
+    accesses repeat (the reference model of CPU model `cpu`'s caches over its fetches and
+    accesses, three iterations: the third's outcomes); a block's trace-cache misses go to its
+    first instruction."""
+    mm = MemorySystem(get_model(cpu).memory)
     ebx, last, tc = None, {}, {}
     for blk in blocks_of(model.trace(loop, 3)):
         tc[blk[0].addr] = mm.fetch_code(blk[0].addr, blk[-1].addr + blk[-1].insn.size)
@@ -289,3 +290,77 @@ def test_same_counts_with_the_trace_the_checker_and_the_control_channel(run_gues
     assert not diff, f"{len(diff)} of {len(keys)} counts differ, e.g. " + ", ".join(
         f"{k}: {PLAN.delta(first, *k)} vs {AGAIN.delta(second, *k)}" for k in diff[:10])
     assert (tmp_path / "t.jsonl").stat().st_size > 0
+
+
+# ---- timing=memory: the bus queues' occupancy ---------------------------------------------
+
+# the loads' stall clocks (docs/timing.md) and the read they wait for in the bus queues
+# (docs/events.md, "Bus requests"), counted plainly, by edges into and out of them, and
+# against the clocks: the occupancy clocks must sit last of the stalls, before the block's
+# instructions, in the plugin's clock pairs as in the reference
+IOQ_READ = ("ReqA0", "ALL_READ", "MEM_WB", "OWN")
+TIMED_SETUPS = [
+    Setup("bsq", [
+        Ctr(0, BSU0, "BSQ_allocation", BSQ_READ, os=True, usr=True),
+        Ctr(1, BSU0, "BSQ_allocation", BSQ_READ, os=True, usr=True, compare=True, complement=True,
+            threshold=0),
+        Ctr(2, "MSR_BSU_ESCR1", "bsq_active_entries", BSQ_READ, os=True, usr=True),
+        Ctr(3, "MSR_BSU_ESCR1", "bsq_active_entries", BSQ_READ, os=True, usr=True, compare=True,
+            threshold=0, edge=True),
+    ]),
+    Setup("ioq", [
+        Ctr(0, "MSR_FSB_ESCR0", "global_power_events", ("RUNNING",), os=True, usr=True),
+        Ctr(2, FSB1, "IOQ_active_entries", IOQ_READ, os=True, usr=True),
+        Ctr(3, FSB1, "IOQ_active_entries", IOQ_READ, os=True, usr=True, compare=True,
+            complement=True, threshold=0, edge=True),
+    ]),
+]
+TIMED = Plan(TIMED_SETUPS, ["alu", "pages", "thrash"], rings=(0, 3), ns=(60, 600))
+
+
+@pytest.fixture(scope="module")
+def timed(run_guest):
+    cache = {}
+
+    def get(bits: int, cpu: str):
+        if (bits, cpu) not in cache:
+            r = run_guest(f"events{bits}", cpu, script=TIMED.script(), timeout=900,
+                          plugin_opts=("timing=memory",))
+            r.require_completed()
+            core = get_model(cpu).core
+            model = LoopModel(guest_build.BUILD_DIR / f"events{bits}.elf", bits, core)
+            mem = {}
+            for loop in ("pages", "thrash"):
+                mem.update(pattern_outcomes(model, loop, cpu))
+            params = CM.core_params(core, memory_timing=1)
+            cache[bits, cpu] = (parse_events(r.out.lines),
+                                ClockOracle(model, params=params, mem=mem, fetch_hits=True))
+        return cache[bits, cpu]
+
+    return get
+
+
+# (pages on a Northwood: the code between two measurements evicts a varying few of its 72
+# lines from the 8 KB L1, and each costs an L2 hit's 17 clocks in the first iteration -- the
+# clocks differ by multiples of 17; its page walks' stall clocks are checked on the Prescott)
+@pytest.mark.parametrize("bits, cpu, loop", [(b, c, loop) for b, c in ((32, "0F_04"), (64, "0F_04"))
+                                             for loop in TIMED.loops] +
+                         [(32, "0F_02", loop) for loop in TIMED.loops if loop != "pages"])
+def test_bus_queue_occupancy_counts_exactly_at_timing_memory(timed, bits, cpu, loop):
+    """A Northwood (every clock a read waits counts) and a Prescott (every other one), 32-
+    and 64-bit."""
+    out, oracle = timed(bits, cpu)
+    n = TIMED.ns[1] - TIMED.ns[0]
+    bad, rows = oracle_mismatches(TIMED, TIMED_SETUPS, out, oracle, loop)
+    t = CM.core_params(get_model(cpu).core, memory_timing=1)
+    per_read = t["stall_mem"] // t["queue_update"]
+    assert per_read == {"0F_02": 288, "0F_04": 143}[cpu]
+    if loop == "thrash":  # 9 line reads per iteration, each active for its wait
+        assert TIMED.delta(out, "bsq", loop, 3, 0) == 9 * n
+        assert TIMED.delta(out, "bsq", loop, 3, 2) == 9 * n * per_read
+        assert TIMED.delta(out, "ioq", loop, 3, 2) == 9 * n * per_read
+        assert TIMED.delta(out, "bsq", loop, 3, 3) > 0  # runs of active clocks
+    else:  # no L2 miss of a load
+        assert TIMED.delta(out, "bsq", loop, 3, 2) == 0
+    assert not bad, (f"{bits}-bit guest, {cpu}, timing=memory, loop {loop}: {len(bad)} of "
+                     f"{len(rows)} counts differ:\n" + "\n".join(bad))

@@ -87,16 +87,17 @@ def test_every_core_timing_row_is_sourced():
 
 ITERATIONS = {"L1": (20000, 40000), "L2": (4000, 8000), "memory": (1000, 2000)}
 TC_PASSES = (1000, 3000)  # tcsweep's passes
-# the bus requests (emulator/bus_requests.py) by raw event: (name, workload, event, mask
-# bits, passes).  stream loads one word per line of 8 MB, wstream stores one (workloads.py):
-# stream's pass from its start is exact; wstream's first pass also has the kernel clear its
-# pages, so a second run with one pass more gives a pass's worth.  (Each perf run takes a few
-# seconds here: reads for ownership are left to tests/test_events_memory.py.)
+# the bus requests (emulator/bus_requests.py) by raw event: (name, workload, events (the
+# allocations first, then the same queue's occupancy with the same mask), mask bits, passes).
+# stream loads one word per line of 8 MB, wstream stores one (workloads.py): stream's pass
+# from its start is exact; wstream's first pass also has the kernel clear its pages, so a
+# second run with one pass more gives a pass's worth.  (Each perf run takes a few seconds
+# here: reads for ownership are left to tests/test_events_memory.py.)
 _BSQ_LINE = ("REQ_LEN0", "REQ_LEN1", "REQ_CACHE_TYPE", "REQ_DEM_TYPE", "MEM_TYPE1", "MEM_TYPE2")
-BUS_RUNS = (("bsq-read", "stream", "BSQ_allocation", _BSQ_LINE, (1,)),
-            ("ioq-read", "stream", "IOQ_allocation", ("ReqA0", "ALL_READ", "MEM_WB", "OWN"),
-             (1,)),
-            ("bsq-wb", "wstream", "BSQ_allocation", _BSQ_LINE + ("REQ_TYPE0", "REQ_TYPE1"),
+BUS_RUNS = (("bsq-read", "stream", ("BSQ_allocation", "bsq_active_entries"), _BSQ_LINE, (1,)),
+            ("ioq-read", "stream", ("IOQ_allocation", "IOQ_active_entries"),
+             ("ReqA0", "ALL_READ", "MEM_WB", "OWN"), (1,)),
+            ("bsq-wb", "wstream", ("BSQ_allocation",), _BSQ_LINE + ("REQ_TYPE0", "REQ_TYPE1"),
              (1, 2)))
 BUS_WANT = {"bsq-read": "read", "ioq-read": "read", "bsq-wb": "writeback"}
 STREAM_OUTSIDE = 8  # stream's loads outside its loop (the argument) may miss L2 too
@@ -125,9 +126,10 @@ def timing_boot(tmp_path_factory, model: str):
                      for n in ITERATIONS[m.level]]
         events = " ".join(f"-e $(p4event {e}:u)" for e in TC_EVENTS)
         sections += [(f"tc-{n}", f"perf stat -x, {events} -- tcsweep {n}") for n in TC_PASSES]
-        sections += [(f"{name}-{n}", f"perf stat -x, -e $(p4event {':'.join((ev,) + bits)}:u)"
-                                     f" -- {prog} {n}")
-                     for name, prog, ev, bits, passes in BUS_RUNS for n in passes]
+        sections += [(f"{name}-{n}", "perf stat -x, " + " ".join(
+                          f"-e $(p4event {':'.join((ev,) + bits)}:u)" for ev in evs) +
+                      f" -- {prog} {n}")
+                     for name, prog, evs, bits, passes in BUS_RUNS for n in passes]
         cpi = [c for c in S.COMPRESSION_CPI if c.model == model]
         if cpi:
             sections.append(("cpi-input", S.CPI_INPUT))
@@ -267,6 +269,22 @@ def stream_pass(arch: str, model: str, program: str) -> dict[str, int]:
     return n
 
 
+def check_occupancy(model: str, text: str, event: str, bits, reads: int) -> None:
+    """The queue's occupancy in the same perf run as its allocations: each line read is
+    active for the clocks its load waits for memory, one count per update of the queue's
+    count (clockmodel.queue_active: 288 on the Northwood, 286 / 2 on the Prescott); the guest's
+    p4event knows the run is at timing=memory and does not warn."""
+    stat = P.parse_stat_csv(text)
+    raw = P.raw_event(event, *bits)
+    assert raw in stat and stat[raw].value is not None, (raw, text)
+    assert stat[raw].running_pct == 100.0, stat[raw]  # (not multiplexed)
+    per_read = CM.queue_active({"l2_ld": 1}, CM.core_params(get_model(model).core,
+                                                            memory_timing=1))
+    assert per_read == {"0F_02": 288, "0F_04": 143}[model]
+    assert stat[raw].value == reads * per_read, (model, event, stat[raw].value, reads)
+    assert "warning" not in text, text
+
+
 @pytest.mark.guest
 def test_bus_requests_by_raw_event_are_the_models(chase_session):
     """perf stat of BSQ_allocation (a line read, a read for ownership, a write-back: one
@@ -277,7 +295,7 @@ def test_bus_requests_by_raw_event_are_the_models(chase_session):
     64-bit."""
     model, _, s = chase_session
     arch = ARCH[model]
-    for name, prog, ev, bits, passes in BUS_RUNS:
+    for name, prog, (ev, *occupancy), bits, passes in BUS_RUNS:
         raw = P.raw_event(ev, *bits)
         got = []
         for n in passes:
@@ -286,6 +304,8 @@ def test_bus_requests_by_raw_event_are_the_models(chase_session):
             got.append(stat[raw].value)
         expect = stream_pass(arch, model, prog)[BUS_WANT[name]]
         assert expect == 131072, (name, expect)
+        for active in occupancy:
+            check_occupancy(model, s.sec(f"{name}-{passes[0]}").text, active, bits, got[0])
         if len(passes) == 1:
             assert expect <= got[0] <= expect + STREAM_OUTSIDE, (model, name, got)
             continue
@@ -296,7 +316,7 @@ def test_bus_requests_by_raw_event_are_the_models(chase_session):
         slack = expect // 200 if BUS_WANT[name] == "writeback" else 0
         assert abs(got[1] - got[0] - expect) <= slack, (model, name, got, expect)
         assert got[0] >= expect // 2, (model, name, got)
-    for ev in ("BSQ_allocation", "IOQ_allocation"):
+    for ev in ("BSQ_allocation", "IOQ_allocation", "bsq_active_entries", "IOQ_active_entries"):
         assert ev not in s.stderr  # the masks select modelled requests: no notice
 
 

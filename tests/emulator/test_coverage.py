@@ -45,8 +45,16 @@ def test_known_statuses():
     assert by[("IOQ_allocation", "MEM_UC")].status == COV.ZERO
     assert by[("BSQ_allocation", "REQ_TYPE1")].text.endswith("writeback 328Fh")
     assert by[("BSQ_allocation", "REQ_LOCK_TYPE")].status == COV.ZERO
-    assert by[("bsq_active_entries", "REQ_LEN0")].text == \
-        COV.ZERO_REASON["bsq_active_entries"]
+    # the queues' occupancy: the reads loads wait for; no time for stores' requests; the
+    # attributes no request has say why, as the allocations do
+    assert by[("bsq_active_entries", "REQ_LEN0")].status == COV.MODELLED
+    assert by[("bsq_active_entries", "REQ_LEN0")].text.endswith(
+        "read 328Ch for the clocks a load waits for it (timing=memory)")
+    assert by[("bsq_active_entries", "REQ_TYPE0")].text == \
+        COV.ZERO_REASON["bsq_active_entries"]  # rfo's bit
+    assert by[("IOQ_active_entries", "ALL_WRITE")].text == \
+        COV.ZERO_REASON["IOQ_active_entries"]  # writeback's bit
+    assert by[("IOQ_active_entries", "MEM_UC")].text == by[("IOQ_allocation", "MEM_UC")].text
     assert by[("machine_clear", "SMCLEAR")].status == COV.MODELLED  # self-modifying code
     assert by[("MOB_load_replay", "NO_STA")].status == COV.ZERO
     # the trace cache: built block executions (the code-line record), modes per clock

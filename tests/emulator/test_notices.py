@@ -40,7 +40,8 @@ def test_modelled_classes_are_the_clock_models_lines():
     assert not CM.is_modelled("FSB_data_activity", "DRDY_OTHER")  # no other agent
     assert CM.is_modelled("IOQ_allocation", "ALL_READ")  # the bus requests (bus_requests.py)
     assert not CM.is_modelled("IOQ_allocation", "MEM_UC")  # no memory types
-    assert not CM.is_modelled("IOQ_active_entries", "ALL_READ")  # no bus timing
+    assert CM.is_modelled("IOQ_active_entries", "ALL_READ")  # loads wait for reads
+    assert not CM.is_modelled("IOQ_active_entries", "ALL_WRITE")  # write-backs hold up nothing
     assert CM.is_modelled("replay_event", "NBOGUS")  # through the replay-tagging metrics
     assert not CM.is_modelled("replay_event", "BOGUS")
     assert not CM.is_modelled("uop_type", "TAGLOADS")  # tags, never counts

@@ -60,9 +60,12 @@ class Outcome:
 
 
 class LoopModel:
-    def __init__(self, elf: str, bits: int):
+    def __init__(self, elf: str, bits: int, core: str | None = None):
+        """core: the timing core whose latencies classify the instructions (timing.py;
+        None: the default model's)."""
         self.img = L.image(str(elf))
         self.bits = bits
+        self.core = core
         self._ic: dict[int, object] = {}
         self._traces: dict = {}
         self._memo: dict = {}
@@ -74,7 +77,8 @@ class LoopModel:
         got = self._ic.get(insn.addr)
         if got is None:
             CM, IC = _models()
-            res = IC.classify(insn.raw, insn.addr, self.bits)
+            res = IC.classify(insn.raw, insn.addr, self.bits, *(() if self.core is None
+                                                                 else (self.core,)))
             if len(res) != 1:
                 raise AssertionError(f"insn_classes.classify split {insn.text} at "
                                      f"0x{insn.addr:x} into {len(res)} instructions")
