@@ -120,10 +120,12 @@ _NO_MEMORY = "no memory-order model (store buffers, the memory order buffer)"
 _NO_OCCUPANCY = ("only loads wait for their bus requests in this model (timing=memory): a "
                  "store's read for ownership and a write-back hold up nothing, and the model "
                  "gives them no time in the queues")
-_BUS_SIGNALS = "bus signals whose mask bits no source confirms; not modelled"
+_BUS_SIGNALS = ("no source defines these bus signals' mask bits: the SDM lists the bit numbers "
+                "without meanings (Table 19-28), and every other source copies it")
 # event -> why it reads 0 (every mask bit the clock model does not drive)
 ZERO_REASON: dict[str, str] = {
-    "TC_misc": "no model of trace-cache flushes",
+    "TC_misc": "no source says what flushes the trace cache: the SDM gives only \"number of "
+               "flushes\" (Table 19-28), and no other source names a cause",
     "memory_cancel": _NO_MEMORY,
     "MOB_load_replay": _NO_MEMORY,
     "IOQ_active_entries": _NO_OCCUPANCY, "bsq_active_entries": _NO_OCCUPANCY,

@@ -237,6 +237,11 @@ struct mem_exec {
     int built;    /* its fetch missed the trace cache: every clock was fixed at its entry */
     int active;   /* it has stall clocks with a bus read active: they, not the bubble, are the
                    * left neighbour of its clock 1 (memory.c add_stall) */
+    /* per static clock j < idx_cap: the index in fix[] of its latest fix, valid while
+     * idx_gen[j] == gen (a new record, or one whose fixes were folded, takes a new gen) */
+    uint32_t gen, idx_cap;
+    uint32_t *idx_gen;
+    uint16_t *idx_fix;
 };
 
 struct mm_state;

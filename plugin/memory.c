@@ -162,6 +162,38 @@ static int mx_is(const struct vcpu_counting *c, uint32_t id)
     return mx_listed(c, id) && !c->mem.mx.resolved;
 }
 
+/* The record's fixes are gone (a new execution, or folded): its index forgets them. */
+static void fixes_forget(struct mem_exec *x)
+{
+    if (++x->gen == 0) { /* (wrapped: no entry may look current) */
+        if (x->idx_gen) memset(x->idx_gen, 0, sizeof(uint32_t) * x->idx_cap);
+        x->gen = 1;
+    }
+}
+
+/* fix i (of clock j) is the latest of its clock: fixed_kind finds it in O(1) (a built
+ * execution fixes each of its clocks: a scan of the fixes would cost O(n) per clock) */
+static void fixes_index(struct mem_exec *x, unsigned j, unsigned i)
+{
+    if (j >= x->idx_cap) {
+        uint32_t cap = x->idx_cap ? x->idx_cap : 64;
+        while (cap <= j)
+            cap *= 2;
+        uint32_t *g = realloc(x->idx_gen, sizeof(uint32_t) * cap);
+        uint16_t *f = g ? realloc(x->idx_fix, sizeof(uint16_t) * cap) : NULL;
+        if (!g || !f) {
+            p4_message("p4pmu: error: no memory for the clock fixes' index\n");
+            exit(1);
+        }
+        memset(g + x->idx_cap, 0, sizeof(uint32_t) * (cap - x->idx_cap));
+        x->idx_gen = g;
+        x->idx_fix = f;
+        x->idx_cap = cap;
+    }
+    x->idx_gen[j] = x->gen;
+    x->idx_fix[j] = (uint16_t)i;
+}
+
 static void mx_start(struct vcpu_counting *c, uint32_t id)
 {
     struct mem_exec *x = &c->mem.mx;
@@ -169,6 +201,7 @@ static void mx_start(struct vcpu_counting *c, uint32_t id)
     x->stamp = en_total(c, id);
     x->folds = c->fold.folds;
     x->n = 0;
+    fixes_forget(x);
     x->last_now = 0;
     x->has_fin = 0;
     x->resolved = 0;
@@ -178,9 +211,7 @@ static void mx_start(struct vcpu_counting *c, uint32_t id)
 
 static uint32_t fixed_kind(const struct mem_exec *x, const struct blk *b, unsigned j)
 {
-    for (unsigned i = x->n; i-- > 0;) {
-        if (x->fix[i].j == j) return x->fix[i].nw;
-    }
+    if (j < x->idx_cap && x->idx_gen[j] == x->gen) return x->fix[x->idx_fix[j]].nw;
     if (j == b->nclocks - 1 && x->last_now) return x->last_now - 1;
     return b->seq[j];
 }
@@ -279,6 +310,7 @@ static void fix_static(unsigned vi, struct vcpu_counting *c, uint32_t id, const 
             f->right = MX_R_JUNCTION;
         }
     }
+    fixes_index(x, j, x->n);
     x->n++;
     c->mem.fixes++;
 }
@@ -584,6 +616,7 @@ void mem_fold_end(struct vcpu_counting *c, int keep)
     /* the fixes are in the folded batch; the last static clock's kind and the final
      * clock's fields stay for the resolution */
     x->n = 0;
+    fixes_forget(x);
     x->active = 0; /* (its pairs are in the folded batch, as its clock 1) */
     x->stamp = en_total(c, x->b);
     x->folds = c->fold.folds;

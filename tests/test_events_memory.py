@@ -15,7 +15,8 @@ which the bus-queue events BSQ_allocation and IOQ_allocation select by the reque
 attributes, `tcsweep` runs code in more lines of one set of the trace cache than it has ways
 (a trace-cache miss per block), and `smc`'s store makes its target's line miss the trace cache
 too.  Their expected outcomes come from the reference model (emulator/memmodel.py) run over
-the loops' own accesses and fetches.
+the loops' own accesses and fetches.  At timing=memory, the loads' stall clocks and the bus
+queues' occupancy (bsq_active_entries, IOQ_active_entries) on `thrash` and two control loops.
 """
 from __future__ import annotations
 

@@ -291,8 +291,9 @@ def test_bus_requests_by_raw_event_are_the_models(chase_session):
     encoding each) and IOQ_allocation (own reads) by raw encoding, on stream and wstream, as
     the reference memory model says: a pass of stream's 131,072 line reads (and the few of
     the code outside its loop); one pass of wstream more adds exactly its 131,072 reads for
-    ownership, and its as many write-backs within 0.5 % (interrupts); on both models, 32- and
-    64-bit."""
+    ownership, and its as many write-backs within 0.5 % (interrupts); the reads' occupancy of
+    each queue (bsq_active_entries, IOQ_active_entries) in the same run (check_occupancy);
+    on both models, 32- and 64-bit."""
     model, _, s = chase_session
     arch = ARCH[model]
     for name, prog, (ev, *occupancy), bits, passes in BUS_RUNS:
