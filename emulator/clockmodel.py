@@ -93,7 +93,10 @@ DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite",
                "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc",
                "ld_partial", "ld_unalgn", "ld_64k", "wb", "rd_active")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss", "tc_miss", "tc_build")
-MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS
+# ... and what an instruction's operand values make it request: an SSE input assist (a
+# denormal input, fp_assist.py), in the clock it retires in
+OPERAND_FIELDS = ("sse_assist",)
+MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS + OPERAND_FIELDS
 # A clock's memory fields saturate at 15: every line that reads them is a sum of them, capped
 # at 15 per clock (four input lines, SDM Vol. 3B 18.15.5.2), so a larger value counts the same,
 # and capping keeps the number of distinct clock kinds small (a REP string instruction's final
@@ -534,6 +537,8 @@ _DIRECT = {
     # machine clears (SDM Table 19-30): self-modifying code only; a clear is modelled as one
     # clock (the storing instruction's), so CLEAR's clocks equal SMCLEAR's clears
     ("machine_clear", "CLEAR"): "smc", ("machine_clear", "SMCLEAR"): "smc",
+    # the assists an instruction's operand values request (fp_assist.py)
+    ("SSE_input_assist", "ALL"): "sse_assist",
     # the store buffers: loads replayed by the memory order buffer, 64 K aliasing cancels
     ("MOB_load_replay", "PARTIAL_DATA"): "ld_partial",
     ("MOB_load_replay", "UNALGN_ADDR"): "ld_unalgn",
@@ -704,6 +709,8 @@ FETCH_FEATURES = ("itlb_hit", "itlb_miss")
 CODE_FEATURES = ("smc", "tc_miss", "tc_build", "tc_uops", "tc_build_uops", "mode_d", "mode_b")
 # ... and of loads against the store buffers: the model must also record the stores
 STORE_FEATURES = ("ld_partial", "ld_unalgn", "ld_64k", "ld_mob")
+# ... and of the operands' values: the plugin reads the inputs of the SSE instructions
+OPERAND_FEATURES = OPERAND_FIELDS
 # ... and of the memory's time: what only timing=memory makes (its stall clocks)
 TIMING_FEATURES = ("rd_active",)
 

@@ -291,6 +291,8 @@ def _build(name, row, loads, stores, xmm, mm, rep, addr, length, target, indirec
     op = row.op_uops
     if name == "movsd" and xmm:  # SSE2 move, not the string instruction
         cls, flags = "simdmove", MOVE
+    if name == "cmpsd" and xmm:  # SSE2 compare (CMPccSD), not the string instruction
+        cls, flags = "sdp", 0
     if flags & NOMEM:
         loads = stores = 0
     measured = measured_uops(name, form_of(loads, stores), core)

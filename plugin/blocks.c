@@ -206,7 +206,7 @@ uint32_t block_new(uint64_t vaddr, unsigned n, struct insn_info *ins, int os, in
     if (id >= MAX_BLOCKS) {
         pthread_mutex_unlock(&p4.run->lock);
         if (!p4.blocks->full_warned++) {
-            p4_message("p4pmu: more than %u translated blocks: later blocks are not "
+            p4_message("p4pmu: warning: more than %u translated blocks: later blocks are not "
                        "counted (see docs/guest-events.md, limits)\n",
                        MAX_BLOCKS);
         }

@@ -45,13 +45,13 @@ C_SOURCES = (
     "programs.h", "access_times.h", "pmi.h", "trace.h", "control.h",
     "counting.h", "kinds.h", "batch.h", "classify.h", "predictor.h", "blocks.h", "resolve.h",
     "cuts.h", "fold.h", "deadline.h", "siblings.h", "translate.h", "flush.h", "options.h",
-    "memmodel.h", "memory.h", "directions.h",
+    "memmodel.h", "memory.h", "directions.h", "fp_assist.h",
     # units
     "messages.c", "state.c", "install.c", "registers.c", "python_calls.c", "intercept.c",
     "mirror.c", "programs.c", "access_times.c", "pmi.c", "trace.c", "control.c",
     "counting.c", "kinds.c", "batch.c", "classify.c", "predictor.c", "blocks.c", "resolve.c",
     "cuts.c", "fold.c", "deadline.c", "siblings.c", "translate.c", "flush.c", "options.c",
-    "memmodel.c", "memory.c", "directions.c",
+    "memmodel.c", "memory.c", "directions.c", "fp_assist.c",
 )
 C_UNITS = tuple(name for name in C_SOURCES if name.endswith(".c"))
 GENERATED_HEADER = "p4_tables.h"
@@ -250,8 +250,8 @@ def generated_header() -> str:
     """p4_tables.h: the instruction table and the clock-model parameters (one truth:
     p4pmu.emulator.insn_classes / clockmodel)."""
     sys.path_importer_cache.clear()
-    from p4pmu.emulator import insn_classes
-    text = insn_classes.c_header()
+    from p4pmu.emulator import fp_assist, insn_classes
+    text = insn_classes.c_header() + "\n" + fp_assist.c_table()
     return text + ("\n/* the counter and ESCR counts (p4pmu.emulator.tables) */\n"
                    "#ifndef P4_NCOUNTERS\n" + _counter_count_define() + "#endif\n") + \
         _memory_geometry_table()

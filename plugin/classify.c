@@ -43,6 +43,58 @@ static void map_registers(csh h)
     }
 }
 
+static int sse_row_cmp(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, ((const struct p4_sse_inputs *)elem)->name);
+}
+
+/* Capstone instruction ids -> the rows of the SSE instructions with floating-point inputs
+ * (fp_assist.SSE_DENORMAL_INPUTS, generated p4_sse_inputs), by name */
+static int map_sse_inputs(csh h, unsigned n_ids)
+{
+    p4.capstone->sse_row = calloc(n_ids, 1);
+    if (!p4.capstone->sse_row) return -1;
+    for (unsigned id = 1; id < n_ids; id++) {
+        const char *nm = cs_insn_name(h, id);
+        const struct p4_sse_inputs *r = nm ? bsearch(nm, p4_sse_inputs, P4_SSE_INPUTS,
+                                                     sizeof(p4_sse_inputs[0]), sse_row_cmp)
+                                           : NULL;
+        if (r) p4.capstone->sse_row[id] = (unsigned char)(r - p4_sse_inputs + 1);
+    }
+    return 0;
+}
+
+/* the XMM register number of operand op, -1 if it is none */
+static int xmm_of(const cs_x86_op *op)
+{
+    if (op->type != X86_OP_REG || op->reg < X86_REG_XMM0 || op->reg > X86_REG_XMM15) return -1;
+    return (int)(op->reg - X86_REG_XMM0);
+}
+
+/* o's SSE inputs (insn_info.sse_*): where an SSE instruction with floating-point inputs
+ * reads them (fp_assist.py: the source operand, and the destination register when the row
+ * says it is read) */
+static void set_sse_inputs(const cs_insn *ci, unsigned id, struct insn_info *o)
+{
+    o->sse_in = 0;
+    o->sse_reg[0] = o->sse_reg[1] = -1;
+    o->sse_mem = 0;
+    unsigned k = id < p4.capstone->n_ids ? p4.capstone->sse_row[id] : 0;
+    const cs_x86 *x = &ci->detail->x86;
+    /* (the destination is an XMM register: not the string instruction CMPSD) */
+    if (!k || x->op_count < 2 || xmm_of(&x->operands[0]) < 0) return;
+    const cs_x86_op *src = &x->operands[1];
+    if (src->type == X86_OP_MEM) {
+        o->sse_mem = 1;
+    } else if (xmm_of(src) >= 0) {
+        o->sse_reg[1] = (int8_t)xmm_of(src);
+    } else {
+        return;
+    }
+    if (p4_sse_inputs[k - 1].dest_read) o->sse_reg[0] = (int8_t)xmm_of(&x->operands[0]);
+    o->sse_in = (uint8_t)k;
+}
+
 int cs_setup(unsigned core)
 {
     int major = 0, minor = 0;
@@ -95,8 +147,9 @@ int cs_setup(unsigned core)
             }
         }
     }
+    int r = map_sse_inputs(h, n);
     cs_close(&h);
-    return 0;
+    return r;
 }
 
 cs_insn *cs_get(int mi, csh *hp)
@@ -320,6 +373,10 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
         cls = CLS_SIMDMOVE;
         flags = RF_MOVE;
     }
+    if (id == p4.capstone->cmp_id[3] && ops.xmm) { /* CMPccSD, not the string CMPSD */
+        cls = CLS_SDP;
+        flags = 0;
+    }
     if (flags & RF_NOMEM) loads = stores = 0;
     unsigned measured = id < p4.capstone->n_ids ? p4.capstone->uops[id][form_of(loads, stores)] : 0;
     if (flags & RF_ILOAD) loads++;
@@ -356,6 +413,7 @@ void classify_insn(csh h, const cs_insn *ci, uint64_t addr, struct insn_info *o)
     o->dup = row.dup == P4_OVERCOUNT_ALWAYS || (row.dup == P4_OVERCOUNT_WITH_MEMORY && loads);
     set_fp_fields(o, cls, op ? op : 1, loads, stores, ops.xmm);
     set_branch(o, row.br, ops.indirect, ops.target);
+    set_sse_inputs(ci, id, o);
 }
 
 /* Fallback for an instruction Capstone cannot decode in any mode: 1 uop, nothing else. */

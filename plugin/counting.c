@@ -121,9 +121,10 @@ void counting_vcpu_init(unsigned vi)
     for (unsigned o = 0; o < vi && p4.run->count_mode; o++) {
         const struct vcpu_counting *other = &p4.run->per_vcpu[o];
         if (other->init && pthread_equal(other->thread, c->thread)) {
-            p4_message("p4pmu: several vCPUs on one TCG thread (-accel tcg,thread=single): "
-                       "event counting is off (QEMU 11.1 plugins need multi-threaded TCG "
-                       "for per-vCPU counters); MSR/RDPMC access still works\n");
+            p4_message(
+                "p4pmu: warning: several vCPUs on one TCG thread (-accel tcg,thread=single): "
+                "event counting is off (QEMU 11.1 plugins need multi-threaded TCG "
+                "for per-vCPU counters); MSR/RDPMC access still works\n");
             p4.run->count_mode = 0;
             p4.run->instrument = 0;
         }

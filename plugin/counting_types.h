@@ -74,6 +74,12 @@ struct insn_info {
     uint8_t addr_size; /* REP: 2, 4 or 8 bytes of RCX */
     uint8_t dup;       /* instr_retired counts it once more (insn_classes.OVERCOUNTED) */
     uint8_t fp[FPI_N];
+    /* an SSE instruction with floating-point inputs (fp_assist.c): its p4_sse_inputs row + 1
+     * (0: none), the XMM registers it reads them from (-1: none), whether it reads one from
+     * memory */
+    uint8_t sse_in;
+    int8_t sse_reg[2];
+    uint8_t sse_mem;
 };
 
 /* cb_xcheck's one-entry cache, per block (as a successor) and vCPU: the silent-capable

@@ -432,8 +432,9 @@ class Feeder:
         fetch = self._memory_counters(pmu, CM.FETCH_FEATURES)
         code = self._memory_counters(pmu, CM.CODE_FEATURES)
         stores = self._memory_counters(pmu, CM.STORE_FEATURES)
-        st["wmem"] = _bits(data | fetch)
-        st["mem"] = self._memory_wanted(pmu, data, fetch, code, stores)
+        operands = self._memory_counters(pmu, CM.OPERAND_FEATURES)
+        st["wmem"] = _bits(data | fetch | operands)
+        st["mem"] = self._memory_wanted(pmu, data, fetch, code, stores, operands)
         self._st_cache[vcpu] = (key, st)
         return st
 
@@ -478,12 +479,13 @@ class Feeder:
         return (pmu.engine.W[lines, :] != 0).any(axis=0)
 
     def _memory_wanted(self, pmu, data: np.ndarray, fetch: np.ndarray, code: np.ndarray,
-                       stores: np.ndarray) -> int:
+                       stores: np.ndarray, operands: np.ndarray) -> int:
         """p4c_out.mem: P4_MEM_DATA if a counter that may count (enabled, or started by a
         cascade) reads a data-access event, | P4_MEM_FETCH if one reads an instruction-fetch
         (ITLB) event, | P4_MEM_CODE if one reads self-modifying-code clears or trace-cache
         misses (the code fetched looked up and recorded), | P4_MEM_SB if one reads the
-        store buffers' replays (`code` and `stores` counters are among the `data` ones):
+        store buffers' replays (`code` and `stores` counters are among the `data` ones),
+        | P4_MEM_FP if one reads the SSE input assists (the operands' values):
         what the plugin's memory level must feed the model; 0 nothing; P4_LITE_EITHER no
         counter may count (the level in force is kept).  With timing=memory every counter
         that may count wants the data part (its clocks depend on the loads' outcomes)."""
@@ -494,7 +496,8 @@ class Feeder:
                 else 0) | \
             (int(self.lib.P4_MEM_FETCH) if (en & fetch).any() else 0) | \
             (int(self.lib.P4_MEM_CODE) if (en & code).any() else 0) | \
-            (int(self.lib.P4_MEM_SB) if (en & stores).any() else 0)
+            (int(self.lib.P4_MEM_SB) if (en & stores).any() else 0) | \
+            (int(self.lib.P4_MEM_FP) if (en & operands).any() else 0)
 
     def _level_wanted(self, pmu) -> int:
         """p4c_out.lite: 1 the outcome-free level may be installed, 0 the full level is

@@ -82,9 +82,9 @@ static void mem_set(int on)
     if (p4.memlvl->active & ~on) p4.memlvl->removals++;
     p4.memlvl->streak = 0;
     __atomic_store_n(&p4.memlvl->active, on, __ATOMIC_RELEASE);
-    DBG("counting: memory level %s%s%s%s (translation cache flushed)\n",
+    DBG("counting: memory level %s%s%s%s%s (translation cache flushed)\n",
         on & P4_MEM_DATA ? "data " : "", on & P4_MEM_FETCH ? "fetch " : "",
-        on & P4_MEM_CODE ? "code " : "",
+        on & P4_MEM_CODE ? "code " : "", on & P4_MEM_FP ? "operands " : "",
         on & P4_MEM_SB ? "stores"
         : on           ? ""
                        : "off");

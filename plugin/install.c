@@ -23,6 +23,7 @@
 #include "cuts.h"
 #include "deadline.h"
 #include "directions.h"
+#include "fp_assist.h"
 #include "intercept.h"
 #include "kinds.h"
 #include "memory.h"
@@ -67,7 +68,12 @@ static void vcpu_init(unsigned int vi, void *ud)
             GRAB(cr0);
             GRAB(cr4);
             GRAB(efer);
+            GRAB(mxcsr);
 #undef GRAB
+            if (!strncmp(nm, "xmm", 3) && nm[3] >= '0' && nm[3] <= '9') {
+                int k = atoi(nm + 3);
+                if (k >= 0 && k < 16) p4.regs.xmm[k] = d[i].handle;
+            }
         }
         g_array_free(a, 1);
         if (!p4.regs.rax || !p4.regs.rcx || !p4.regs.rdx || !p4.regs.rsp || !p4.regs.rip ||
@@ -222,10 +228,11 @@ static int state_setup(int max_vcpus)
     p4.exact = calloc(1, sizeof(*p4.exact));
     p4.lite = calloc(1, sizeof(*p4.lite));
     p4.directions = calloc(1, sizeof(*p4.directions));
+    p4.sse_assist = sse_assist_state_new(p4.n_vcpus_max);
     p4.cond_tab = cond_tables_new();
     if (!p4.vcpus || !p4.trace || !p4.control || !p4.access_hist || !p4.intercept || !p4.run ||
         !p4.kinds || !p4.blocks || !p4.memlvl || !p4.exact || !p4.lite || !p4.directions ||
-        !p4.cond_tab) {
+        !p4.sse_assist || !p4.cond_tab) {
         p4_message("p4pmu: out of memory for the plugin's state\n");
         return -1;
     }

@@ -41,7 +41,7 @@ static uint32_t kind_intern_locked(const uint8_t *f)
     }
     if (p4.kinds->n >= MAX_KINDS) {
         if (!p4.kinds->full_warned++) {
-            p4_message("p4pmu: more than %u distinct clock kinds; further ones are "
+            p4_message("p4pmu: warning: more than %u distinct clock kinds; further ones are "
                        "counted as empty clocks\n",
                        MAX_KINDS);
         }

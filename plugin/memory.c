@@ -75,8 +75,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_TC_BUILD == KF_N - 1 && KF_SPLIT_LD == KF_N - 23,
-                   "the memory fields are the last 23 clock fields");
+    _Static_assert(KF_SSE_ASSIST == KF_N - 1 && KF_SPLIT_LD == KF_N - 24,
+                   "the memory fields are the last 24 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;
@@ -413,6 +413,11 @@ static void add_stall(unsigned vi, struct vcpu_counting *c, uint32_t id, const s
                                                 exact_increment(&p4.exact->sig, a, active));
     }
     c->mem.stall_clocks += n;
+}
+
+void mem_fields_at(unsigned vi, uint32_t id, unsigned i, const uint8_t *d)
+{
+    fields_at(vi, &p4.run->per_vcpu[vi], id, i, d);
 }
 
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)

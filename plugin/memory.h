@@ -40,6 +40,9 @@ struct memory_vcpu {
     uint64_t stall_clocks; /* timing=memory: the clocks loads' misses added */
 };
 
+/* instruction i of block id (the execution under way) gets the memory fields d (fields of
+ * the clock it retires in: clockmodel.MEMORY_FIELDS) */
+void mem_fields_at(unsigned vi, uint32_t id, unsigned i, const uint8_t *d);
 /* a memory access of instruction (ud & 1023) of block (ud >> 10) */
 void cb_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud);
 /* the execution of block ud begins: its instruction fetch's ITLB look-ups, its code lines */

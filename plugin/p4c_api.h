@@ -26,7 +26,8 @@
 #define P4_MEM_FETCH 4     /* ... and instruction fetches (P4_LITE_EITHER: keep the level) */
 #define P4_MEM_CODE 8      /* ... and the code fetched: trace cache, stores into it (+DATA) */
 #define P4_MEM_SB 16       /* ... and the stores, for loads (the store buffers; with DATA) */
-#define P4_MEM_ALL 29      /* DATA | FETCH | CODE | SB */
+#define P4_MEM_FP 32       /* ... and the SSE instructions' input values (fp_assist.c) */
+#define P4_MEM_ALL 61      /* DATA | FETCH | CODE | SB | FP */
 /* clocks after which a deadline whose Python step failed is tried again (deadline.c) */
 #define P4_DEADLINE_RETRY 4096
 

@@ -105,6 +105,28 @@ enum p4_mem_rw {
 
 typedef uint32_t p4_meminfo_t;
 
+/* The value a memory access loaded or stored (QEMU's qemu_plugin_mem_value) */
+enum p4_mem_value_type {
+    P4_MEM_VALUE_U8,
+    P4_MEM_VALUE_U16,
+    P4_MEM_VALUE_U32,
+    P4_MEM_VALUE_U64,
+    P4_MEM_VALUE_U128,
+};
+typedef struct {
+    enum p4_mem_value_type type;
+    union {
+        uint8_t u8;
+        uint16_t u16;
+        uint32_t u32;
+        uint64_t u64;
+        struct {
+            uint64_t low;
+            uint64_t high;
+        } u128;
+    } data;
+} p4_mem_value;
+
 typedef void (*p4_udata_cb_t)(void *userdata);
 typedef void (*p4_vcpu_mem_cb_t)(unsigned int vcpu_index, p4_meminfo_t info, uint64_t vaddr,
                                  void *userdata);
@@ -139,6 +161,7 @@ uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
 /* A memory access's information (memory callbacks) */
 unsigned int qemu_plugin_mem_size_shift(p4_meminfo_t info);
 bool qemu_plugin_mem_is_store(p4_meminfo_t info);
+p4_mem_value qemu_plugin_mem_get_value(p4_meminfo_t info);
 
 /* Scoreboards (per-vCPU storage that inline ops and conditions can address) */
 struct qemu_plugin_scoreboard *qemu_plugin_scoreboard_new(size_t element_size);

@@ -38,6 +38,17 @@ uint64_t reg_read(struct vcpu *v, struct qemu_plugin_register *r)
     return x;
 }
 
+void reg_read_bytes(struct vcpu *v, struct qemu_plugin_register *r, void *dst, size_t n)
+{
+    g_byte_array_set_size(v->buf, 0);
+    if (!qemu_plugin_read_register(r, v->buf)) {
+        p4_message("p4pmu: register read failed\n");
+        abort();
+    }
+    memset(dst, 0, n);
+    memcpy(dst, v->buf->data, v->buf->len < n ? v->buf->len : n);
+}
+
 void reg_write(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x)
 {
     g_byte_array_set_size(v->buf, 0);

@@ -12,6 +12,8 @@
 struct x86_registers {
     struct qemu_plugin_register *rax, *rcx, *rdx, *rsp, *rip, *eflags, *cs, *ss, *ds, *es, *fs, *gs,
         *cr0, *cr4, *efer;
+    /* the SSE state (fp_assist.c; NULL if this QEMU does not expose it) */
+    struct qemu_plugin_register *xmm[16], *mxcsr;
 };
 
 
@@ -19,6 +21,8 @@ extern __thread int tl_vcpu;
 
 struct vcpu *bridge_vcpu(unsigned int vi);
 uint64_t reg_read(struct vcpu *v, struct qemu_plugin_register *r);
+/* the first n bytes of register r into dst (zeros past its size) */
+void reg_read_bytes(struct vcpu *v, struct qemu_plugin_register *r, void *dst, size_t n);
 void reg_write(struct vcpu *v, struct qemu_plugin_register *r, uint64_t x);
 int mem_read(struct vcpu *v, uint64_t addr, void *dst, size_t n);
 int mem_write(struct vcpu *v, uint64_t addr, const void *src, size_t n);

@@ -204,7 +204,7 @@ static void wait_for_sibling(unsigned vi, struct vcpu_counting *c, struct vcpu_c
         if (ns_since(&t0) > SIBLING_WAIT_NS) {
             DBG("sync vCPU %u: vCPU %u did not fold within 20 ms\n", vi, sib);
             if (!p4.run->sibling_wait_warned++) {
-                p4_message("p4pmu: note: vCPU %u did not fold its activity within 20 ms "
+                p4_message("p4pmu: warning: vCPU %u did not fold its activity within 20 ms "
                            "for a PMU access of its sibling (it may be blocked); reads "
                            "may miss its latest events\n",
                            sib);

@@ -23,6 +23,7 @@ struct kind_table;           /* kinds.h */
 struct lite_level_state;     /* counting_types.h, flush.c */
 struct memory_level_state;   /* memory.h */
 struct p4c_mirror;           /* p4c_api.h, mirror.c */
+struct sse_assist_state;     /* fp_assist.h */
 struct trace_run;            /* trace.h */
 struct vcpu_counting;        /* counting.h */
 
@@ -58,11 +59,12 @@ struct p4pmu_state {
     struct insn_table *capstone; /* Capstone instruction id -> clock-model row (classify.c) */
     struct kind_table *kinds;    /* clock kinds (kinds.c) */
     struct block_table *blocks;  /* translated blocks and predictor groups (blocks.c) */
-    struct cond_table_set *cond_tab;    /* the predictor's tables (predictor.c) */
-    struct memory_level_state *memlvl;  /* the memory level (memory.c, flush.c) */
-    struct exact_deadline_state *exact; /* exact deadlines (flush.c, deadline.c) */
-    struct lite_level_state *lite;      /* the outcome-free level (flush.c) */
-    struct direction_state *directions; /* changes of silent direction (directions.c) */
+    struct cond_table_set *cond_tab;     /* the predictor's tables (predictor.c) */
+    struct memory_level_state *memlvl;   /* the memory level (memory.c, flush.c) */
+    struct exact_deadline_state *exact;  /* exact deadlines (flush.c, deadline.c) */
+    struct lite_level_state *lite;       /* the outcome-free level (flush.c) */
+    struct direction_state *directions;  /* changes of silent direction (directions.c) */
+    struct sse_assist_state *sse_assist; /* SSE input assists (fp_assist.c) */
 };
 
 /* The one root object.  Global because QEMU calls most of the plugin's callbacks (vCPU init,

@@ -90,6 +90,7 @@ WORKLOADS = (
     Workload("strings", "strings.S", 0x26000000),
     Workload("tcsweep", "tcsweep.S", 0x27000000),
     Workload("wstream", "stream.S", 0x28000000, defines=("STREAM_STORES",)),
+    Workload("denorm", "denorm.S", 0x29000000),
     Workload("rt", "rt.c", None),
     Workload("perf-setup", "perf-setup", None),
     Workload("deterministic-all", "deterministic_gen.py", 0x00A00000, "all", ("amd64",)),

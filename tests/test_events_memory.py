@@ -27,6 +27,7 @@ from p4pmu.emulator.memmodel import MemorySystem
 from p4pmu.emulator.models import get_model
 from p4pmu.qemu_glue.guests import build as guest_build
 
+from guests import sse_inputs
 from guests.evexpect import ClockOracle, LoopModel, blocks_of, oracle_mismatches
 from guests.evplan import Ctr, Plan, Setup
 from guests.evscript import parse_events
@@ -365,3 +366,70 @@ def test_bus_queue_occupancy_counts_exactly_at_timing_memory(timed, bits, cpu, l
         assert TIMED.delta(out, "bsq", loop, 3, 2) == 0
     assert not bad, (f"{bits}-bit guest, {cpu}, timing=memory, loop {loop}: {len(bad)} of "
                      f"{len(rows)} counts differ:\n" + "\n".join(bad))
+
+
+# ---- the SSE input assists ------------------------------------------------------------------
+
+# SSE_input_assist (FIRM_ESCR0/1, counters 8-11): plainly, by rising edges, and the clocks
+# without an assist; `denorm` runs SSE instructions on denormal and normal inputs, `alu` none
+FIRM0, FIRM1 = "MSR_FIRM_ESCR0", "MSR_FIRM_ESCR1"
+ASSIST_SETUPS = [
+    Setup("assist", [
+        Ctr(8, FIRM0, "SSE_input_assist", ("ALL",), os=True, usr=True),
+        Ctr(9, FIRM0, "SSE_input_assist", ("ALL",), os=True, usr=True, compare=True,
+            threshold=0, edge=True),
+        Ctr(10, FIRM1, "SSE_input_assist", ("ALL",), usr=True, compare=True,
+            complement=True, threshold=0),
+        Ctr(11, FIRM1, "SSE_input_assist", ("ALL",), usr=True, compare=True,
+            complement=True, threshold=0, edge=True),
+    ]),
+]
+ASSIST = Plan(ASSIST_SETUPS, ["alu", "denorm"], rings=(0, 3), ns=(60, 600))
+
+
+def assist_outcomes(model: LoopModel, loop: str) -> dict:
+    """{instruction address: {"sse_assist": 1}} of the loop's SSE instructions whose inputs
+    request an assist (tests/guests/sse_inputs.py: their inputs read from the ELF, asked of
+    emulator/fp_assist.py), as in its second iteration."""
+    steps = model.trace(loop, 2)
+    got = sse_inputs.assists(model.img, [s.insn for s in steps])
+    return {a: {"sse_assist": 1} for a, yes in got.items() if yes}
+
+
+@pytest.fixture(scope="module")
+def assisted(run_guest):
+    cache = {}
+
+    def get(bits: int, cpu: str):
+        if (bits, cpu) not in cache:
+            r = run_guest(f"events{bits}", cpu, script=ASSIST.script(), timeout=900)
+            r.require_completed()
+            core = get_model(cpu).core
+            model = LoopModel(guest_build.BUILD_DIR / f"events{bits}.elf", bits, core)
+            mem = assist_outcomes(model, "denorm")
+            cache[bits, cpu] = (parse_events(r.out.lines), mem,
+                                ClockOracle(model, params=CM.core_params(core), mem=mem,
+                                            fetch_hits=True))
+        return cache[bits, cpu]
+
+    return get
+
+
+@pytest.mark.parametrize("loop", ASSIST.loops)
+@pytest.mark.parametrize("bits, cpu", ((32, "0F_02"), (32, "0F_04"), (64, "0F_04")))
+def test_sse_input_assists_count_exactly(assisted, bits, cpu, loop):
+    """The plugin reads the SSE instructions' inputs: an execution with a denormal input and
+    MXCSR.DAZ clear requests one assist, on a Northwood and a Prescott, 32- and 64-bit."""
+    out, mem, oracle = assisted(bits, cpu)
+    n = ASSIST.ns[1] - ASSIST.ns[0]
+    bad, rows = oracle_mismatches(ASSIST, ASSIST_SETUPS, out, oracle, loop)
+    if loop == "denorm":  # the loop's design (its comments): four of its eight ask
+        img = oracle.m.img
+        assert sorted(img.insn(a).mnemonic for a in mem) == \
+            ["addps", "addsd", "maxpd", "sqrtss"]
+        assert ASSIST.delta(out, "assist", loop, 3, 8) == 4 * n
+        assert ASSIST.delta(out, "assist", loop, 3, 9) > 0  # runs of assisting clocks
+    else:
+        assert ASSIST.delta(out, "assist", loop, 3, 8) == 0
+    assert not bad, (f"{bits}-bit guest, {cpu}, loop {loop}: {len(bad)} of {len(rows)} "
+                     "counts differ:\n" + "\n".join(bad))

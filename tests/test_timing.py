@@ -31,6 +31,9 @@ from p4pmu.emulator.models import get_model
 from p4pmu.qemu_glue import perf_p4 as P
 from p4pmu.qemu_glue import workloads as W
 
+from guests import loops as L
+from guests import sse_inputs
+
 LOADS_PER_ITERATION = 8
 ARCH = {"0F_02": "i386", "0F_04": "amd64"}  # 0F_02 has no EM64T
 
@@ -107,6 +110,9 @@ TC_EVENTS = ("BPU_fetch_request:TCMISS", "TC_deliver_mode:BI",
              "uop_queue_writes:FROM_TC_BUILD")
 
 
+DENORM_N = 100000  # iterations of the denorm workload's loop
+
+
 def _section(m, n: int) -> str:
     return f"{m.level}-{n}"
 
@@ -126,6 +132,8 @@ def timing_boot(tmp_path_factory, model: str):
                      for n in ITERATIONS[m.level]]
         events = " ".join(f"-e $(p4event {e}:u)" for e in TC_EVENTS)
         sections += [(f"tc-{n}", f"perf stat -x, {events} -- tcsweep {n}") for n in TC_PASSES]
+        sections.append(("denorm", f"perf stat -x, -e $(p4event SSE_input_assist:u) -- "
+                                   f"denorm {DENORM_N}"))
         sections += [(f"{name}-{n}", "perf stat -x, " + " ".join(
                           f"-e $(p4event {':'.join((ev,) + bits)}:u)" for ev in evs) +
                       f" -- {prog} {n}")
@@ -204,7 +212,7 @@ def test_trace_cache_misses_by_raw_event_are_the_models(chase_session):
     assert "BPU_fetch_request" not in s.stderr  # modelled: no notice
     # the i386 kernel's REP strings at timing=memory once made more clock kinds than the
     # plugin holds (their memory fields summed without the per-clock cap of 15)
-    assert "distinct clock kinds" not in s.kernel_log
+    assert "distinct clock kinds" not in s.kernel_log + s.stderr
 
 
 def tcsweep_build(arch: str, model: str) -> tuple[int, int]:
@@ -387,3 +395,31 @@ def test_compression_cpi_is_within_the_published_range(cpi_session, program):
     print(f"{program}: CPI {cpi:.3f} ({cycles} / {instr}); published {c.range}, "
           f"band [{lo:.3f}, {hi:.3f}]")
     assert c.holds(cpi), (program, cpi, (lo, hi))
+
+
+# ---- the SSE input assists --------------------------------------------------------------
+
+
+def denorm_assists(arch: str) -> int:
+    """The assists one iteration of the denorm workload's loop requests: its instructions
+    from _start to the loop's end replayed from the ELF's bytes (tests/guests/sse_inputs.py,
+    emulator/fp_assist.py)."""
+    img = L.image(str(W.build_dir(arch) / "denorm"))
+    start, loop, end = (img.symbols[k] for k in ("_start", "denorm_loop", "denorm_loop_end"))
+    got = sse_inputs.assists(img, [img.insns[a] for a in sorted(img.insns) if start <= a < end])
+    return sum(1 for a, yes in got.items() if yes and a >= loop)
+
+
+@pytest.mark.guest
+def test_sse_input_assists_by_raw_event_are_the_models(chase_session):
+    """perf stat of SSE_input_assist by raw encoding on the denorm workload: exactly the
+    assists its loop's inputs request per iteration (two: a packed single and a scalar
+    double with a denormal input), on both models, 32- and 64-bit."""
+    model, _, s = chase_session
+    per = denorm_assists(ARCH[model])
+    assert per == 2, per
+    raw = P.raw_event("SSE_input_assist", "ALL")
+    stat = P.parse_stat_csv(s.sec("denorm").text)
+    assert raw in stat and stat[raw].value is not None, s.sec("denorm").text
+    assert stat[raw].value == per * DENORM_N, (model, stat[raw].value)
+    assert "SSE_input_assist" not in s.stderr  # modelled: no notice

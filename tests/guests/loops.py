@@ -26,6 +26,8 @@ TRACEABLE = ("nop4", "alu", "alt", "pat3", "callret", "indirect", "x87", "sse", 
 # Traceable loops of the memory model's patterns (tests/test_events_memory.py): not in
 # TRACEABLE, so that the other event tests do not run them.
 TRACEABLE_MEMORY = ("hotbuf", "pages", "smc", "sbuf", "thrash", "tcsweep")
+# ... and of the SSE instructions' input values (SSE_input_assist: tests/test_events_memory.py)
+TRACEABLE_OPERANDS = ("denorm",)
 # Traceable too, but only at CPL 0 (their PMU instructions fault at CPL 3): not in TRACEABLE,
 # which the tests run at both levels.
 TRACEABLE_CPL0 = ("rdpmc",)
@@ -77,6 +79,8 @@ class LoopImage:
         self.elf = Path(elf)
         self.insns: dict[int, Insn] = {}
         self.symbols: dict[str, int] = {}
+        self._data_syms: dict[str, int] | None = None
+        self._rodata: dict[int, int] | None = None
         self._load()
 
     def _load(self) -> None:
@@ -102,6 +106,35 @@ class LoopImage:
             mnem = parts[0]
             ops = parts[1] if len(parts) > 1 else ""
             self.insns[addr] = Insn(addr, b, mnem, ops, sym)
+
+    def data_symbol(self, name: str) -> int:
+        """The address of any symbol (data too: nm)."""
+        if self._data_syms is None:
+            out = subprocess.run(["nm", str(self.elf)], capture_output=True, text=True,
+                                 check=True).stdout
+            self._data_syms = {p[2]: int(p[0], 16) for p in (ln.split() for ln in out.splitlines())
+                               if len(p) == 3}
+        try:
+            return self._data_syms[name]
+        except KeyError:
+            raise TraceError(f"symbol {name!r} not found in {self.elf}") from None
+
+    def data(self, addr: int, n: int) -> bytes:
+        """n bytes of the image's read-only data at `addr` (objdump -s of .rodata)."""
+        if self._rodata is None:
+            out = subprocess.run(["objdump", "-s", "-j", ".rodata", str(self.elf)],
+                                 capture_output=True, text=True, check=True).stdout
+            self._rodata = {}
+            for ln in out.splitlines():
+                m = re.match(r"^ ([0-9a-f]+) ((?:[0-9a-f]{2,8} ?){1,4})", ln)
+                if m:
+                    a = int(m.group(1), 16)
+                    for k, b in enumerate(bytes.fromhex(m.group(2).replace(" ", ""))):
+                        self._rodata[a + k] = b
+        try:
+            return bytes(self._rodata[a] for a in range(addr, addr + n))
+        except KeyError:
+            raise TraceError(f"no read-only data at 0x{addr:x} in {self.elf}") from None
 
     def sym(self, name: str) -> int:
         try:
@@ -129,7 +162,7 @@ class LoopImage:
 
     def trace(self, name: str, n: int) -> list[Step]:
         """Every instruction `loop_<name>(n)` executes, from its first to its final RET."""
-        if name not in TRACEABLE + TRACEABLE_CPL0 + TRACEABLE_MEMORY:
+        if name not in TRACEABLE + TRACEABLE_CPL0 + TRACEABLE_MEMORY + TRACEABLE_OPERANDS:
             raise TraceError(f"loop {name!r} is not traceable (control flow not modelled)")
         return _trace(self, name, n)
 

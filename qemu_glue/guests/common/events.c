@@ -59,7 +59,7 @@ struct mb_module {
 
 /* ---- the loops (loops.S) ---- */
 typedef ureg (*loop_fn)(ureg);
-#define LOOPS(X) X(nop4) X(alu) X(alt) X(pat3) X(callret) X(indirect) X(swing) X(ucode) X(repmov) X(split) X(hotbuf) X(pages) X(smc) X(sbuf) X(thrash) X(tcsweep) X(x87) X(sse) X(mmx) X(overcount) \
+#define LOOPS(X) X(nop4) X(alu) X(alt) X(pat3) X(callret) X(indirect) X(swing) X(ucode) X(repmov) X(split) X(hotbuf) X(pages) X(smc) X(sbuf) X(thrash) X(tcsweep) X(denorm) X(x87) X(sse) X(mmx) X(overcount) \
     X(mem) X(phases) X(members) X(bench) X(rdmsr) X(wrmsr) X(rdmsr_other) X(rdpmc) X(empty) \
     X(selfnmi) X(selfnmi_ram)
 #define DECL(n) ureg loop_##n(ureg);

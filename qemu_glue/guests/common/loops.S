@@ -771,6 +771,40 @@ thrash_body:
 	EPILOGUE
 	ret
 
+/* ---- denorm: SSE instructions with floating-point inputs (SSE_input_assist), each reading
+ * registers freshly loaded from denorm_data or denorm_data itself: some inputs denormal, some
+ * normal; two with MXCSR.DAZ set (denormals read as zeros: no assist).  The Python side
+ * (tests/test_events_memory.py) reads the inputs from the ELF and asks emulator/fp_assist.py
+ * which executions request an assist. */
+LOOP(denorm)
+	PROLOGUE
+	movl $denorm_data, %ebx
+	.globl denorm_body
+denorm_body:
+	movaps (RBX), %xmm0		/* singles: 1.0, a denormal, 2.0, 3.0 */
+	movaps 16(RBX), %xmm1		/* singles: all normal */
+	addps %xmm1, %xmm0		/* its destination holds a denormal */
+	movaps 16(RBX), %xmm2
+	mulps 16(RBX), %xmm2		/* normal inputs only */
+	movsd 32(RBX), %xmm3		/* a normal double */
+	addsd 40(RBX), %xmm3		/* a denormal double from memory */
+	movss 16(RBX), %xmm4
+	sqrtss 4(RBX), %xmm4		/* the denormal single from memory */
+	cvtss2sd (RBX), %xmm5		/* 1.0 */
+	ucomiss 16(RBX), %xmm1		/* normal, normal */
+	movaps 48(RBX), %xmm6		/* doubles: 4.0, a denormal */
+	maxpd %xmm6, %xmm6		/* two denormal inputs: one assist */
+	ldmxcsr 64(RBX)			/* DAZ set */
+	movaps (RBX), %xmm7
+	addps %xmm7, %xmm7		/* denormal inputs read as zeros */
+	movsd 32(RBX), %xmm3
+	minsd 40(RBX), %xmm3		/* a denormal double from memory, read as 0 */
+	ldmxcsr 68(RBX)			/* MXCSR's reset value */
+	decl %ecx
+	jnz denorm_body
+	EPILOGUE
+	ret
+
 /* ---- tcsweep: the trace cache (BPU_fetch_request TCMISS): each iteration runs 9 blocks of
  * code 4 KB apart, so their lines are 64 lines apart: one set of the code-line record that
  * stands for the trace cache (512 lines, 8-way), more lines than its ways.  With LRU each
@@ -799,6 +833,16 @@ tcsweep_8:
 LOOP(empty)
 	xorl %eax, %eax
 	ret
+
+	.section .rodata
+	.balign 64
+	.globl denorm_data
+denorm_data:				/* denorm's inputs */
+	.long 0x3f800000, 0x00000001, 0x40000000, 0x40400000	/* 1.0, 2^-149, 2.0, 3.0 */
+	.long 0x3f800000, 0x3f800000, 0x3fc00000, 0x40800000	/* 1.0, 1.0, 1.5, 4.0 */
+	.quad 0x3ff0000000000000, 0x000fffffffffffff		/* 1.0, the largest double denormal */
+	.quad 0x4010000000000000, 0x0000000000000002		/* 4.0, 2^-1073 */
+	.long 0x00001fc0, 0x00001f80				/* MXCSR: DAZ and the masks; reset */
 
 	.section .bss
 	.balign 64
