@@ -93,9 +93,9 @@ DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite",
                "l2_ld", "l2_rfo", "ld_l1miss", "ld_l2miss", "ld_dtlb", "st_dtlb", "smc",
                "ld_partial", "ld_unalgn", "ld_64k", "wb", "rd_active")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss", "tc_miss", "tc_build")
-# ... and what an instruction's operand values make it request: an SSE input assist (a
-# denormal input, fp_assist.py), in the clock it retires in
-OPERAND_FIELDS = ("sse_assist",)
+# ... and what an instruction's operand values make it request: an SSE input assist, an x87
+# input assist (a denormal input, fp_assist.py), in the clock it retires in
+OPERAND_FIELDS = ("sse_assist", "x87_prea")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS + OPERAND_FIELDS
 # A clock's memory fields saturate at 15: every line that reads them is a sum of them, capped
 # at 15 per clock (four input lines, SDM Vol. 3B 18.15.5.2), so a larger value counts the same,
@@ -538,7 +538,7 @@ _DIRECT = {
     # clock (the storing instruction's), so CLEAR's clocks equal SMCLEAR's clears
     ("machine_clear", "CLEAR"): "smc", ("machine_clear", "SMCLEAR"): "smc",
     # the assists an instruction's operand values request (fp_assist.py)
-    ("SSE_input_assist", "ALL"): "sse_assist",
+    ("SSE_input_assist", "ALL"): "sse_assist", ("x87_assist", "PREA"): "x87_prea",
     # the store buffers: loads replayed by the memory order buffer, 64 K aliasing cancels
     ("MOB_load_replay", "PARTIAL_DATA"): "ld_partial",
     ("MOB_load_replay", "UNALGN_ADDR"): "ld_unalgn",

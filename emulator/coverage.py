@@ -114,6 +114,8 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
     "tc_build": (False, "clocks of block executions built into the trace cache"),
     "sse_assist": (False, "SSE instructions with a denormal input while MXCSR.DAZ is clear, one "
                           "per execution (the plugin reads the inputs: emulator/fp_assist.py)"),
+    "x87_prea": (False, "x87 instructions that load a denormal single or double from memory, "
+                        "one per execution (the plugin reads the value: emulator/fp_assist.py)"),
     "rd_active": (False, "clocks a load waits for its line from memory, once per update of the "
                          "queue's count (timing=memory; the memory model)"),
 }
@@ -133,8 +135,8 @@ ZERO_REASON: dict[str, str] = {
     "IOQ_active_entries": _NO_OCCUPANCY, "bsq_active_entries": _NO_OCCUPANCY,
     "b2b_cycles": _BUS_SIGNALS,
     "bnr": _BUS_SIGNALS, "snoop": _BUS_SIGNALS, "response": _BUS_SIGNALS,
-    "x87_assist": "no x87 assist model: the x87 instructions' operand values are not looked at "
-                  "(the SSE instructions' are: SSE_input_assist)",
+    "x87_assist": "not modelled: the plugin reads neither the x87 stack's tags (stack underflow "
+                  "and overflow) nor the results (output overflow and underflow)",
     "resource_stall": "no pipeline-resource model",
     "WC_Buffer": "no write-combining model",
     "machine_clear": _NO_MEMORY,

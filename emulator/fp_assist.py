@@ -1,7 +1,8 @@
-"""SSE input assists: which SSE/SSE2/SSE3 instructions read floating-point inputs that a
+"""Input assists: which SSE/SSE2/SSE3 and x87 instructions read floating-point inputs that a
 denormal makes the processor take a microcode assist for, and whether an execution's inputs do
 (SDM Vol. 3B Table 19-28, SSE_input_assist: "assists requested for SSE and SSE2 input
-operands, most notably denormal source operands when the DAZ bit is not set").
+operands, most notably denormal source operands when the DAZ bit is not set"; Table 19-30,
+x87_assist PREA: "input assist").
 
 The instructions are those whose "SIMD Floating-Point Exceptions" list in SDM Vol. 2 includes
 Denormal (the denormal-operand exception, #D): arithmetic, square roots, minimum and maximum,
@@ -9,11 +10,17 @@ compares, and the conversions between single and double precision.  The conversi
 integers, the reciprocal estimates and the moves and logic take no denormal input.  With MXCSR
 DAZ (bit 6) set, denormal inputs are read as zeros and need no assist (SDM Vol. 1 10.2.3.4).
 
+The x87 instructions are those that load a single- or double-precision operand from memory and
+whose "FPU exceptions" in SDM Vol. 2 include #D for a denormal source (FLD, the arithmetic and
+FCOM/FCOMP with a memory operand).  A denormal single or double becomes a normal number in the
+x87 registers' double extended format, so the registers hold a denormal only below 2^-16382:
+the model looks at the memory inputs alone.
+
 Decisions where the sources are silent (docs/events.md, "Assists"): an execution requests one
 assist however many of its inputs are denormal (silicon splits a 128-bit operation into two
 64-bit uops; no source says whether each asks); the wrong path requests none (this model
 executes no wrong path).  Pure Python: the plugin's C (plugin/fp_assist.c) decides the same
-from a table generated out of SSE_DENORMAL_INPUTS.
+from tables generated out of SSE_DENORMAL_INPUTS and X87_DENORMAL_LOADS.
 """
 from __future__ import annotations
 
@@ -53,6 +60,10 @@ SSE_DENORMAL_INPUTS: dict[str, SseInputs] = {
 }
 
 
+# Capstone 5 names of the x87 instructions whose single or double memory operand takes #D
+X87_DENORMAL_LOADS = frozenset("fld fadd fsub fsubr fmul fdiv fdivr fcom fcomp".split())
+
+
 def is_denormal(raw: int, bits: int) -> bool:
     """Is the IEEE 754 single (32) or double (64) encoding `raw` a denormal: exponent 0,
     fraction not 0?"""
@@ -77,6 +88,12 @@ def requests_assist(inputs: SseInputs, sources, mxcsr: int) -> bool:
     return any(denormal_elements(bytes(s), inputs) for s in sources)
 
 
+def x87_requests_assist(data: bytes) -> bool:
+    """Does an X87_DENORMAL_LOADS instruction whose memory operand holds `data` (4 bytes: a
+    single, 8: a double; 10, a double extended, is loaded exactly) request an assist?"""
+    return len(data) in (4, 8) and is_denormal(int.from_bytes(data, "little"), 8 * len(data))
+
+
 def c_table() -> str:
     """The plugin's table (plugin/fp_assist.c): one row per instruction name, sorted."""
     rows = ",\n".join(f'    {{"{n}", {r.bits}, {r.count}, {int(r.dest_read)}}}'
@@ -87,8 +104,11 @@ def c_table() -> str:
             f"#define P4_SSE_INPUTS {len(SSE_DENORMAL_INPUTS)}\n"
             f"#define P4_MXCSR_DAZ {MXCSR_DAZ}\n"
             f"static const struct p4_sse_inputs p4_sse_inputs[P4_SSE_INPUTS] = {{\n{rows}\n}};\n"
-            "#endif\n")
+            "/* x87 instructions whose single or double memory input takes #D (sorted) */\n"
+            f"#define P4_X87_DENORMAL_LOADS {len(X87_DENORMAL_LOADS)}\n"
+            "static const char *const p4_x87_denormal_loads[P4_X87_DENORMAL_LOADS] = {"
+            + ", ".join(f'"{n}"' for n in sorted(X87_DENORMAL_LOADS)) + "};\n#endif\n")
 
 
-__all__ = ["SseInputs", "SSE_DENORMAL_INPUTS", "MXCSR_DAZ", "is_denormal", "denormal_elements",
-           "requests_assist", "c_table"]
+__all__ = ["SseInputs", "SSE_DENORMAL_INPUTS", "X87_DENORMAL_LOADS", "MXCSR_DAZ", "is_denormal",
+           "denormal_elements", "requests_assist", "x87_requests_assist", "c_table"]

@@ -80,6 +80,7 @@ struct insn_info {
     uint8_t sse_in;
     int8_t sse_reg[2];
     uint8_t sse_mem;
+    uint8_t x87_mem; /* an x87 instruction whose single or double memory input takes #D */
 };
 
 /* cb_xcheck's one-entry cache, per block (as a successor) and vCPU: the silent-capable

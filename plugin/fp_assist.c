@@ -1,10 +1,11 @@
 /*
- * p4pmu: the SSE input assists (emulator/fp_assist.py; docs/events.md, "Assists").  While a
- * counter may count SSE_input_assist (the memory level's P4_MEM_FP part), every SSE
- * instruction with floating-point inputs (the generated table p4_sse_inputs) reads MXCSR and
- * its register inputs before it runs, and the value its memory input loads; an execution with
- * a denormal input while MXCSR.DAZ is clear requests one assist, in the clock it retires in
- * (a memory-side fix, memory.c).
+ * p4pmu: the input assists (emulator/fp_assist.py; docs/events.md, "Assists").  While a
+ * counter may count SSE_input_assist or x87_assist PREA (the memory level's P4_MEM_FP part),
+ * every SSE instruction with floating-point inputs (the generated table p4_sse_inputs) reads
+ * MXCSR and its register inputs before it runs, and the value its memory input loads; every
+ * x87 instruction that loads a single or double (p4_x87_denormal_loads) reads the value.  An
+ * execution with a denormal input (for SSE, while MXCSR.DAZ is clear) requests one assist, in
+ * the clock it retires in (a memory-side fix, memory.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -72,12 +73,13 @@ static int has_denormal(const struct p4_sse_inputs *r, const uint8_t *data, unsi
     return 0;
 }
 
-/* the execution of block id under way requests an assist in instruction i's clock */
-static void request(unsigned vi, uint32_t id, unsigned i)
+/* the execution of block id under way requests an assist (clock field `field`) in
+ * instruction i's clock */
+static void request(unsigned vi, uint32_t id, unsigned i, unsigned field)
 {
     uint8_t d[KF_N];
     memset(d, 0, KF_N);
-    d[KF_SSE_ASSIST] = 1;
+    d[field] = 1;
     mem_fields_at(vi, id, i, d);
 }
 
@@ -106,7 +108,7 @@ static void cb_sse_regs(unsigned int vi, void *ud)
         uint8_t data[16];
         reg_read_bytes(v, p4.regs.xmm[x], data, sizeof(data));
         if (has_denormal(r, data, 0, sizeof(data))) {
-            request(vi, id, i);
+            request(vi, id, i, KF_SSE_ASSIST);
             return;
         }
     }
@@ -142,18 +144,38 @@ static void cb_sse_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void 
     uint64_t off = vaddr - p->base;
     if (off < 16 && has_denormal(r, data, (unsigned)off, n > 16 ? 16 : n)) {
         p->armed = 0;
-        request(vi, id, i);
+        request(vi, id, i, KF_SSE_ASSIST);
     }
 }
 
-void sse_assist_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
+/* an x87 instruction's single (4 bytes) or double (8) memory input: fp_assist.x87_requests_assist */
+static void cb_x87_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
+{
+    (void)vaddr;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    uint32_t id = (uint32_t)((uintptr_t)ud >> UD_INSN_BITS);
+    unsigned i = (unsigned)((uintptr_t)ud & ((1u << UD_INSN_BITS) - 1));
+    unsigned shift = qemu_plugin_mem_size_shift(info);
+    if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id || qemu_plugin_mem_is_store(info) ||
+        (shift != 2 && shift != 3))
+        return;
+    p4_mem_value val = qemu_plugin_mem_get_value(info);
+    uint64_t raw = shift == 2 ? val.data.u32 : val.data.u64;
+    if (is_denormal(raw, shift == 2 ? 32 : 64)) request(vi, id, i, KF_X87_PREA);
+}
+
+void fp_assist_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 {
     const struct blk *b = p4.blocks->by_id[id];
     for (size_t i = 0; i < n && i < (1u << UD_INSN_BITS); i++) {
         const struct insn_info *in = &b->ins[i];
-        if (!in->sse_in) continue;
+        if (!in->sse_in && !in->x87_mem) continue;
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         void *ud = (void *)(((uintptr_t)id << UD_INSN_BITS) | i);
+        if (in->x87_mem) {
+            qemu_plugin_register_vcpu_mem_cb(insn, cb_x87_mem, P4_CB_NO_REGS, P4_MEM_R, ud);
+            continue;
+        }
         qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_sse_regs, P4_CB_R_REGS, ud);
         if (in->sse_mem) {
             qemu_plugin_register_vcpu_mem_cb(insn, cb_sse_mem, P4_CB_NO_REGS, P4_MEM_R, ud);

@@ -195,7 +195,7 @@ static void register_block_ops(struct qemu_plugin_tb *tb, size_t n, uint32_t id,
                                                P4_CB_R_REGS, ud);
     }
     if (memory_level_active()) mem_register(tb, n, id);
-    if (memory_level_active() & P4_MEM_FP) sse_assist_register(tb, n, id);
+    if (memory_level_active() & P4_MEM_FP) fp_assist_register(tb, n, id);
     if (lt && n == 1) {
         /* may be the re-execution of an MMIO access QEMU left a block at (cb_memi) */
         qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, 0), cb_memi, P4_CB_NO_REGS,

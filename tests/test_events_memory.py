@@ -370,8 +370,9 @@ def test_bus_queue_occupancy_counts_exactly_at_timing_memory(timed, bits, cpu, l
 
 # ---- the SSE input assists ------------------------------------------------------------------
 
-# SSE_input_assist (FIRM_ESCR0/1, counters 8-11): plainly, by rising edges, and the clocks
-# without an assist; `denorm` runs SSE instructions on denormal and normal inputs, `alu` none
+# SSE_input_assist (FIRM_ESCR0/1, counters 8-11) and x87_assist PREA (CRU_ESCR2/3, counters
+# 12-17): plainly, by rising edges, and the clocks without an assist; `denorm` runs SSE and x87
+# instructions on denormal and normal inputs, `alu` none
 FIRM0, FIRM1 = "MSR_FIRM_ESCR0", "MSR_FIRM_ESCR1"
 ASSIST_SETUPS = [
     Setup("assist", [
@@ -382,18 +383,22 @@ ASSIST_SETUPS = [
             complement=True, threshold=0),
         Ctr(11, FIRM1, "SSE_input_assist", ("ALL",), usr=True, compare=True,
             complement=True, threshold=0, edge=True),
+        Ctr(12, C2, "x87_assist", ("PREA",), os=True, usr=True),
+        Ctr(13, C2, "x87_assist", ("PREA",), os=True, usr=True, compare=True, threshold=0,
+            edge=True),
+        Ctr(14, C3, "x87_assist", ("PREA", "FPSU"), usr=True),
     ]),
 ]
 ASSIST = Plan(ASSIST_SETUPS, ["alu", "denorm"], rings=(0, 3), ns=(60, 600))
 
 
 def assist_outcomes(model: LoopModel, loop: str) -> dict:
-    """{instruction address: {"sse_assist": 1}} of the loop's SSE instructions whose inputs
-    request an assist (tests/guests/sse_inputs.py: their inputs read from the ELF, asked of
-    emulator/fp_assist.py), as in its second iteration."""
+    """{instruction address: {clock field: 1}} of the loop's SSE and x87 instructions whose
+    inputs request an assist (tests/guests/sse_inputs.py: their inputs read from the ELF,
+    asked of emulator/fp_assist.py), as in its second iteration."""
     steps = model.trace(loop, 2)
     got = sse_inputs.assists(model.img, [s.insn for s in steps])
-    return {a: {"sse_assist": 1} for a, yes in got.items() if yes}
+    return {a: {field: 1} for a, field in got.items() if field}
 
 
 @pytest.fixture(scope="module")
@@ -418,18 +423,21 @@ def assisted(run_guest):
 @pytest.mark.parametrize("loop", ASSIST.loops)
 @pytest.mark.parametrize("bits, cpu", ((32, "0F_02"), (32, "0F_04"), (64, "0F_04")))
 def test_sse_input_assists_count_exactly(assisted, bits, cpu, loop):
-    """The plugin reads the SSE instructions' inputs: an execution with a denormal input and
-    MXCSR.DAZ clear requests one assist, on a Northwood and a Prescott, 32- and 64-bit."""
+    """The plugin reads the SSE and x87 instructions' inputs: an execution with a denormal
+    input (SSE: and MXCSR.DAZ clear) requests one assist, on a Northwood and a Prescott, 32-
+    and 64-bit."""
     out, mem, oracle = assisted(bits, cpu)
     n = ASSIST.ns[1] - ASSIST.ns[0]
     bad, rows = oracle_mismatches(ASSIST, ASSIST_SETUPS, out, oracle, loop)
-    if loop == "denorm":  # the loop's design (its comments): four of its eight ask
+    if loop == "denorm":  # the loop's design (its comments): four SSE and two x87 ask
         img = oracle.m.img
         assert sorted(img.insn(a).mnemonic for a in mem) == \
-            ["addps", "addsd", "maxpd", "sqrtss"]
+            ["addps", "addsd", "faddl", "flds", "maxpd", "sqrtss"]
         assert ASSIST.delta(out, "assist", loop, 3, 8) == 4 * n
         assert ASSIST.delta(out, "assist", loop, 3, 9) > 0  # runs of assisting clocks
+        assert ASSIST.delta(out, "assist", loop, 3, 12) == 2 * n
     else:
         assert ASSIST.delta(out, "assist", loop, 3, 8) == 0
+        assert ASSIST.delta(out, "assist", loop, 3, 12) == 0
     assert not bad, (f"{bits}-bit guest, {cpu}, loop {loop}: {len(bad)} of {len(rows)} "
                      "counts differ:\n" + "\n".join(bad))

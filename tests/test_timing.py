@@ -132,8 +132,8 @@ def timing_boot(tmp_path_factory, model: str):
                      for n in ITERATIONS[m.level]]
         events = " ".join(f"-e $(p4event {e}:u)" for e in TC_EVENTS)
         sections += [(f"tc-{n}", f"perf stat -x, {events} -- tcsweep {n}") for n in TC_PASSES]
-        sections.append(("denorm", f"perf stat -x, -e $(p4event SSE_input_assist:u) -- "
-                                   f"denorm {DENORM_N}"))
+        sections.append(("denorm", f"perf stat -x, -e $(p4event SSE_input_assist:u) "
+                                   f"-e $(p4event x87_assist:PREA:u) -- denorm {DENORM_N}"))
         sections += [(f"{name}-{n}", "perf stat -x, " + " ".join(
                           f"-e $(p4event {':'.join((ev,) + bits)}:u)" for ev in evs) +
                       f" -- {prog} {n}")
@@ -400,26 +400,31 @@ def test_compression_cpi_is_within_the_published_range(cpi_session, program):
 # ---- the SSE input assists --------------------------------------------------------------
 
 
-def denorm_assists(arch: str) -> int:
-    """The assists one iteration of the denorm workload's loop requests: its instructions
-    from _start to the loop's end replayed from the ELF's bytes (tests/guests/sse_inputs.py,
-    emulator/fp_assist.py)."""
+def denorm_assists(arch: str) -> dict[str, int]:
+    """The assists one iteration of the denorm workload's loop requests, by clock field: its
+    instructions from _start to the loop's end replayed from the ELF's bytes
+    (tests/guests/sse_inputs.py, emulator/fp_assist.py)."""
     img = L.image(str(W.build_dir(arch) / "denorm"))
     start, loop, end = (img.symbols[k] for k in ("_start", "denorm_loop", "denorm_loop_end"))
     got = sse_inputs.assists(img, [img.insns[a] for a in sorted(img.insns) if start <= a < end])
-    return sum(1 for a, yes in got.items() if yes and a >= loop)
+    return {f: sum(1 for a, g in got.items() if g == f and a >= loop)
+            for f in ("sse_assist", "x87_prea")}
 
 
 @pytest.mark.guest
-def test_sse_input_assists_by_raw_event_are_the_models(chase_session):
-    """perf stat of SSE_input_assist by raw encoding on the denorm workload: exactly the
-    assists its loop's inputs request per iteration (two: a packed single and a scalar
-    double with a denormal input), on both models, 32- and 64-bit."""
+def test_input_assists_by_raw_event_are_the_models(chase_session):
+    """perf stat of SSE_input_assist and x87_assist PREA by raw encoding, in one run, on the
+    denorm workload: exactly the assists its loop's inputs request per iteration (two SSE:
+    a packed single and a scalar double with a denormal input; one x87: a denormal single
+    loaded), on both models, 32- and 64-bit."""
     model, _, s = chase_session
     per = denorm_assists(ARCH[model])
-    assert per == 2, per
-    raw = P.raw_event("SSE_input_assist", "ALL")
+    assert per == {"sse_assist": 2, "x87_prea": 1}, per
     stat = P.parse_stat_csv(s.sec("denorm").text)
-    assert raw in stat and stat[raw].value is not None, s.sec("denorm").text
-    assert stat[raw].value == per * DENORM_N, (model, stat[raw].value)
-    assert "SSE_input_assist" not in s.stderr  # modelled: no notice
+    for (event, bit), field in ((("SSE_input_assist", "ALL"), "sse_assist"),
+                                (("x87_assist", "PREA"), "x87_prea")):
+        raw = P.raw_event(event, bit)
+        assert raw in stat and stat[raw].value is not None, s.sec("denorm").text
+        assert stat[raw].running_pct == 100.0, stat[raw]  # (not multiplexed)
+        assert stat[raw].value == per[field] * DENORM_N, (model, event, stat[raw].value)
+        assert event not in s.stderr  # modelled: no notice

@@ -1,6 +1,6 @@
-/* denorm N: N iterations of a few SSE instructions on denormal and normal inputs: a program
- * whose SSE input assists (SSE_input_assist) the plugin counts from the inputs' values
- * (emulator/fp_assist.py).  Linux starts a program with MXCSR at its reset value (DAZ clear),
+/* denorm N: N iterations of a few SSE and x87 instructions on denormal and normal inputs: a
+ * program whose input assists (SSE_input_assist, x87_assist PREA) the plugin counts from the
+ * inputs' values (emulator/fp_assist.py).  Linux starts a program with MXCSR at its reset value (DAZ clear),
  * so a denormal input requests an assist.
  *
  * Freestanding (no libc): every user instruction is in this file.  The inputs are read-only
@@ -33,6 +33,8 @@ denorm_loop:
         mulsd   40(BX), %xmm1           /* a denormal double from memory: an assist */
         movaps  16(BX), %xmm2
         addps   %xmm2, %xmm2            /* normal inputs */
+        flds    4(BX)                   /* a denormal single: an x87 input assist */
+        fstp    %st(0)
         dec     %ecx
         jnz     denorm_loop
 denorm_loop_end:

@@ -69,6 +69,16 @@ def test_the_conversions_read_their_source_format():
     assert "cvttps2dq" not in FA.SSE_DENORMAL_INPUTS and "cvtss2si" not in FA.SSE_DENORMAL_INPUTS
 
 
+def test_x87_loads_of_singles_and_doubles():
+    assert FA.x87_requests_assist(struct.pack("<I", 1))
+    assert not FA.x87_requests_assist(struct.pack("<f", 1.0))
+    assert FA.x87_requests_assist(struct.pack("<Q", 0x000FFFFFFFFFFFFF))
+    assert not FA.x87_requests_assist(bytes(10))  # double extended: loaded exactly
+    assert FA.X87_DENORMAL_LOADS == {"fld", "fadd", "fsub", "fsubr", "fmul", "fdiv", "fdivr",
+                                     "fcom", "fcomp"}
+    assert CM.is_modelled("x87_assist", "PREA") and not CM.is_modelled("x87_assist", "FPSU")
+
+
 def test_the_event_counts_the_assists_field():
     assert CM.is_modelled("SSE_input_assist", "ALL")
     st = COV.bit_status("SSE_input_assist", 15)
@@ -101,6 +111,10 @@ def test_the_replay_follows_loads_and_refuses_unknown_inputs():
              _I(3, "movaps", "0x10(%rbx),%xmm1"), _I(4, "mulps", "%xmm1,%xmm1"),
              _I(5, "ldmxcsr", "0x20(%rbx)"), _I(6, "movss", "0x4(%rbx),%xmm2"),
              _I(7, "sqrtss", "%xmm2,%xmm3")]       # denormal, DAZ set
-    assert SI.assists(img, insns) == {2: True, 4: False, 7: False}
+    assert SI.assists(img, insns) == {2: "sse_assist", 4: None, 7: None}
+    x87 = [_I(0, "mov", "$0x1000,%ebx"), _I(1, "flds", "0x4(%ebx)"),   # a denormal single
+           _I(2, "faddl", "0x10(%ebx)"),                               # two 1.0s: a normal double
+           _I(3, "fldt", "(%ebx)"), _I(4, "fadd", "%st(1),%st")]       # not single/double loads
+    assert SI.assists(img, x87) == {1: "x87_prea", 2: None}
     with pytest.raises(SI.SseReplayError):
         SI.assists(img, insns + [_I(8, "addps", "%xmm0,%xmm0")])  # xmm0 is a result

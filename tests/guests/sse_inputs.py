@@ -1,7 +1,8 @@
-"""Which SSE instructions of a loop body request an input assist (SSE_input_assist), from the
-bytes in the ELF: a replay of the body's loads into XMM registers and MXCSR from read-only data
-(a base register set by `mov $symbol, %reg`), each SSE instruction with floating-point inputs
-asked of emulator/fp_assist.py with the inputs it reads.  A body that reads an input this
+"""Which SSE and x87 instructions of a loop body request an input assist (SSE_input_assist,
+x87_assist PREA), from the bytes in the ELF: a replay of the body's loads into XMM registers
+and MXCSR from read-only data (a base register set by `mov $symbol, %reg`), each SSE
+instruction with floating-point inputs and each x87 load of a single or double asked of
+emulator/fp_assist.py with the inputs it reads.  A body that reads an input this
 replay does not know (an arithmetic result, a register loaded elsewhere) is refused: the
 expectation would be a guess.
 """
@@ -15,6 +16,8 @@ MXCSR_RESET = 0x1F80  # SDM Vol. 1 10.2.3.1
 # loads into an XMM register: bytes read (the rest of the register: kept or zeroed)
 _LOADS = {"movaps": 16, "movups": 16, "movapd": 16, "movupd": 16, "movdqa": 16, "movdqu": 16,
           "movss": 4, "movsd": 8}
+# objdump's x87 size suffixes: s single, l double (t, double extended, takes no assist)
+_X87_SIZE = {"s": 4, "l": 8}
 _MEM = re.compile(r"^(-?0x[0-9a-f]+|-?\d+)?\((%\w+)\)$")
 
 
@@ -56,48 +59,59 @@ class Replay:
             raise SseReplayError(f"{op} holds a value the replay does not know")
         return v
 
-    def step(self, insn) -> bool:
-        """Replay one instruction; True if it requests an assist."""
+    def step(self, insn) -> str | None:
+        """Replay one instruction; the clock field of the assist it requests (sse_assist,
+        x87_prea), or None."""
         ops = _operands(insn.operands)
         name = _name(insn.mnemonic)
+        x87 = insn.mnemonic[:-1]
+        if x87 in FA.X87_DENORMAL_LOADS and insn.mnemonic[-1] in _X87_SIZE and len(ops) == 1 \
+                and not ops[0].startswith("%"):
+            data = self._mem(ops[0], _X87_SIZE[insn.mnemonic[-1]])
+            return "x87_prea" if FA.x87_requests_assist(data) else None
         if insn.mnemonic.startswith("mov") and len(ops) == 2 and ops[0].startswith("$") and \
                 ops[1].startswith("%") and not ops[1].startswith("%xmm"):
             self.base[ops[1]] = int(ops[0][1:], 0)
             self.base[ops[1].replace("%e", "%r")] = self.base[ops[1]]
-            return False
+            return None
         if name == "ldmxcsr":
             self.mxcsr = int.from_bytes(self._mem(ops[0], 4), "little")
-            return False
+            return None
         if name in _LOADS and len(ops) == 2 and ops[1].startswith("%xmm"):
             n = _LOADS[name]
             if ops[0].startswith("%xmm"):
                 self.xmm[ops[1]] = self._reg(ops[0])
             else:
                 self.xmm[ops[1]] = self._mem(ops[0], n) + bytes(16 - n)
-            return False
+            return None
         row = FA.SSE_DENORMAL_INPUTS.get(name)
         if row is None or len(ops) < 2 or not ops[-1].startswith("%xmm"):
             for op in ops[-1:]:
                 if op.startswith("%xmm"):
                     self.xmm[op] = None  # written by something the replay does not follow
-            return False
+            return None
         src, dest = ops[-2], ops[-1]
         n = row.count * row.bits // 8
         inputs = [self._reg(dest)] if row.dest_read else []
         inputs.append(self._reg(src) if src.startswith("%xmm") else self._mem(src, n))
         if name not in ("comiss", "ucomiss", "comisd", "ucomisd"):
             self.xmm[dest] = None
-        return FA.requests_assist(row, inputs, self.mxcsr)
+        return "sse_assist" if FA.requests_assist(row, inputs, self.mxcsr) else None
 
 
-def assists(img, insns) -> dict[int, bool]:
-    """{address: requests an assist} of every SSE instruction with floating-point inputs among
-    `insns` (instructions in the order they run), as its last execution among them did."""
+def assists(img, insns) -> dict[int, str | None]:
+    """{address: the clock field of the assist it requests, or None} of every SSE instruction
+    with floating-point inputs and every x87 load of a single or double among `insns`
+    (instructions in the order they run), as its last execution among them did."""
     r = Replay(img)
     out = {}
     for insn in insns:
         got = r.step(insn)
-        if _name(insn.mnemonic) in FA.SSE_DENORMAL_INPUTS and _operands(insn.operands)[-1:] \
-                and _operands(insn.operands)[-1].startswith("%xmm"):
+        ops = _operands(insn.operands)
+        sse = _name(insn.mnemonic) in FA.SSE_DENORMAL_INPUTS and ops[-1:] and \
+            ops[-1].startswith("%xmm")
+        x87 = insn.mnemonic[:-1] in FA.X87_DENORMAL_LOADS and insn.mnemonic[-1] in _X87_SIZE \
+            and len(ops) == 1 and not ops[0].startswith("%")
+        if sse or x87:
             out[insn.addr] = got
     return out

@@ -773,7 +773,8 @@ thrash_body:
 
 /* ---- denorm: SSE instructions with floating-point inputs (SSE_input_assist), each reading
  * registers freshly loaded from denorm_data or denorm_data itself: some inputs denormal, some
- * normal; two with MXCSR.DAZ set (denormals read as zeros: no assist).  The Python side
+ * normal; two with MXCSR.DAZ set (denormals read as zeros: no assist); and x87 loads of a
+ * denormal single and double and a normal one (x87_assist PREA).  The Python side
  * (tests/test_events_memory.py) reads the inputs from the ELF and asks emulator/fp_assist.py
  * which executions request an assist. */
 LOOP(denorm)
@@ -800,6 +801,10 @@ denorm_body:
 	movsd 32(RBX), %xmm3
 	minsd 40(RBX), %xmm3		/* a denormal double from memory, read as 0 */
 	ldmxcsr 68(RBX)			/* MXCSR's reset value */
+	flds 4(RBX)			/* a denormal single */
+	fadds 16(RBX)			/* 1.0 */
+	faddl 40(RBX)			/* a denormal double */
+	fstp %st(0)
 	decl %ecx
 	jnz denorm_body
 	EPILOGUE
