@@ -135,8 +135,6 @@ ZERO_REASON: dict[str, str] = {
     "IOQ_active_entries": _NO_OCCUPANCY, "bsq_active_entries": _NO_OCCUPANCY,
     "b2b_cycles": _BUS_SIGNALS,
     "bnr": _BUS_SIGNALS, "snoop": _BUS_SIGNALS, "response": _BUS_SIGNALS,
-    "x87_assist": "not modelled: the plugin reads neither the x87 stack's tags (stack underflow "
-                  "and overflow) nor the results (output overflow and underflow)",
     "resource_stall": "no pipeline-resource model",
     "WC_Buffer": "no write-combining model",
     "machine_clear": _NO_MEMORY,
@@ -160,6 +158,12 @@ _OTHER_AGENTS = ("other agents' transfers (another processor, DMA) are not model
 _MEMORY_TYPES = "no memory types (every page is write-back)"
 # mask bits of otherwise modelled events that stay 0
 ZERO_BIT_REASON: dict[tuple[str, str], str] = {
+    # the x87 assists the plugin cannot see (fp_assist.py models PREA only)
+    **{("x87_assist", b): "QEMU's plugin API reads the x87 tag word as 0 (its gdb register "
+       "ftag), so the plugin cannot read which stack registers are empty" for b in ("FPSU",
+                                                                                   "FPSO")},
+    **{("x87_assist", b): "not modelled: the plugin does not read the x87 results"
+       for b in ("POAO", "POAU")},
     ("TC_deliver_mode", "BB"): "each logical processor's batch shows the other one delivering "
                                "(its mode in that clock is in its own batch): both building is "
                                "never seen",
