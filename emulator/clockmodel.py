@@ -94,8 +94,9 @@ DATA_FIELDS = ("split_ld", "split_st", "dtlb_ld", "dtlb_st", "l1_ld", "l2_hite",
                "ld_partial", "ld_unalgn", "ld_64k", "wb", "rd_active")
 FETCH_FIELDS = ("itlb_hit", "itlb_miss", "tc_miss", "tc_build")
 # ... and what an instruction's operand values make it request: an SSE input assist, an x87
-# input assist (a denormal input, fp_assist.py), in the clock it retires in
-OPERAND_FIELDS = ("sse_assist", "x87_prea")
+# input assist (a denormal input), an x87 output assist (a denormal stored; fp_assist.py), in
+# the clock it retires in
+OPERAND_FIELDS = ("sse_assist", "x87_prea", "x87_poau")
 MEMORY_FIELDS = DATA_FIELDS + FETCH_FIELDS + OPERAND_FIELDS
 # A clock's memory fields saturate at 15: every line that reads them is a sum of them, capped
 # at 15 per clock (four input lines, SDM Vol. 3B 18.15.5.2), so a larger value counts the same,
@@ -539,6 +540,7 @@ _DIRECT = {
     ("machine_clear", "CLEAR"): "smc", ("machine_clear", "SMCLEAR"): "smc",
     # the assists an instruction's operand values request (fp_assist.py)
     ("SSE_input_assist", "ALL"): "sse_assist", ("x87_assist", "PREA"): "x87_prea",
+    ("x87_assist", "POAU"): "x87_poau",
     # the store buffers: loads replayed by the memory order buffer, 64 K aliasing cancels
     ("MOB_load_replay", "PARTIAL_DATA"): "ld_partial",
     ("MOB_load_replay", "UNALGN_ADDR"): "ld_unalgn",

@@ -116,6 +116,9 @@ FEATURE_SOURCE: dict[str, tuple[bool, str]] = {
                           "per execution (the plugin reads the inputs: emulator/fp_assist.py)"),
     "x87_prea": (False, "x87 instructions that load a denormal single or double from memory, "
                         "one per execution (the plugin reads the value: emulator/fp_assist.py)"),
+    "x87_poau": (False, "x87 stores of ST(0) as a single or double whose value stored is a "
+                        "denormal, one per execution (the plugin reads the value: "
+                        "emulator/fp_assist.py)"),
     "rd_active": (False, "clocks a load waits for its line from memory, once per update of the "
                          "queue's count (timing=memory; the memory model)"),
 }
@@ -162,8 +165,8 @@ ZERO_BIT_REASON: dict[tuple[str, str], str] = {
     **{("x87_assist", b): "QEMU's plugin API reads the x87 tag word as 0 (its gdb register "
        "ftag), so the plugin cannot read which stack registers are empty" for b in ("FPSU",
                                                                                    "FPSO")},
-    **{("x87_assist", b): "not modelled: the plugin does not read the x87 results"
-       for b in ("POAO", "POAU")},
+    ("x87_assist", "POAO"): "not modelled: an overflowing result is stored as an infinity, which "
+                            "the plugin cannot tell from one it was given",
     ("TC_deliver_mode", "BB"): "each logical processor's batch shows the other one delivering "
                                "(its mode in that clock is in its own batch): both building is "
                                "never seen",

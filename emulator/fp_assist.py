@@ -12,9 +12,11 @@ DAZ (bit 6) set, denormal inputs are read as zeros and need no assist (SDM Vol. 
 
 The x87 instructions are those that load a single- or double-precision operand from memory and
 whose "FPU exceptions" in SDM Vol. 2 include #D for a denormal source (FLD, the arithmetic and
-FCOM/FCOMP with a memory operand).  A denormal single or double becomes a normal number in the
-x87 registers' double extended format, so the registers hold a denormal only below 2^-16382:
-the model looks at the memory inputs alone.
+FCOM/FCOMP with a memory operand): input assists (x87_assist PREA); and FST/FSTP to a single or
+double, whose result too small for the format (#U) is denormalized: an output assist (POAU) when
+the value stored is a denormal (a result that rounds to zero is not seen). A denormal single or
+double becomes a normal number in the x87 registers' double extended format, so the registers
+hold a denormal only below 2^-16382: the model looks at the memory inputs alone.
 
 Decisions where the sources are silent (docs/events.md, "Assists"): an execution requests one
 assist however many of its inputs are denormal (silicon splits a 128-bit operation into two
@@ -62,6 +64,9 @@ SSE_DENORMAL_INPUTS: dict[str, SseInputs] = {
 
 # Capstone 5 names of the x87 instructions whose single or double memory operand takes #D
 X87_DENORMAL_LOADS = frozenset("fld fadd fsub fsubr fmul fdiv fdivr fcom fcomp".split())
+# ... and of those that store ST(0) as a single or double: a result too small for the format
+# (#U, SDM Vol. 2 FST) is denormalized by an output assist
+X87_DENORMAL_STORES = frozenset("fst fstp".split())
 
 
 def is_denormal(raw: int, bits: int) -> bool:
@@ -94,6 +99,12 @@ def x87_requests_assist(data: bytes) -> bool:
     return len(data) in (4, 8) and is_denormal(int.from_bytes(data, "little"), 8 * len(data))
 
 
+def x87_output_assist(data: bytes) -> bool:
+    """Does an X87_DENORMAL_STORES instruction that stored `data` (4 or 8 bytes) request an
+    output assist (the value stored is a denormal)?"""
+    return x87_requests_assist(data)
+
+
 def c_table() -> str:
     """The plugin's table (plugin/fp_assist.c): one row per instruction name, sorted."""
     rows = ",\n".join(f'    {{"{n}", {r.bits}, {r.count}, {int(r.dest_read)}}}'
@@ -107,8 +118,13 @@ def c_table() -> str:
             "/* x87 instructions whose single or double memory input takes #D (sorted) */\n"
             f"#define P4_X87_DENORMAL_LOADS {len(X87_DENORMAL_LOADS)}\n"
             "static const char *const p4_x87_denormal_loads[P4_X87_DENORMAL_LOADS] = {"
-            + ", ".join(f'"{n}"' for n in sorted(X87_DENORMAL_LOADS)) + "};\n#endif\n")
+            + ", ".join(f'"{n}"' for n in sorted(X87_DENORMAL_LOADS)) + "};\n"
+            "/* x87 instructions that store ST(0) as a single or double (sorted) */\n"
+            f"#define P4_X87_DENORMAL_STORES {len(X87_DENORMAL_STORES)}\n"
+            "static const char *const p4_x87_denormal_stores[P4_X87_DENORMAL_STORES] = {"
+            + ", ".join(f'"{n}"' for n in sorted(X87_DENORMAL_STORES)) + "};\n#endif\n")
 
 
-__all__ = ["SseInputs", "SSE_DENORMAL_INPUTS", "X87_DENORMAL_LOADS", "MXCSR_DAZ", "is_denormal",
-           "denormal_elements", "requests_assist", "x87_requests_assist", "c_table"]
+__all__ = ["SseInputs", "SSE_DENORMAL_INPUTS", "X87_DENORMAL_LOADS", "X87_DENORMAL_STORES",
+           "MXCSR_DAZ", "is_denormal", "denormal_elements", "requests_assist",
+           "x87_requests_assist", "x87_output_assist", "c_table"]

@@ -59,7 +59,8 @@ static int map_sse_inputs(csh h, unsigned n_ids)
 {
     p4.capstone->sse_row = calloc(n_ids, 1);
     p4.capstone->x87_load = calloc(n_ids, 1);
-    if (!p4.capstone->sse_row || !p4.capstone->x87_load) return -1;
+    p4.capstone->x87_store = calloc(n_ids, 1);
+    if (!p4.capstone->sse_row || !p4.capstone->x87_load || !p4.capstone->x87_store) return -1;
     for (unsigned id = 1; id < n_ids; id++) {
         const char *nm = cs_insn_name(h, id);
         const struct p4_sse_inputs *r = nm ? bsearch(nm, p4_sse_inputs, P4_SSE_INPUTS,
@@ -68,6 +69,9 @@ static int map_sse_inputs(csh h, unsigned n_ids)
         if (r) p4.capstone->sse_row[id] = (unsigned char)(r - p4_sse_inputs + 1);
         p4.capstone->x87_load[id] = nm && bsearch(nm, p4_x87_denormal_loads, P4_X87_DENORMAL_LOADS,
                                                   sizeof(p4_x87_denormal_loads[0]), x87_name_cmp);
+        p4.capstone->x87_store[id] = nm &&
+                                     bsearch(nm, p4_x87_denormal_stores, P4_X87_DENORMAL_STORES,
+                                             sizeof(p4_x87_denormal_stores[0]), x87_name_cmp);
     }
     return 0;
 }
@@ -89,6 +93,7 @@ static void set_sse_inputs(const cs_insn *ci, unsigned id, struct insn_info *o)
     o->sse_mem = 0;
     /* an x87 instruction loading a single or double (its access's size says which) */
     o->x87_mem = id < p4.capstone->n_ids && p4.capstone->x87_load[id] && o->loads && !o->stores;
+    o->x87_store = id < p4.capstone->n_ids && p4.capstone->x87_store[id] && o->stores;
     unsigned k = id < p4.capstone->n_ids ? p4.capstone->sse_row[id] : 0;
     const cs_x86 *x = &ci->detail->x86;
     /* (the destination is an XMM register: not the string instruction CMPSD) */

@@ -22,9 +22,10 @@ struct insn_table {
     unsigned n_ids;
     unsigned char regbit[X86_REG_ENDING]; /* Capstone register id -> tracked bit + 1, 0 */
     unsigned l1_load, lock;               /* the core's (timing.CoreTiming) */
-    unsigned cmp_id[4];      /* cmpps cmppd cmpss cmpsd (insn_classes.sse_compare_name) */
-    unsigned char *sse_row;  /* id -> p4_sse_inputs row + 1, 0 (fp_assist.SSE_DENORMAL_INPUTS) */
-    unsigned char *x87_load; /* id -> 1: in p4_x87_denormal_loads (fp_assist.X87_DENORMAL_LOADS) */
+    unsigned cmp_id[4];       /* cmpps cmppd cmpss cmpsd (insn_classes.sse_compare_name) */
+    unsigned char *sse_row;   /* id -> p4_sse_inputs row + 1, 0 (fp_assist.SSE_DENORMAL_INPUTS) */
+    unsigned char *x87_load;  /* id -> 1: in p4_x87_denormal_loads (fp_assist.X87_DENORMAL_LOADS) */
+    unsigned char *x87_store; /* id -> 1: in p4_x87_denormal_stores (X87_DENORMAL_STORES) */
 };
 
 int cs_setup(unsigned core);

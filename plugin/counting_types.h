@@ -80,7 +80,8 @@ struct insn_info {
     uint8_t sse_in;
     int8_t sse_reg[2];
     uint8_t sse_mem;
-    uint8_t x87_mem; /* an x87 instruction whose single or double memory input takes #D */
+    uint8_t x87_mem;   /* an x87 instruction whose single or double memory input takes #D */
+    uint8_t x87_store; /* an x87 store of ST(0) as a single or double (an output assist) */
 };
 
 /* cb_xcheck's one-entry cache, per block (as a successor) and vCPU: the silent-capable

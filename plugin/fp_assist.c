@@ -3,9 +3,11 @@
  * counter may count SSE_input_assist or x87_assist PREA (the memory level's P4_MEM_FP part),
  * every SSE instruction with floating-point inputs (the generated table p4_sse_inputs) reads
  * MXCSR and its register inputs before it runs, and the value its memory input loads; every
- * x87 instruction that loads a single or double (p4_x87_denormal_loads) reads the value.  An
- * execution with a denormal input (for SSE, while MXCSR.DAZ is clear) requests one assist, in
- * the clock it retires in (a memory-side fix, memory.c).
+ * x87 instruction that loads a single or double (p4_x87_denormal_loads) reads the value, and
+ * every x87 store of one (p4_x87_denormal_stores) the value stored.  An execution with a
+ * denormal input (for SSE, while MXCSR.DAZ is clear) requests one input assist, one that
+ * stores a denormal an output assist, in the clock it retires in (a memory-side fix,
+ * memory.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -164,14 +166,34 @@ static void cb_x87_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void 
     if (is_denormal(raw, shift == 2 ? 32 : 64)) request(vi, id, i, KF_X87_PREA);
 }
 
+/* an x87 store of ST(0) as a single or double: fp_assist.x87_output_assist */
+static void cb_x87_store(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
+{
+    (void)vaddr;
+    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
+    uint32_t id = (uint32_t)((uintptr_t)ud >> UD_INSN_BITS);
+    unsigned i = (unsigned)((uintptr_t)ud & ((1u << UD_INSN_BITS) - 1));
+    unsigned shift = qemu_plugin_mem_size_shift(info);
+    if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id || !qemu_plugin_mem_is_store(info) ||
+        (shift != 2 && shift != 3))
+        return;
+    p4_mem_value val = qemu_plugin_mem_get_value(info);
+    uint64_t raw = shift == 2 ? val.data.u32 : val.data.u64;
+    if (is_denormal(raw, shift == 2 ? 32 : 64)) request(vi, id, i, KF_X87_POAU);
+}
+
 void fp_assist_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 {
     const struct blk *b = p4.blocks->by_id[id];
     for (size_t i = 0; i < n && i < (1u << UD_INSN_BITS); i++) {
         const struct insn_info *in = &b->ins[i];
-        if (!in->sse_in && !in->x87_mem) continue;
+        if (!in->sse_in && !in->x87_mem && !in->x87_store) continue;
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         void *ud = (void *)(((uintptr_t)id << UD_INSN_BITS) | i);
+        if (in->x87_store) {
+            qemu_plugin_register_vcpu_mem_cb(insn, cb_x87_store, P4_CB_NO_REGS, P4_MEM_W, ud);
+            continue;
+        }
         if (in->x87_mem) {
             qemu_plugin_register_vcpu_mem_cb(insn, cb_x87_mem, P4_CB_NO_REGS, P4_MEM_R, ud);
             continue;

@@ -14,7 +14,8 @@ struct sse_assist_state;
 
 struct sse_assist_state *sse_assist_state_new(int max_vcpus);
 /* translation, while the memory level's P4_MEM_FP part is on: the callbacks of block id's
- * n instructions with floating-point inputs (insn_info.sse_in, x87_mem) */
+ * n instructions with floating-point inputs or x87 single/double stores (insn_info.sse_in,
+ * x87_mem, x87_store) */
 void fp_assist_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id);
 
 #endif

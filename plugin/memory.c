@@ -75,8 +75,8 @@ void mem_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
 /* clockmodel.memory_fields: the clock fields one access adds; 0 if none */
 static int access_fields(const struct mm_outcome *o, int store, uint8_t *d)
 {
-    _Static_assert(KF_X87_PREA == KF_N - 1 && KF_SPLIT_LD == KF_N - 25,
-                   "the memory fields are the last 25 clock fields");
+    _Static_assert(KF_X87_POAU == KF_N - 1 && KF_SPLIT_LD == KF_N - 26,
+                   "the memory fields are the last 26 clock fields");
     memset(d, 0, KF_N);
     if (store) {
         d[KF_SPLIT_ST] = o->split;

@@ -370,9 +370,9 @@ def test_bus_queue_occupancy_counts_exactly_at_timing_memory(timed, bits, cpu, l
 
 # ---- the SSE input assists ------------------------------------------------------------------
 
-# SSE_input_assist (FIRM_ESCR0/1, counters 8-11) and x87_assist PREA (CRU_ESCR2/3, counters
-# 12-17): plainly, by rising edges, and the clocks without an assist; `denorm` runs SSE and x87
-# instructions on denormal and normal inputs, `alu` none
+# SSE_input_assist (FIRM_ESCR0/1, counters 8-11) and x87_assist PREA and POAU (CRU_ESCR2/3,
+# counters 12-15): plainly, by rising edges, and the clocks without an assist; `denorm` runs
+# SSE and x87 instructions on denormal and normal inputs, `alu` none
 FIRM0, FIRM1 = "MSR_FIRM_ESCR0", "MSR_FIRM_ESCR1"
 ASSIST_SETUPS = [
     Setup("assist", [
@@ -386,7 +386,8 @@ ASSIST_SETUPS = [
         Ctr(12, C2, "x87_assist", ("PREA",), os=True, usr=True),
         Ctr(13, C2, "x87_assist", ("PREA",), os=True, usr=True, compare=True, threshold=0,
             edge=True),
-        Ctr(14, C3, "x87_assist", ("PREA", "FPSU"), usr=True),
+        Ctr(14, C3, "x87_assist", ("POAU",), usr=True),
+        Ctr(15, C3, "x87_assist", ("POAU",), usr=True, compare=True, threshold=0, edge=True),
     ]),
 ]
 ASSIST = Plan(ASSIST_SETUPS, ["alu", "denorm"], rings=(0, 3), ns=(60, 600))
@@ -429,15 +430,16 @@ def test_sse_input_assists_count_exactly(assisted, bits, cpu, loop):
     out, mem, oracle = assisted(bits, cpu)
     n = ASSIST.ns[1] - ASSIST.ns[0]
     bad, rows = oracle_mismatches(ASSIST, ASSIST_SETUPS, out, oracle, loop)
-    if loop == "denorm":  # the loop's design (its comments): four SSE and two x87 ask
+    if loop == "denorm":  # the loop's design (its comments): four SSE, two x87 loads, a store
         img = oracle.m.img
         assert sorted(img.insn(a).mnemonic for a in mem) == \
-            ["addps", "addsd", "faddl", "flds", "maxpd", "sqrtss"]
+            ["addps", "addsd", "faddl", "flds", "fsts", "maxpd", "sqrtss"]
         assert ASSIST.delta(out, "assist", loop, 3, 8) == 4 * n
         assert ASSIST.delta(out, "assist", loop, 3, 9) > 0  # runs of assisting clocks
         assert ASSIST.delta(out, "assist", loop, 3, 12) == 2 * n
+        assert ASSIST.delta(out, "assist", loop, 3, 14) == n
     else:
-        assert ASSIST.delta(out, "assist", loop, 3, 8) == 0
-        assert ASSIST.delta(out, "assist", loop, 3, 12) == 0
+        for ctr in (8, 12, 14):
+            assert ASSIST.delta(out, "assist", loop, 3, ctr) == 0
     assert not bad, (f"{bits}-bit guest, {cpu}, loop {loop}: {len(bad)} of {len(rows)} "
                      "counts differ:\n" + "\n".join(bad))

@@ -133,7 +133,7 @@ def timing_boot(tmp_path_factory, model: str):
         events = " ".join(f"-e $(p4event {e}:u)" for e in TC_EVENTS)
         sections += [(f"tc-{n}", f"perf stat -x, {events} -- tcsweep {n}") for n in TC_PASSES]
         sections.append(("denorm", f"perf stat -x, -e $(p4event SSE_input_assist:u) "
-                                   f"-e $(p4event x87_assist:PREA:u) -- denorm {DENORM_N}"))
+                                   f"-e $(p4event x87_assist:PREA:POAU:u) -- denorm {DENORM_N}"))
         sections += [(f"{name}-{n}", "perf stat -x, " + " ".join(
                           f"-e $(p4event {':'.join((ev,) + bits)}:u)" for ev in evs) +
                       f" -- {prog} {n}")
@@ -408,23 +408,24 @@ def denorm_assists(arch: str) -> dict[str, int]:
     start, loop, end = (img.symbols[k] for k in ("_start", "denorm_loop", "denorm_loop_end"))
     got = sse_inputs.assists(img, [img.insns[a] for a in sorted(img.insns) if start <= a < end])
     return {f: sum(1 for a, g in got.items() if g == f and a >= loop)
-            for f in ("sse_assist", "x87_prea")}
+            for f in ("sse_assist", "x87_prea", "x87_poau")}
 
 
 @pytest.mark.guest
 def test_input_assists_by_raw_event_are_the_models(chase_session):
-    """perf stat of SSE_input_assist and x87_assist PREA by raw encoding, in one run, on the
-    denorm workload: exactly the assists its loop's inputs request per iteration (two SSE:
-    a packed single and a scalar double with a denormal input; one x87: a denormal single
-    loaded), on both models, 32- and 64-bit."""
+    """perf stat of SSE_input_assist and x87_assist PREA|POAU by raw encoding, in one run, on
+    the denorm workload: exactly the assists its loop requests per iteration (two SSE: a
+    packed single and a scalar double with a denormal input; x87: a denormal single loaded
+    and stored again), on both models, 32- and 64-bit."""
     model, _, s = chase_session
     per = denorm_assists(ARCH[model])
-    assert per == {"sse_assist": 2, "x87_prea": 1}, per
+    assert per == {"sse_assist": 2, "x87_prea": 1, "x87_poau": 1}, per
     stat = P.parse_stat_csv(s.sec("denorm").text)
-    for (event, bit), field in ((("SSE_input_assist", "ALL"), "sse_assist"),
-                                (("x87_assist", "PREA"), "x87_prea")):
-        raw = P.raw_event(event, bit)
+    for (event, *bits), want in ((("SSE_input_assist", "ALL"), per["sse_assist"]),
+                                 (("x87_assist", "PREA", "POAU"),
+                                  per["x87_prea"] + per["x87_poau"])):
+        raw = P.raw_event(event, *bits)
         assert raw in stat and stat[raw].value is not None, s.sec("denorm").text
         assert stat[raw].running_pct == 100.0, stat[raw]  # (not multiplexed)
-        assert stat[raw].value == per[field] * DENORM_N, (model, event, stat[raw].value)
+        assert stat[raw].value == want * DENORM_N, (model, event, stat[raw].value)
         assert event not in s.stderr  # modelled: no notice

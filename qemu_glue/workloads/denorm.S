@@ -22,6 +22,7 @@ _start:
         PARSE_ARG1
         mov     %eax, %ecx              /* iterations */
         mov     $denorm_data, %ebx
+        mov     $denorm_out, %esi
         test    %ecx, %ecx
         jz      .Ldone
         .p2align 6
@@ -34,6 +35,7 @@ denorm_loop:
         movaps  16(BX), %xmm2
         addps   %xmm2, %xmm2            /* normal inputs */
         flds    4(BX)                   /* a denormal single: an x87 input assist */
+        fsts    (SI)                    /* stored as a single: an output assist */
         fstp    %st(0)
         dec     %ecx
         jnz     denorm_loop
@@ -49,5 +51,10 @@ denorm_data:
         .long   0x3f800000, 0x00000001, 0x40000000, 0x40400000  /* 1.0, 2^-149, 2.0, 3.0 */
         .long   0x3f800000, 0x3f800000, 0x3fc00000, 0x40800000  /* 1.0, 1.0, 1.5, 4.0 */
         .quad   0x3ff0000000000000, 0x000fffffffffffff          /* 1.0, a double denormal */
+
+        .bss
+        .p2align 4
+denorm_out:
+        .skip   16
 
         .section .note.GNU-stack, "", @progbits

@@ -77,6 +77,18 @@ def test_x87_loads_of_singles_and_doubles():
     assert FA.X87_DENORMAL_LOADS == {"fld", "fadd", "fsub", "fsubr", "fmul", "fdiv", "fdivr",
                                      "fcom", "fcomp"}
     assert CM.is_modelled("x87_assist", "PREA") and not CM.is_modelled("x87_assist", "FPSU")
+    assert CM.is_modelled("x87_assist", "POAU") and FA.X87_DENORMAL_STORES == {"fst", "fstp"}
+
+
+def test_the_replay_follows_the_x87_stack_to_its_stores():
+    from guests import sse_inputs as SI
+    img = _Img(struct.pack("<4I", 0x3F800000, 1, 0x3F800000, 0x3F800000))
+    insns = [_I(0, "mov", "$0x1000,%ebx"), _I(1, "flds", "0x4(%ebx)"),  # a denormal single
+             _I(2, "fsts", "(%esi)"), _I(3, "fstl", "(%esi)"),          # single: denormal
+             _I(4, "fadds", "(%ebx)"), _I(5, "fstp", "%st(0)")]
+    assert SI.assists(img, insns) == {1: "x87_prea", 2: "x87_poau", 3: None, 4: None}
+    with pytest.raises(SI.SseReplayError):  # a sum the replay does not compute
+        SI.assists(img, insns[:5] + [_I(6, "fstps", "(%esi)")])
 
 
 def test_the_event_counts_the_assists_field():

@@ -1,14 +1,15 @@
-"""Which SSE and x87 instructions of a loop body request an input assist (SSE_input_assist,
-x87_assist PREA), from the bytes in the ELF: a replay of the body's loads into XMM registers
-and MXCSR from read-only data (a base register set by `mov $symbol, %reg`), each SSE
-instruction with floating-point inputs and each x87 load of a single or double asked of
-emulator/fp_assist.py with the inputs it reads.  A body that reads an input this
-replay does not know (an arithmetic result, a register loaded elsewhere) is refused: the
-expectation would be a guess.
+"""Which SSE and x87 instructions of a loop body request an assist (SSE_input_assist, x87_assist
+PREA and POAU), from the bytes in the ELF: a replay of the body's loads into XMM registers,
+MXCSR and the x87 stack from read-only data (a base register set by `mov $symbol, %reg`), each
+SSE instruction with floating-point inputs, each x87 load of a single or double and each x87
+store of one asked of emulator/fp_assist.py. A body that reads an input this replay does not
+know (an arithmetic result, a register loaded elsewhere) is refused: the expectation would be a
+guess.
 """
 from __future__ import annotations
 
 import re
+import struct
 
 from p4pmu.emulator import fp_assist as FA
 
@@ -45,6 +46,7 @@ class Replay:
         self.base: dict[str, int] = {}
         self.xmm: dict[str, bytes | None] = {}
         self.mxcsr = MXCSR_RESET
+        self.st: list[float | None] = []  # the x87 stack, ST(0) last (None: not known)
 
     def _mem(self, op: str, n: int) -> bytes:
         m = _MEM.match(op)
@@ -68,7 +70,26 @@ class Replay:
         if x87 in FA.X87_DENORMAL_LOADS and insn.mnemonic[-1] in _X87_SIZE and len(ops) == 1 \
                 and not ops[0].startswith("%"):
             data = self._mem(ops[0], _X87_SIZE[insn.mnemonic[-1]])
+            fmt = "<f" if len(data) == 4 else "<d"
+            if x87 == "fld":
+                self.st.append(struct.unpack(fmt, data)[0])
+            elif self.st:
+                self.st[-1] = None  # an arithmetic result the replay does not compute
             return "x87_prea" if FA.x87_requests_assist(data) else None
+        if x87 in FA.X87_DENORMAL_STORES and insn.mnemonic[-1] in _X87_SIZE and len(ops) == 1 \
+                and not ops[0].startswith("%"):
+            if not self.st or self.st[-1] is None:
+                raise SseReplayError(f"{insn.mnemonic}: ST(0) holds a value the replay does not "
+                                     "know")
+            size = _X87_SIZE[insn.mnemonic[-1]]
+            data = struct.pack("<f" if size == 4 else "<d", self.st[-1])
+            if x87 == "fstp":
+                self.st.pop()
+            return "x87_poau" if FA.x87_output_assist(data) else None
+        if insn.mnemonic == "fstp" and ops == ["%st(0)"]:
+            if self.st:
+                self.st.pop()
+            return None
         if insn.mnemonic.startswith("mov") and len(ops) == 2 and ops[0].startswith("$") and \
                 ops[1].startswith("%") and not ops[1].startswith("%xmm"):
             self.base[ops[1]] = int(ops[0][1:], 0)
@@ -101,7 +122,7 @@ class Replay:
 
 def assists(img, insns) -> dict[int, str | None]:
     """{address: the clock field of the assist it requests, or None} of every SSE instruction
-    with floating-point inputs and every x87 load of a single or double among `insns`
+    with floating-point inputs and every x87 load or store of a single or double among `insns`
     (instructions in the order they run), as its last execution among them did."""
     r = Replay(img)
     out = {}
@@ -110,8 +131,8 @@ def assists(img, insns) -> dict[int, str | None]:
         ops = _operands(insn.operands)
         sse = _name(insn.mnemonic) in FA.SSE_DENORMAL_INPUTS and ops[-1:] and \
             ops[-1].startswith("%xmm")
-        x87 = insn.mnemonic[:-1] in FA.X87_DENORMAL_LOADS and insn.mnemonic[-1] in _X87_SIZE \
-            and len(ops) == 1 and not ops[0].startswith("%")
+        x87 = insn.mnemonic[:-1] in FA.X87_DENORMAL_LOADS | FA.X87_DENORMAL_STORES and \
+            insn.mnemonic[-1] in _X87_SIZE and len(ops) == 1 and not ops[0].startswith("%")
         if sse or x87:
             out[insn.addr] = got
     return out

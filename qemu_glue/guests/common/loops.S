@@ -774,12 +774,14 @@ thrash_body:
 /* ---- denorm: SSE instructions with floating-point inputs (SSE_input_assist), each reading
  * registers freshly loaded from denorm_data or denorm_data itself: some inputs denormal, some
  * normal; two with MXCSR.DAZ set (denormals read as zeros: no assist); and x87 loads of a
- * denormal single and double and a normal one (x87_assist PREA).  The Python side
+ * denormal single and double and a normal one (x87_assist PREA), and stores of the denormal
+ * single as a single and a double (POAU: the single only).  The Python side
  * (tests/test_events_memory.py) reads the inputs from the ELF and asks emulator/fp_assist.py
  * which executions request an assist. */
 LOOP(denorm)
 	PROLOGUE
 	movl $denorm_data, %ebx
+	movl $loop_data, %esi
 	.globl denorm_body
 denorm_body:
 	movaps (RBX), %xmm0		/* singles: 1.0, a denormal, 2.0, 3.0 */
@@ -802,6 +804,8 @@ denorm_body:
 	minsd 40(RBX), %xmm3		/* a denormal double from memory, read as 0 */
 	ldmxcsr 68(RBX)			/* MXCSR's reset value */
 	flds 4(RBX)			/* a denormal single */
+	fsts (RSI)			/* stored again: a denormal single */
+	fstl 8(RSI)			/* stored as a double: a normal one */
 	fadds 16(RBX)			/* 1.0 */
 	faddl 40(RBX)			/* a denormal double */
 	fstp %st(0)
