@@ -150,36 +150,33 @@ static void cb_sse_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void 
     }
 }
 
-/* an x87 instruction's single (4 bytes) or double (8) memory input: fp_assist.x87_requests_assist */
-static void cb_x87_mem(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
+/* An x87 load (store: 0) or store (1) of a single (4 bytes) or double (8) by instruction
+ * i of block id: a denormal value requests the assist of clock field `field`
+ * (fp_assist.x87_requests_assist, x87_output_assist). */
+static void x87_value(unsigned vi, p4_meminfo_t info, void *ud, int store, unsigned field)
 {
-    (void)vaddr;
     struct vcpu_counting *c = &p4.run->per_vcpu[vi];
     uint32_t id = (uint32_t)((uintptr_t)ud >> UD_INSN_BITS);
     unsigned i = (unsigned)((uintptr_t)ud & ((1u << UD_INSN_BITS) - 1));
     unsigned shift = qemu_plugin_mem_size_shift(info);
-    if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id || qemu_plugin_mem_is_store(info) ||
-        (shift != 2 && shift != 3))
+    if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id ||
+        (int)qemu_plugin_mem_is_store(info) != store || (shift != 2 && shift != 3))
         return;
     p4_mem_value val = qemu_plugin_mem_get_value(info);
     uint64_t raw = shift == 2 ? val.data.u32 : val.data.u64;
-    if (is_denormal(raw, shift == 2 ? 32 : 64)) request(vi, id, i, KF_X87_PREA);
+    if (is_denormal(raw, shift == 2 ? 32 : 64)) request(vi, id, i, field);
 }
 
-/* an x87 store of ST(0) as a single or double: fp_assist.x87_output_assist */
+static void cb_x87_load(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
+{
+    (void)vaddr;
+    x87_value(vi, info, ud, 0, KF_X87_PREA);
+}
+
 static void cb_x87_store(unsigned int vi, p4_meminfo_t info, uint64_t vaddr, void *ud)
 {
     (void)vaddr;
-    struct vcpu_counting *c = &p4.run->per_vcpu[vi];
-    uint32_t id = (uint32_t)((uintptr_t)ud >> UD_INSN_BITS);
-    unsigned i = (unsigned)((uintptr_t)ud & ((1u << UD_INSN_BITS) - 1));
-    unsigned shift = qemu_plugin_mem_size_shift(info);
-    if (!c->init || c->sbase[SB_CURRENT_BLOCK] != id || !qemu_plugin_mem_is_store(info) ||
-        (shift != 2 && shift != 3))
-        return;
-    p4_mem_value val = qemu_plugin_mem_get_value(info);
-    uint64_t raw = shift == 2 ? val.data.u32 : val.data.u64;
-    if (is_denormal(raw, shift == 2 ? 32 : 64)) request(vi, id, i, KF_X87_POAU);
+    x87_value(vi, info, ud, 1, KF_X87_POAU);
 }
 
 void fp_assist_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
@@ -195,7 +192,7 @@ void fp_assist_register(struct qemu_plugin_tb *tb, size_t n, uint32_t id)
             continue;
         }
         if (in->x87_mem) {
-            qemu_plugin_register_vcpu_mem_cb(insn, cb_x87_mem, P4_CB_NO_REGS, P4_MEM_R, ud);
+            qemu_plugin_register_vcpu_mem_cb(insn, cb_x87_load, P4_CB_NO_REGS, P4_MEM_R, ud);
             continue;
         }
         qemu_plugin_register_vcpu_insn_exec_cb(insn, cb_sse_regs, P4_CB_R_REGS, ud);
