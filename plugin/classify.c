@@ -91,11 +91,18 @@ static void set_sse_inputs(const cs_insn *ci, unsigned id, struct insn_info *o)
     o->sse_in = 0;
     o->sse_reg[0] = o->sse_reg[1] = -1;
     o->sse_mem = 0;
-    /* an x87 instruction loading a single or double (its access's size says which) */
-    o->x87_mem = id < p4.capstone->n_ids && p4.capstone->x87_load[id] && o->loads && !o->stores;
-    o->x87_store = id < p4.capstone->n_ids && p4.capstone->x87_store[id] && o->stores;
     unsigned k = id < p4.capstone->n_ids ? p4.capstone->sse_row[id] : 0;
     const cs_x86 *x = &ci->detail->x86;
+    /* an x87 instruction loading or storing a single or double: a 4- or 8-byte memory
+     * operand (a double extended one is accessed as 8 + 2 bytes, whose 8 are no double) */
+    int single_or_double = 0;
+    for (int j = 0; j < x->op_count; j++) {
+        if (x->operands[j].type == X86_OP_MEM)
+            single_or_double = x->operands[j].size == 4 || x->operands[j].size == 8;
+    }
+    int known = id < p4.capstone->n_ids && single_or_double;
+    o->x87_mem = known && p4.capstone->x87_load[id] && o->loads && !o->stores;
+    o->x87_store = known && p4.capstone->x87_store[id] && o->stores;
     /* (the destination is an XMM register: not the string instruction CMPSD) */
     if (!k || x->op_count < 2 || xmm_of(&x->operands[0]) < 0) return;
     const cs_x86_op *src = &x->operands[1];

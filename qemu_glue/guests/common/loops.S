@@ -774,8 +774,9 @@ thrash_body:
 /* ---- denorm: SSE instructions with floating-point inputs (SSE_input_assist), each reading
  * registers freshly loaded from denorm_data or denorm_data itself: some inputs denormal, some
  * normal; two with MXCSR.DAZ set (denormals read as zeros: no assist); and x87 loads of a
- * denormal single and double and a normal one (x87_assist PREA), and stores of the denormal
- * single as a single and a double (POAU: the single only).  The Python side
+ * denormal single and double and a normal one (x87_assist PREA), stores of the denormal
+ * single as a single and a double (POAU: the single only), and a double extended load and
+ * store (none).  The Python side
  * (tests/test_events_memory.py) reads the inputs from the ELF and asks emulator/fp_assist.py
  * which executions request an assist. */
 LOOP(denorm)
@@ -809,6 +810,8 @@ denorm_body:
 	fadds 16(RBX)			/* 1.0 */
 	faddl 40(RBX)			/* a denormal double */
 	fstp %st(0)
+	fldt 72(RBX)			/* double extended 1 + 2^-63: no assist (its low 8 */
+	fstpt 16(RSI)			/* bytes, read as a double, would be a denormal) */
 	decl %ecx
 	jnz denorm_body
 	EPILOGUE
@@ -852,6 +855,8 @@ denorm_data:				/* denorm's inputs */
 	.quad 0x3ff0000000000000, 0x000fffffffffffff		/* 1.0, the largest double denormal */
 	.quad 0x4010000000000000, 0x0000000000000002		/* 4.0, 2^-1073 */
 	.long 0x00001fc0, 0x00001f80				/* MXCSR: DAZ and the masks; reset */
+	.quad 0x8000000000000001				/* 1 + 2^-63, double extended */
+	.short 0x3fff
 
 	.section .bss
 	.balign 64
