@@ -76,6 +76,9 @@ class Bridge:
         from p4pmu.emulator.models import get_model
         from p4pmu.emulator.pmu import PMU, PMUFault
         self.options = options
+        # timing=memory: the clocks charge the memory's latency (docs/timing.md); the feeder
+        # and the notices read it here
+        self.memory_timing = getattr(options, "timing", "core") == "memory"
         self.PMUFault = PMUFault
         try:
             self.model = get_model(options.model, options.stepping)
@@ -435,18 +438,13 @@ class Bridge:
             return
         if reg.kind == "cccr":
             self._say(vcpu, notices.cccr_changed_under(pmu, reg.index, old))
-            for n in notices.programming(pmu, reg.index, self._memory_timing):
+            for n in notices.programming(pmu, reg.index, self.memory_timing):
                 self._say(vcpu, n)
             return
         self._say(vcpu, notices.escr_changed_under(pmu, reg.index, old))
         for c in (pmu.escr_index == reg.index).nonzero()[0]:
-            for n in notices.programming(pmu, int(c), self._memory_timing):
+            for n in notices.programming(pmu, int(c), self.memory_timing):
                 self._say(vcpu, n)
-
-    @property
-    def _memory_timing(self) -> bool:
-        """Do the clocks charge the memory's latency (option timing=memory)?"""
-        return getattr(self.options, "timing", "core") == "memory"
 
     def _say(self, vcpu: int, notice) -> None:
         """A warning for the user, once per notice key: stderr (p4pmu linux shows QEMU's

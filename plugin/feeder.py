@@ -107,7 +107,7 @@ class Feeder:
         self.tight = bool(bridge.options.tight)  # the tight deadline bounds (wfree, edge_fail)
         # timing=memory: loads' misses cost clocks, so the memory model is fed while any
         # counter may count (docs/timing.md)
-        self.memory_timing = getattr(bridge.options, "timing", "core") == "memory"
+        self.memory_timing = bridge.memory_timing
         self._F = np.zeros((0, CM.NFEAT))  # features per kind id
         self._tag_cache = {}
         self.n_batches = self.n_clocks = self.n_bad = 0

@@ -480,3 +480,19 @@ def test_install_registers_every_entry_point_and_says_the_plugin_loaded(tmp_path
     marker.unlink()
     assert entry_points.install(ffi, None, ["model=0F_99"], 1, 1) == 0  # refused: no marker
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("timing, warned", [("core", True), ("memory", False)])
+def test_occupancy_counted_without_memory_timing_gets_a_notice(tmp_path, timing, warned):
+    """bsq_active_entries reads 0 unless the clocks charge the memory's latency: the bridge
+    says so once, from the plugin option timing= it was given (emulator/notices.py)."""
+    from p4pmu.emulator import bus_requests as BR
+    from p4pmu.emulator import tables as T
+    b = Bridge(parse_options(["model=0F_04", f"timing={timing}", f"log={tmp_path}/p.log"]))
+    read = BR.REQUEST_BY_NAME["read"].bsq
+    assert b.wrmsr(0, T.ESCR_BY_NAME["MSR_BSU_ESCR1"].msr, 0x06 << 25 | read << 9 | 0xC) == OK
+    cccr = 1 << 12 | 7 << 13 | 3 << 16  # ENABLE, ESCR_SELECT 7 (BSU_ESCR1), ACTIVE_THREAD 3
+    assert b.wrmsr(0, T.CCCR_BASE + 2, cccr) == OK
+    b.close()
+    assert (("needs_memory_timing", "bsq_active_entries") in b._said) is warned
+    assert ("only timing=memory charges" in (tmp_path / "p.log").read_text()) is warned
